@@ -1,0 +1,25 @@
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.ndebench-installed
+export RAY_AUTH_MODE ?= disabled
+
+.PHONY: install test quickstart clean
+
+install: $(STAMP)
+
+# Reinstall only when the packaging metadata changes; the install is editable, so code edits need none.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+quickstart: $(STAMP)
+	$(BIN)/ndebench run tune_configs/quickstart.yaml
+	$(BIN)/ndebench report --study quickstart
+
+clean:
+	rm -rf $(VENV) mlflow.db mlartifacts ray_results reports

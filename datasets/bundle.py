@@ -1,0 +1,53 @@
+"""The dataset contract: a bundle of train/val/test splits plus the metadata models and metrics need."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+Task = Literal["classification", "binary"]
+
+
+@dataclass
+class Split:
+    """One split of a time-series dataset.
+
+    ``values`` ``(N, L, C)`` float32, z-scored with train statistics, NaN where not observed;
+    ``targets`` ``(N,)`` int64 class indices in ``0..K-1`` (0/1 for binary tasks).
+    """
+
+    values: torch.Tensor
+    targets: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.targets.shape[0])
+
+
+@dataclass
+class DatasetBundle:
+    """Train/val/test splits on a common time grid ``times`` ``(L,)`` running from ``times[0]`` to ``T``.
+
+    ``task`` is ``classification`` (K logits, cross-entropy) or ``binary`` (one logit, AUROC reported);
+    ``channels`` is C; ``source`` says where the data came from (a package, a folder); ``extra`` holds
+    dataset-specific metadata (e.g. the class names, the normalization statistics).
+    """
+
+    name: str
+    times: torch.Tensor
+    train: Split
+    val: Split
+    test: Split
+    task: Task
+    num_classes: int
+    channels: int
+    source: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def T(self) -> float:
+        return float(self.times[-1])
+
+    @property
+    def input_kind(self) -> str:
+        return "timeseries"

@@ -1,0 +1,116 @@
+"""Shared pieces of every NDE classifier: the reference classifier head and Monte-Carlo prediction."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ndebench.models.integrate import SolverConfig, TrialRNG
+from ndebench.regularizers.base import Regularizer
+from ndebench.regularizers.none import NoRegularizer
+
+
+@dataclass
+class Prediction:
+    """Output of :meth:`NDEClassifier.predict` for a batch of B inputs, K outputs, H latent components.
+
+    ``logits`` ``(B, K)``: the head applied to the MC mean of ``z(T)`` (Algorithm 1); ``probs`` ``(B, K)``:
+    the MC predictive distribution (mean over passes of the per-pass softmax, or sigmoid for K = 1);
+    ``z_mean`` and ``z_var`` ``(B, H)``: MC mean and unbiased per-component variance of ``z(T)`` (zero
+    variance for a single pass).
+    """
+
+    logits: torch.Tensor
+    probs: torch.Tensor
+    z_mean: torch.Tensor
+    z_var: torch.Tensor
+
+
+class ClassifierHead(nn.Module):
+    """``Linear(h,h) -> BatchNorm1d -> ReLU -> Dropout(p) -> Linear(h,K)`` as in the torch-ists pipeline.
+
+    Xavier-uniform weights and bias 0.01; the last layer's gradients are multiplied by ``grad_scale``
+    (100 in the reference pipeline) through tensor hooks.
+    """
+
+    def __init__(self, hidden_size: int, num_outputs: int, dropout: float = 0.1, grad_scale: float = 100.0):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(hidden_size, hidden_size), nn.BatchNorm1d(hidden_size), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(hidden_size, num_outputs),
+        )
+        for layer in (self.net[0], self.net[4]):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.constant_(layer.bias, 0.01)
+        if grad_scale != 1.0:
+            for param in self.net[4].parameters():
+                param.register_hook(lambda grad: grad * grad_scale)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.net(z)
+
+
+def mlp(in_size: int, hidden_size: int, out_size: int, num_layers: int, activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """``Linear(in, h) -> act -> (num_layers - 1) x [Linear(h, h) -> act] -> Linear(h, out)``."""
+    layers: list[nn.Module] = [nn.Linear(in_size, hidden_size), activation()]
+    for _ in range(num_layers - 1):
+        layers += [nn.Linear(hidden_size, hidden_size), activation()]
+    layers.append(nn.Linear(hidden_size, out_size))
+    return nn.Sequential(*layers)
+
+
+class NDEClassifier(nn.Module):
+    """Base class: an encoder gives ``z(0)``, a latent NDE gives ``z(T)``, a head gives logits.
+
+    Subclasses implement ``prepare(times, values) -> inputs`` (run once per split; the result's first
+    dimension is the sample dimension) and ``latent(inputs, rng) -> z(T)`` of shape ``(B, H)`` (which
+    calls :func:`ndebench.models.integrate.integrate`).
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden_size: int,
+        num_classes: int,
+        regularizer: Regularizer | None,
+        solver: SolverConfig,
+        head_dropout: float = 0.1,
+        binary: bool = False,
+    ):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.regularizer = regularizer if regularizer is not None else NoRegularizer()
+        self.solver = solver
+        num_outputs = 1 if binary else num_classes
+        dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
+        self.head = ClassifierHead(hidden_size, num_outputs, dropout)
+
+    def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
+        """One stochastic (training) or deterministic pass: logits ``(B, K)``."""
+        return self.head(self.latent(inputs, rng))
+
+    def penalty(self) -> torch.Tensor:
+        return self.regularizer.penalty()
+
+    def n_mc(self) -> int:
+        """Passes per prediction in eval mode: the regularizer's ``n_mc`` if it stays on at test time, else 1."""
+        return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1
+
+    @torch.no_grad()
+    def predict(self, inputs: torch.Tensor, rng: TrialRNG, n_mc: int | None = None) -> Prediction:
+        """Algorithm 1's test phase, batched: ``n_mc`` passes of the inputs stacked along the batch dimension."""
+        n = n_mc or self.n_mc()
+        batch = inputs.shape[0]
+        z = self.latent(inputs.repeat(n, *([1] * (inputs.dim() - 1))), rng).view(n, batch, -1)
+        z_mean = z.mean(0)
+        z_var = z.var(0) if n > 1 else torch.zeros_like(z_mean)
+        per_pass = self.head(z.reshape(n * batch, -1)).view(n, batch, -1)
+        probs = torch.sigmoid(per_pass) if per_pass.shape[-1] == 1 else torch.softmax(per_pass, -1)
+        return Prediction(logits=self.head(z_mean), probs=probs.mean(0), z_mean=z_mean, z_var=z_var)

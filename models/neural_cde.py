@@ -1,0 +1,64 @@
+"""Neural CDE (Kidger et al., NeurIPS 2020) with the FinalTanh vector field."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ndebench.models.base import NDEClassifier, mlp
+from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.registry import register_model
+from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
+from ndebench.regularizers.base import Regularizer
+
+
+class FinalTanh(nn.Module):
+    """``f(z) = tanh(MLP(z)).view(H, C)``: ``Linear(H,h) -> ReLU -> ... -> Linear(h, H*C)`` then tanh."""
+
+    def __init__(self, input_channels: int, hidden_size: int, hidden_hidden_size: int, num_layers: int):
+        super().__init__()
+        self.input_channels, self.hidden_size = input_channels, hidden_size
+        self.net = mlp(hidden_size, hidden_hidden_size, hidden_size * input_channels, num_layers)
+
+    def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(z)).view(*z.shape[:-1], self.hidden_size, self.input_channels)
+
+
+@register_model(
+    "neural_cde",
+    summary="Neural CDE: dz = f(z) dX(t), X a spline of [t, x]; FinalTanh matrix field",
+    paper="Kidger et al., Neural Controlled Differential Equations for Irregular Time Series, NeurIPS 2020",
+)
+class NeuralCDE(NDEClassifier):
+    """``z(0) = Linear(X(t0))``, ``z(t) = z(0) + int_0^t f(z(s)) dX(s)``, logits = head(z(T)).
+
+    ``X`` interpolates ``[t, x]`` (``C + 1`` channels) with torchcde's Hermite cubic with backward
+    differences by default. Inputs: coefficients ``(N, L - 1, 4 (C + 1))``; latent ``(B, H)``.
+    Continuum Dropout masks rows of the matrix field, i.e. the components of ``f(z) dX/dt``.
+    """
+
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        num_classes: int,
+        times: torch.Tensor,
+        hidden_size: int = 32,
+        num_layers: int = 1,
+        interpolation: Interpolation = "hermite",
+        regularizer: Regularizer | None = None,
+        solver: SolverConfig = SolverConfig(method="euler", adjoint=True),
+        binary: bool = False,
+    ):
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        self.register_buffer("times", times.clone())
+        self.interpolation = interpolation
+        self.initial = nn.Linear(in_channels + 1, hidden_size)
+        self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers)
+
+    def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return spline_coefficients(times, with_time_channel(times, values), self.interpolation)
+
+    def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
+        X = control_path(self.times, inputs, self.interpolation)
+        z0 = self.initial(X.evaluate(self.times[0]))
+        return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer)

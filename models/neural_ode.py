@@ -1,0 +1,61 @@
+"""Neural ODE classifier for time series (Chen et al. 2018): the data enter through z(0) only."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ndebench.models.base import NDEClassifier, mlp
+from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.registry import register_model
+from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
+from ndebench.regularizers.base import Regularizer
+
+
+class TimeDrift(nn.Module):
+    """``f(t, z) = tanh(MLP([sin t, cos t, z]))``: the SNSDE drift with input option 3 (latent and time only)."""
+
+    def __init__(self, hidden_size: int, num_layers: int):
+        super().__init__()
+        self.net = mlp(hidden_size + 2, hidden_size, hidden_size, num_layers)
+
+    def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        features = torch.cat([torch.sin(t).expand(z.shape[0], 1), torch.cos(t).expand(z.shape[0], 1), z], dim=-1)
+        return torch.tanh(self.net(features))
+
+
+@register_model(
+    "neural_ode",
+    summary="Neural ODE: z(0) = Linear(x(t0)), dz = tanh(MLP(sin t, cos t, z)) dt; data enter through z(0) only",
+    paper="Chen et al., Neural Ordinary Differential Equations, NeurIPS 2018",
+)
+class NeuralODE(NDEClassifier):
+    """``z(0) = Linear([t0, x(t0)])``, ``dz/dt = f(t, z)``, logits = head(z(T)).
+
+    As in the SNSDE pipeline's zero-diffusion model with input option 3, the series enters through the
+    initial state only (the Hermite spline fills missing initial values). Inputs: spline coefficients
+    ``(N, L - 1, 4 (C + 1))``; latent ``(B, H)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        in_channels: int,
+        num_classes: int,
+        times: torch.Tensor,
+        hidden_size: int = 32,
+        num_layers: int = 1,
+        regularizer: Regularizer | None = None,
+        solver: SolverConfig = SolverConfig(method="euler"),
+        binary: bool = False,
+    ):
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        self.register_buffer("times", times.clone())
+        self.initial = nn.Linear(in_channels + 1, hidden_size)
+        self.field = TimeDrift(hidden_size, num_layers)
+
+    def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return spline_coefficients(times, with_time_channel(times, values))
+
+    def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
+        z0 = self.initial(control_path(self.times, inputs).evaluate(self.times[0]))
+        return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer)

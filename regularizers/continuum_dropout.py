@@ -1,0 +1,169 @@
+"""Continuum Dropout (Lee et al., AAAI 2026): an alternating-renewal on/off mask on the latent dynamics."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from ndebench.regularizers.base import PassSpec, Regularizer, Role
+from ndebench.regularizers.rates import Rates, solve_rates
+from ndebench.regularizers.registry import HyperParam, register_regularizer
+
+
+@dataclass
+class RenewalPaths:
+    """Switching times of ``(B, H)`` independent alternating renewal processes that start active at ``t0``.
+
+    ``switches`` has shape ``(B, H, K)``: ``switches[..., j]`` is ``t0 + S_{j+1}``, the (j+1)-th switch, where
+    odd-numbered switches (``S_1, S_3, ...``) start an inactive period and even-numbered ones end it. Every
+    row's last switch lies beyond the horizon, so ``indicator`` is exact on ``[t0, t1]``.
+    """
+
+    switches: torch.Tensor
+    t0: float
+
+    def _count(self, t: torch.Tensor) -> torch.Tensor:
+        flat = t.to(self.switches.dtype).reshape(1, 1, -1).expand(*self.switches.shape[:2], -1).contiguous()
+        counts = torch.searchsorted(self.switches, flat, right=True).permute(2, 0, 1)
+        return counts.reshape(*t.shape, *counts.shape[1:])
+
+    def indicator(self, t: torch.Tensor) -> torch.Tensor:
+        """``I(t)`` of shape ``(*t.shape, B, H)``: 1 while active, 0 while inactive (active on ``[S_{2n}, S_{2n+1})``)."""
+        return (self._count(t) % 2 == 0).to(self.switches.dtype)
+
+    def renewals(self, t: torch.Tensor) -> torch.Tensor:
+        """``N(t)`` of shape ``(*t.shape, B, H)``: completed active+inactive cycles by time ``t``."""
+        return self._count(t) // 2
+
+    def active_time(self, t: torch.Tensor) -> torch.Tensor:
+        """``int_{t0}^{t} I(s) ds`` of shape ``(B, H)`` for a scalar ``t``, exact from the switching times."""
+        t = t.to(self.switches.dtype)
+        edges = torch.cat([torch.full_like(self.switches[..., :1], self.t0), self.switches], dim=-1).clamp(max=t)
+        lengths = edges[..., 1:] - edges[..., :-1]
+        return lengths[..., 0::2].sum(-1)
+
+
+def sample_renewal_paths(
+    batch_size: int,
+    latent_size: int,
+    rates: Rates,
+    t0: float,
+    t1: float,
+    generator: torch.Generator,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> RenewalPaths:
+    """Draw alternating Exp(lambda1) active / Exp(lambda2) inactive durations until every path passes ``t1``.
+
+    Durations are drawn in chunks sized from the expected number of renewals plus six standard deviations;
+    a further chunk is drawn only while some path is still short of ``t1``, so there is no truncation.
+    """
+    horizon = t1 - t0
+    cycle = 1.0 / rates.lambda1 + 1.0 / rates.lambda2
+    expected = horizon / cycle
+    pairs = int(math.ceil(expected + 6.0 * math.sqrt(expected + 1.0) + 4.0))
+    scale = torch.tensor([1.0 / rates.lambda1, 1.0 / rates.lambda2], dtype=torch.float64, device=device)
+    chunks: list[torch.Tensor] = []
+    reached = torch.zeros(batch_size, latent_size, dtype=torch.float64, device=device)
+    while True:
+        unit = torch.empty(batch_size, latent_size, pairs, 2, dtype=torch.float64, device=device)
+        unit.exponential_(1.0, generator=generator)
+        durations = (unit * scale).reshape(batch_size, latent_size, 2 * pairs)
+        cumulative = reached.unsqueeze(-1) + durations.cumsum(-1)
+        chunks.append(cumulative)
+        reached = cumulative[..., -1]
+        if bool((reached > horizon).all()):
+            break
+    switches = (t0 + torch.cat(chunks, dim=-1)).to(dtype)
+    return RenewalPaths(switches=switches, t0=t0)
+
+
+@dataclass
+class _Draw:
+    paths: RenewalPaths
+    step_masks: torch.Tensor | None
+    spec: PassSpec
+
+    def mask(self, t: torch.Tensor) -> torch.Tensor:
+        if self.step_masks is None:
+            return self.paths.indicator(t)
+        return self.step_masks[self.spec.step_index(t)]
+
+
+def _check_p(value: Any) -> str | None:
+    return None if isinstance(value, (int, float)) and 0.0 < value < 1.0 else "must lie in the open interval (0, 1)"
+
+
+def _check_m(value: Any) -> str | None:
+    return None if isinstance(value, (int, float)) and 0.0 < value < math.inf else "must be a finite number > 0"
+
+
+def _check_mask(value: Any) -> str | None:
+    return None if value in ("left", "occupancy") else "must be 'left' or 'occupancy'"
+
+
+def _check_n_mc(value: Any) -> str | None:
+    return None if isinstance(value, int) and value >= 1 else "must be an integer >= 1"
+
+
+@register_regularizer(
+    "continuum_dropout",
+    summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test",
+    hyperparams={
+        "p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), _check_p, "dropout rate P(inactive at T)"),
+        "m": HyperParam((5, 10, 50, 100), _check_m, "expected number of renewals in [t0, T]"),
+        "mask": HyperParam(("left",), _check_mask, "per-step mask for fixed-step solvers"),
+        "n_mc": HyperParam((5,), _check_n_mc, "Monte-Carlo passes at test time"),
+    },
+)
+class ContinuumDropout(Regularizer):
+    """``dz = I(t) * f(t, z) dt (+ I(t) * g(t, z) dW)``, ``I`` an alternating renewal process per (sample, component).
+
+    Per sample ``b`` and latent component ``i``, ``I_{b,i}(t)`` starts active at ``t0``; active periods are
+    Exp(lambda1), inactive periods Exp(lambda2), with ``(lambda1, lambda2)`` solved exactly from the dropout
+    rate ``p = P(I(T) = 0)`` and the expected number of renewals ``m = E[N(T)]`` on the pass's interval
+    (``T = t1 - t0``). While inactive the whole increment is zero (drift and diffusion alike), so the
+    component is paused. The switching times are drawn once per forward pass; ``I`` is a deterministic
+    function of ``t``.
+
+    With a fixed-step solver the mask is held for all stages of a step: ``mask="left"`` uses ``I(t_k)`` at
+    the step's left end, ``mask="occupancy"`` the fraction of ``[t_k, t_{k+1}]`` spent active. With an
+    adaptive solver ``I(t)`` is used as is. At test time the model averages ``z(T)`` over ``n_mc`` passes
+    (Algorithm 1).
+    """
+
+    test_time = "mc"
+    stochastic = True
+
+    def __init__(self, p: float = 0.3, m: float = 10.0, mask: Literal["left", "occupancy"] = "left", n_mc: int = 5):
+        super().__init__()
+        self.p, self.m, self.mask_mode, self.n_mc = float(p), float(m), mask, int(n_mc)
+        solve_rates(self.p, self.m, 1.0)
+
+    def rates(self, horizon: float) -> Rates:
+        """``(lambda1, lambda2)`` for an integration interval of length ``horizon``."""
+        return solve_rates(self.p, self.m, horizon)
+
+    def draw(self, spec: PassSpec) -> _Draw:
+        paths = sample_renewal_paths(
+            spec.batch_size, spec.latent_size, self.rates(spec.t1 - spec.t0), spec.t0, spec.t1,
+            spec.generator, spec.device, torch.float64,
+        )
+        step_masks = None
+        if spec.grid is not None:
+            grid = spec.grid.to(torch.float64)
+            if self.mask_mode == "left":
+                step_masks = paths.indicator(grid[:-1])
+            else:
+                active = torch.stack([paths.active_time(t) for t in grid])
+                step_masks = (active[1:] - active[:-1]) / (grid[1:] - grid[:-1]).view(-1, 1, 1)
+            step_masks = step_masks.to(spec.dtype)
+        return _Draw(paths=paths, step_masks=step_masks, spec=spec)
+
+    def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
+        return out * draw.mask(t).to(out.dtype)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "n_mc": self.n_mc, "mask": self.mask_mode}
