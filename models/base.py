@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -52,12 +53,45 @@ class ClassifierHead(nn.Module):
 
 
 def mlp(in_size: int, hidden_size: int, out_size: int, num_layers: int, activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
-    """``Linear(in, h) -> act -> (num_layers - 1) x [Linear(h, h) -> act] -> Linear(h, out)``."""
+    """``Linear(in, h) -> act -> (num_layers - 1) x [Linear(h, h) -> act] -> Linear(h, out)`` (no time input)."""
     layers: list[nn.Module] = [nn.Linear(in_size, hidden_size), activation()]
     for _ in range(num_layers - 1):
         layers += [nn.Linear(hidden_size, hidden_size), activation()]
     layers.append(nn.Linear(hidden_size, out_size))
     return nn.Sequential(*layers)
+
+
+class FieldMLP(nn.Module):
+    """Vector-field MLP ``(t, x) -> y``: ``num_layers`` x [Linear -> norm(t, .) -> act], then ``Linear(h, out)``.
+
+    ``norm`` comes from the model's regularizer (``Regularizer.norm_layer``, e.g. TA-BN's time-dependent
+    batch norm); with ``None`` the norms are the identity and this equals :func:`mlp`.
+    """
+
+    def __init__(
+        self,
+        in_size: int,
+        hidden_size: int,
+        out_size: int,
+        num_layers: int,
+        norm: Callable[[int], nn.Module | None] | None = None,
+        activation: type[nn.Module] = nn.ReLU,
+    ):
+        super().__init__()
+        sizes = [in_size] + [hidden_size] * num_layers
+        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        norms = [norm(hidden_size) if norm is not None else None for _ in range(num_layers)]
+        self.norms = nn.ModuleList(n if n is not None else nn.Identity() for n in norms)
+        self.timed = [n is not None for n in norms]
+        self.activation = activation()
+        self.out = nn.Linear(hidden_size, out_size)
+
+    def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        for linear, norm, timed in zip(self.linears, self.norms, self.timed):
+            x = linear(x)
+            x = norm(t, x) if timed else x
+            x = self.activation(x)
+        return self.out(x)
 
 
 class NDEClassifier(nn.Module):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import NDEClassifier, mlp
+from ndebench.models.base import FieldMLP, NDEClassifier
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
@@ -14,13 +14,13 @@ from ndebench.regularizers.base import Regularizer
 class FinalTanh(nn.Module):
     """``f(z) = tanh(MLP(z)).view(H, C)``: ``Linear(H,h) -> ReLU -> ... -> Linear(h, H*C)`` then tanh."""
 
-    def __init__(self, input_channels: int, hidden_size: int, hidden_hidden_size: int, num_layers: int):
+    def __init__(self, input_channels: int, hidden_size: int, hidden_hidden_size: int, num_layers: int, norm=None):
         super().__init__()
         self.input_channels, self.hidden_size = input_channels, hidden_size
-        self.net = mlp(hidden_size, hidden_hidden_size, hidden_size * input_channels, num_layers)
+        self.net = FieldMLP(hidden_size, hidden_hidden_size, hidden_size * input_channels, num_layers, norm)
 
     def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(z)).view(*z.shape[:-1], self.hidden_size, self.input_channels)
+        return torch.tanh(self.net(t, z)).view(*z.shape[:-1], self.hidden_size, self.input_channels)
 
 
 @register_model(
@@ -53,7 +53,7 @@ class NeuralCDE(NDEClassifier):
         self.register_buffer("times", times.clone())
         self.interpolation = interpolation
         self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers)
+        self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.norm_layer)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         return spline_coefficients(times, with_time_channel(times, values), self.interpolation)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import NDEClassifier, mlp
+from ndebench.models.base import FieldMLP, NDEClassifier
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
@@ -14,13 +14,13 @@ from ndebench.regularizers.base import Regularizer
 class TimeDrift(nn.Module):
     """``f(t, z) = tanh(MLP([sin t, cos t, z]))``: the SNSDE drift with input option 3 (latent and time only)."""
 
-    def __init__(self, hidden_size: int, num_layers: int):
+    def __init__(self, hidden_size: int, num_layers: int, norm=None):
         super().__init__()
-        self.net = mlp(hidden_size + 2, hidden_size, hidden_size, num_layers)
+        self.net = FieldMLP(hidden_size + 2, hidden_size, hidden_size, num_layers, norm)
 
     def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         features = torch.cat([torch.sin(t).expand(z.shape[0], 1), torch.cos(t).expand(z.shape[0], 1), z], dim=-1)
-        return torch.tanh(self.net(features))
+        return torch.tanh(self.net(t, features))
 
 
 @register_model(
@@ -51,7 +51,7 @@ class NeuralODE(NDEClassifier):
         super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
         self.register_buffer("times", times.clone())
         self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.field = TimeDrift(hidden_size, num_layers)
+        self.field = TimeDrift(hidden_size, num_layers, self.regularizer.norm_layer)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         return spline_coefficients(times, with_time_channel(times, values))
