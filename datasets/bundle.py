@@ -14,11 +14,13 @@ class Split:
     """One split of a time-series dataset.
 
     ``values`` ``(N, L, C)`` float32, z-scored with train statistics, NaN where not observed;
-    ``targets`` ``(N,)`` int64 class indices in ``0..K-1`` (0/1 for binary tasks).
+    ``targets`` ``(N,)`` int64 class indices in ``0..K-1`` (0/1 for binary tasks); ``static`` ``(N, S)``
+    optional time-invariant features (e.g. Sepsis demographics) that models feed into the initial state.
     """
 
     values: torch.Tensor
     targets: torch.Tensor
+    static: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])

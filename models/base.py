@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import torch
 from torch import nn
@@ -10,6 +10,25 @@ from torch import nn
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.regularizers.base import Regularizer
 from ndebench.regularizers.none import NoRegularizer
+
+
+Inputs = Union[torch.Tensor, tuple[torch.Tensor, ...]]
+
+
+def batch_size(inputs: Inputs) -> int:
+    return int((inputs[0] if isinstance(inputs, tuple) else inputs).shape[0])
+
+
+def index_batch(inputs: Inputs, index: torch.Tensor | slice) -> Inputs:
+    """Rows ``index`` of every tensor in ``inputs``."""
+    return tuple(x[index] for x in inputs) if isinstance(inputs, tuple) else inputs[index]
+
+
+def repeat_batch(inputs: Inputs, n: int) -> Inputs:
+    """``n`` copies stacked along the batch dimension: row ``j * B + b`` is sample ``b`` of pass ``j``."""
+    if isinstance(inputs, tuple):
+        return tuple(repeat_batch(x, n) for x in inputs)
+    return inputs.repeat(n, *([1] * (inputs.dim() - 1)))
 
 
 @dataclass
@@ -64,7 +83,7 @@ def mlp(in_size: int, hidden_size: int, out_size: int, num_layers: int, activati
 class FieldMLP(nn.Module):
     """Vector-field MLP ``(t, x) -> y``: ``num_layers`` x [Linear -> norm(t, .) -> act], then ``Linear(h, out)``.
 
-    ``norm`` comes from the model's regularizer (``Regularizer.norm_layer``, e.g. TA-BN's time-dependent
+    ``norm`` comes from the model's regularizer (``Regularizer.field_layer``, e.g. TA-BN's time-dependent
     batch norm); with ``None`` the norms are the identity and this equals :func:`mlp`.
     """
 
@@ -97,9 +116,10 @@ class FieldMLP(nn.Module):
 class NDEClassifier(nn.Module):
     """Base class: an encoder gives ``z(0)``, a latent NDE gives ``z(T)``, a head gives logits.
 
-    Subclasses implement ``prepare(times, values) -> inputs`` (run once per split; the result's first
-    dimension is the sample dimension) and ``latent(inputs, rng) -> z(T)`` of shape ``(B, H)`` (which
-    calls :func:`ndebench.models.integrate.integrate`).
+    Subclasses implement ``prepare(times, values, static=None) -> inputs`` (run once per split; inputs are
+    a tensor or a tuple of tensors whose first dimension is the sample dimension) and
+    ``latent(inputs, rng) -> z(T)`` of shape ``(B, H)`` (which calls
+    :func:`ndebench.models.integrate.integrate`). Image models take image batches as inputs directly.
     """
 
     def __init__(
@@ -120,13 +140,13 @@ class NDEClassifier(nn.Module):
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
         self.head = ClassifierHead(hidden_size, num_outputs, dropout)
 
-    def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         raise NotImplementedError
 
-    def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
+    def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
+    def forward(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         """One stochastic (training) or deterministic pass: logits ``(B, K)``."""
         return self.head(self.latent(inputs, rng))
 
@@ -138,11 +158,11 @@ class NDEClassifier(nn.Module):
         return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1
 
     @torch.no_grad()
-    def predict(self, inputs: torch.Tensor, rng: TrialRNG, n_mc: int | None = None) -> Prediction:
+    def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None) -> Prediction:
         """Algorithm 1's test phase, batched: ``n_mc`` passes of the inputs stacked along the batch dimension."""
         n = n_mc or self.n_mc()
-        batch = inputs.shape[0]
-        z = self.latent(inputs.repeat(n, *([1] * (inputs.dim() - 1))), rng).view(n, batch, -1)
+        batch = batch_size(inputs)
+        z = self.latent(repeat_batch(inputs, n), rng).view(n, batch, -1)
         z_mean = z.mean(0)
         z_var = z.var(0) if n > 1 else torch.zeros_like(z_mean)
         per_pass = self.head(z.reshape(n * batch, -1)).view(n, batch, -1)

@@ -53,9 +53,9 @@ class NeuralCDE(NDEClassifier):
         self.register_buffer("times", times.clone())
         self.interpolation = interpolation
         self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.norm_layer)
+        self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)
 
-    def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> torch.Tensor:
         return spline_coefficients(times, with_time_channel(times, values), self.interpolation)
 
     def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:

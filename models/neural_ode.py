@@ -51,9 +51,9 @@ class NeuralODE(NDEClassifier):
         super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
         self.register_buffer("times", times.clone())
         self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.field = TimeDrift(hidden_size, num_layers, self.regularizer.norm_layer)
+        self.field = TimeDrift(hidden_size, num_layers, self.regularizer.field_layer)
 
-    def prepare(self, times: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> torch.Tensor:
         return spline_coefficients(times, with_time_channel(times, values))
 
     def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:

@@ -59,8 +59,9 @@ class Regularizer(nn.Module):
         ``role`` is ``"drift"`` (ODE right-hand side, CDE ``f(z) dX/dt``, SDE drift) or ``"diffusion"``;
       * ``end_time(draw, t0, t1)`` -> the end time of this pass's integration;
       * ``penalty()`` -> a scalar added to the training loss;
-      * ``norm_layer(num_features)`` -> a module ``(t, x) -> x`` that vector-field MLPs insert after each
-        hidden linear layer (``None``: no norm);
+      * ``field_layer(num_features)`` -> a module ``(t, x) -> x`` that vector-field MLPs insert after each
+        hidden linear layer, before the activation (``None``: nothing inserted); TA-BN puts its
+        time-dependent batch norm here, naive drift dropout its per-pass unit mask;
       * ``head_dropout`` -> dropout probability on the classifier input (``None`` keeps the model's own).
 
     ``test_time`` states the evaluation protocol: ``"deterministic"`` (regularizer off in eval mode) or
@@ -87,7 +88,7 @@ class Regularizer(nn.Module):
     def penalty(self) -> torch.Tensor:
         return torch.zeros(())
 
-    def norm_layer(self, num_features: int) -> nn.Module | None:
+    def field_layer(self, num_features: int) -> nn.Module | None:
         return None
 
     def describe(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ class RegularizerInfo:
     summary: str
     hyperparams: dict[str, HyperParam] = field(default_factory=dict)
     incompatible_models: dict[str, str] = field(default_factory=dict)
+    requires_fixed_step: bool = False
 
 
 _REGISTRY: Registry[Regularizer] = Registry("regularizer")
@@ -35,16 +36,19 @@ def register_regularizer(
     summary: str,
     hyperparams: dict[str, HyperParam] | None = None,
     incompatible_models: dict[str, str] | None = None,
+    requires_fixed_step: bool = False,
 ) -> Callable[[type[Regularizer]], type[Regularizer]]:
     """Class decorator registering a regularizer with its one-line summary and default search space.
 
     ``incompatible_models`` maps model names to the reason the pair cannot work; ``ndebench validate``
-    rejects such pairs with that reason.
+    rejects such pairs with that reason, and adaptive solvers when ``requires_fixed_step``.
     """
 
     def decorator(cls: type[Regularizer]) -> type[Regularizer]:
         _REGISTRY.register(name)(cls)
-        _INFO[name] = RegularizerInfo(name, summary, dict(hyperparams or {}), dict(incompatible_models or {}))
+        _INFO[name] = RegularizerInfo(
+            name, summary, dict(hyperparams or {}), dict(incompatible_models or {}), requires_fixed_step
+        )
         return cls
 
     return decorator
