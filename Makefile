@@ -2,7 +2,6 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ndebench-installed
-export RAY_AUTH_MODE ?= disabled
 
 .PHONY: install test quickstart clean
 
@@ -19,7 +18,6 @@ test: $(STAMP)
 
 quickstart: $(STAMP)
 	$(BIN)/ndebench run tune_configs/quickstart.yaml
-	$(BIN)/ndebench report --study quickstart
 
 clean:
 	rm -rf $(VENV) mlflow.db mlartifacts ray_results reports

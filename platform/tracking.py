@@ -1,0 +1,187 @@
+"""MLflow layout: experiment = study, one run per trial, tags/params/metrics of design.md section 5."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import pandas as pd
+
+TAG = "ndebench."
+FINISHED_STATUSES = ("ok", "diverged")
+T = TypeVar("T")
+
+
+def default_tracking_uri(cwd: str | Path | None = None) -> str:
+    """``sqlite:///<abs cwd>/mlflow.db``: absolute, so Ray trials (which chdir) write to the same database."""
+    return f"sqlite:///{Path(cwd or os.getcwd()).resolve() / 'mlflow.db'}"
+
+
+def absolute_uri(uri: str) -> str:
+    """Make a relative ``sqlite:///rel.db`` absolute against the current directory; other URIs pass through."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str((Path.cwd() / uri[len(prefix):]).resolve())
+    if uri.startswith(("file:", "./", "mlruns")) or "://" not in uri:
+        raise ValueError(
+            f"tracking URI {uri!r} is a file store; MLflow 3 needs a database or server, "
+            "e.g. sqlite:///mlflow.db or http://host:5000"
+        )
+    return uri
+
+
+def artifact_root(uri: str) -> str | None:
+    """Artifacts beside a sqlite database (``<db dir>/mlartifacts``); the server decides otherwise."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def _retry(call: Callable[[], T], attempts: int = 8) -> T:
+    # Several trial processes share one sqlite file; a writer can briefly hold the lock.
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - MLflow wraps sqlite errors in its own exception types
+            if "locked" not in str(exc).lower() or attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def ensure_experiment(uri: str, study: str) -> str:
+    """Create (on the driver, before any trial) the database and the study's experiment; return its id."""
+    mlflow_client = client(uri)
+    experiment = mlflow_client.get_experiment_by_name(study)
+    if experiment is not None:
+        return experiment.experiment_id
+    root = artifact_root(uri)
+    location = f"{root}/{study}" if root else None
+    return mlflow_client.create_experiment(study, artifact_location=location)
+
+
+def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
+    """All runs of ``study`` matching an MLflow filter string (paged through)."""
+    mlflow_client = client(uri)
+    experiment = mlflow_client.get_experiment_by_name(study)
+    if experiment is None:
+        return []
+    runs, token = [], None
+    while True:
+        page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+class TrialRecorder:
+    """Records one trial as one MLflow run: tags, params (the resolved config), per-epoch and final metrics.
+
+    A trial re-run after a crash (same study, phase and config hash, run not finished) continues the same
+    MLflow run instead of adding a duplicate.
+    """
+
+    def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str]):
+        from mlflow.entities import Param, RunTag
+
+        self.client = client(uri)
+        experiment_id = ensure_experiment(uri, study)
+        all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash, f"{TAG}status": "running"}
+        existing = [
+            r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' and tags.`{TAG}phase` = '{tags['phase']}'")
+            if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
+        ]
+        if existing:
+            self.run_id = existing[0].info.run_id
+            _retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
+        else:
+            name = f"{tags['phase']}-{tags['model']}-{tags['dataset'].replace('/', '_')}-{tags['regularizer']}-s{tags['seed']}"
+            run = _retry(lambda: self.client.create_run(experiment_id, tags=all_tags, run_name=name))
+            self.run_id = run.info.run_id
+            params = [Param(k, str(v)) for k, v in sorted(config.items())]
+            _retry(lambda: self.client.log_batch(self.run_id, params=params))
+        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
+        _retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
+
+    def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
+        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and terminate the run."""
+        from mlflow.entities import RunTag
+
+        if metrics:
+            self.log_metrics(metrics)
+        for name, payload in artifacts.items():
+            _retry(lambda: self.client.log_dict(self.run_id, payload, name))
+        all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
+        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+        _retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+
+
+def finished_hashes(uri: str, study: str, phase: str) -> set[str]:
+    """Config hashes of the study's runs in ``phase`` that finished (``ok`` or ``diverged``)."""
+    runs = search(uri, study, f"tags.`{TAG}phase` = '{phase}'")
+    return {r.data.tags.get(f"{TAG}config_hash") for r in runs if r.data.tags.get(f"{TAG}status") in FINISHED_STATUSES}
+
+
+def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True) -> pd.DataFrame:
+    """One row per evaluate-phase run: identity tags, status, protocol, ``test_*`` metrics, calibration bins."""
+    # Hundreds of tiny calibration.json downloads would each print a progress bar.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    rows = []
+    mlflow_client = client(uri)
+    for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
+        tags = run.data.tags
+        row: dict[str, Any] = {
+            "run_id": run.info.run_id,
+            "study": study,
+            **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "status", "config_hash")},
+            "seed": int(tags.get(f"{TAG}seed", -1)),
+            "test_protocol": tags.get(f"{TAG}test_protocol", ""),
+        }
+        row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
+        if with_calibration and row["status"] == "ok":
+            row["calibration"] = _load_json(mlflow_client, run.info.run_id, "calibration.json")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _load_json(mlflow_client: Any, run_id: str, name: str) -> dict[str, Any] | None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow_client.download_artifacts(run_id, name, tmp)
+        except Exception:  # noqa: BLE001 - an older run may lack the artifact; the report then omits its bins
+            return None
+        return json.loads(Path(path).read_text())
+
+
+def log_report_artifacts(uri: str, study: str, files: list[Path]) -> str:
+    """Log report files as artifacts of the study's ``report`` run (one per study, replaced files overwrite)."""
+    mlflow_client = client(uri)
+    experiment_id = ensure_experiment(uri, study)
+    existing = search(uri, study, f"tags.`{TAG}phase` = 'report'")
+    if existing:
+        run_id = existing[0].info.run_id
+    else:
+        run_id = mlflow_client.create_run(
+            experiment_id, tags={f"{TAG}phase": "report", f"{TAG}study": study}, run_name=f"report-{study}"
+        ).info.run_id
+        mlflow_client.set_terminated(run_id, "FINISHED")
+    for path in files:
+        mlflow_client.log_artifact(run_id, str(path), "report")
+    return run_id

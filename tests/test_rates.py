@@ -1,0 +1,49 @@
+"""Corollary 3.2: exact (p, m, T) -> (lambda1, lambda2) and the large-T approximation."""
+import math
+
+import pytest
+
+from ndebench.regularizers.rates import (
+    asymptotic_rates, dropout_rate, expected_active_time, expected_renewals, solve_rates,
+)
+
+GRID = [(p, m, T) for p in (0.01, 0.1, 0.3, 0.5, 0.9, 0.99) for m in (0.01, 1, 5, 10, 50, 100, 1000) for T in (0.5, 1.0, 160.0)]
+
+
+@pytest.mark.parametrize("p,m,T", GRID)
+def test_solver_reproduces_both_equations(p, m, T):
+    r = solve_rates(p, m, T)
+    assert r.lambda1 > 0 and r.lambda2 > 0
+    assert dropout_rate(r.lambda1, r.lambda2, T) == pytest.approx(p, rel=1e-9, abs=0)
+    assert expected_renewals(r.lambda1, r.lambda2, T) == pytest.approx(m, rel=1e-9, abs=0)
+
+
+def test_rates_scale_inversely_with_horizon():
+    a, b = solve_rates(0.3, 10, 1.0), solve_rates(0.3, 10, 4.0)
+    assert b.lambda1 == pytest.approx(a.lambda1 / 4, rel=1e-9)
+    assert b.lambda2 == pytest.approx(a.lambda2 / 4, rel=1e-9)
+
+
+def test_asymptotic_formula_converges_as_renewals_grow():
+    errors = []
+    for m in (10, 100, 1000, 10000):
+        exact, approx = solve_rates(0.3, m, 1.0), asymptotic_rates(0.3, m, 1.0)
+        errors.append(abs(approx.lambda1 - exact.lambda1) / exact.lambda1)
+    assert all(e2 < e1 for e1, e2 in zip(errors, errors[1:]))
+    assert errors[-1] < 1e-3
+
+
+def test_expected_active_time_limits():
+    # Starting active, a very slow process stays active: E[active time] -> T.
+    assert expected_active_time(1e-9, 1.0, 2.0) == pytest.approx(2.0, rel=1e-6)
+    # A fast process spends the stationary share lambda2 / (lambda1 + lambda2) of the time active.
+    assert expected_active_time(3000.0, 1000.0, 1.0) == pytest.approx(0.25, rel=1e-3)
+
+
+@pytest.mark.parametrize("p,m,T,word", [
+    (0.0, 10, 1, "p=0.0"), (1.0, 10, 1, "p=1.0"), (1.5, 10, 1, "p=1.5"), (-0.1, 10, 1, "p=-0.1"), (math.nan, 10, 1, "p=nan"),
+    (0.3, 0, 1, "m=0"), (0.3, -2, 1, "m=-2"), (0.3, 10, 0, "T=0"), (0.3, 10, -1, "T=-1"),
+])
+def test_invalid_inputs_are_named(p, m, T, word):
+    with pytest.raises(ValueError, match=word):
+        solve_rates(p, m, T)
