@@ -1,0 +1,95 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ndebench.platform.metrics import (
+    calibration_bins, classification_metrics, expected_calibration_error, merge_calibration_bins, predicted_labels,
+)
+
+# Two occupied bins: (0.8, 0.9] holds A (right) and B (wrong) at confidence 0.85; (0.6, 0.7] holds C (right)
+# and D (wrong) at 0.65. ECE = 2/4 |0.5 - 0.85| + 2/4 |0.5 - 0.65| = 0.175 + 0.075.
+PROBS = np.array([[0.85, 0.10, 0.05], [0.05, 0.85, 0.10], [0.65, 0.20, 0.15], [0.20, 0.15, 0.65]])
+TARGETS = np.array([0, 0, 0, 1])
+
+
+def test_ece_and_bins_match_the_hand_computation():
+    bins = calibration_bins(PROBS, TARGETS)
+    assert bins["n_bins"] == 10
+    assert bins["count"] == [0, 0, 0, 0, 0, 0, 2, 0, 2, 0]
+    assert bins["confidence_sum"][8] == pytest.approx(1.7) and bins["correct_sum"][8] == 1
+    assert bins["confidence_sum"][6] == pytest.approx(1.3) and bins["correct_sum"][6] == 1
+    assert expected_calibration_error(bins) == pytest.approx(0.25, abs=1e-12)
+    assert classification_metrics(PROBS, TARGETS)["ece"] == pytest.approx(0.25, abs=1e-12)
+
+
+def test_ece_with_two_bins():
+    bins = calibration_bins(PROBS, TARGETS, n_bins=2)
+    assert bins["count"] == [0, 4]
+    # One bin with accuracy 2/4 and mean confidence 0.75.
+    assert expected_calibration_error(bins) == pytest.approx(0.25, abs=1e-12)
+
+
+def test_nll_accuracy_and_separate_predicted_labels():
+    m = classification_metrics(PROBS, TARGETS)
+    assert m["nll"] == pytest.approx(-np.mean(np.log([0.85, 0.05, 0.65, 0.15])), abs=1e-12)
+    assert m["accuracy"] == 0.5
+    # Continuum Dropout: labels from the head on the MC-mean latent, calibration from the MC distribution.
+    m2 = classification_metrics(PROBS, TARGETS, np.array([0, 0, 0, 1]))
+    assert m2["accuracy"] == 1.0 and m2["nll"] == m["nll"] and m2["ece"] == m["ece"]
+    logits = np.log(PROBS[[0, 0, 2, 3]])
+    assert classification_metrics(PROBS, TARGETS, logits)["accuracy"] == 0.75
+    assert set(m) == {"accuracy", "nll", "ece"}
+
+
+def test_nll_is_clipped_at_1e_12():
+    m = classification_metrics(np.array([[1.0, 0.0], [1.0, 0.0]]), np.array([0, 1]))
+    assert m["nll"] == pytest.approx(-math.log(1e-12) / 2)
+
+
+def test_top5_accuracy():
+    probs = np.array([[0.30, 0.25, 0.20, 0.15, 0.06, 0.04], [0.30, 0.25, 0.20, 0.15, 0.06, 0.04]])
+    m = classification_metrics(probs, np.array([4, 5]), top5=True)
+    assert m["top5_accuracy"] == 0.5
+    with pytest.raises(ValueError, match="at least 5 classes"):
+        classification_metrics(PROBS, TARGETS, top5=True)
+
+
+def test_binary_auroc_and_equivalent_shapes():
+    p1 = np.array([0.1, 0.4, 0.35, 0.8])
+    y = np.array([0, 0, 1, 1])
+    # Positive-negative pairs ranked correctly: (0.35>0.1), (0.8>0.1), (0.8>0.4) of 4.
+    m = classification_metrics(p1, y)
+    assert m["auroc"] == pytest.approx(0.75)
+    assert m["accuracy"] == 0.75
+    assert m["nll"] == pytest.approx(-np.mean(np.log([0.9, 0.6, 0.35, 0.8])))
+    for same in (p1[:, None], np.stack([1 - p1, p1], 1), torch.tensor(p1)):
+        assert classification_metrics(same, y) == pytest.approx(m)
+    assert classification_metrics(p1, y, torch.tensor([-1.0, 2.0, 3.0, 1.0]))["accuracy"] == 0.75
+    assert math.isnan(classification_metrics(p1, np.ones(4, dtype=int))["auroc"])
+
+
+def test_predicted_labels_from_labels_or_logits():
+    assert predicted_labels(np.array([2, 0])).tolist() == [2, 0]
+    assert predicted_labels(np.array([[0.1, 3.0], [2.0, -1.0]])).tolist() == [1, 0]
+    assert predicted_labels(np.array([[0.3], [-0.2]])).tolist() == [1, 0]
+
+
+def test_merge_bins_adds_counts():
+    a, b = calibration_bins(PROBS[:2], TARGETS[:2]), calibration_bins(PROBS[2:], TARGETS[2:])
+    merged, whole = merge_calibration_bins([a, b]), calibration_bins(PROBS, TARGETS)
+    assert merged["n_bins"] == 10 and merged["count"] == whole["count"]
+    for key in ("confidence_sum", "correct_sum"):
+        assert merged[key] == pytest.approx(whole[key])
+    with pytest.raises(ValueError, match="different n_bins"):
+        merge_calibration_bins([a, calibration_bins(PROBS, TARGETS, n_bins=5)])
+
+
+def test_bad_inputs_name_the_problem():
+    with pytest.raises(ValueError, match=r"targets must have shape \(4,\)"):
+        classification_metrics(PROBS, TARGETS[:3])
+    with pytest.raises(ValueError, match=r"targets must lie in \[0, 2\]"):
+        classification_metrics(PROBS, np.array([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="n_bins"):
+        calibration_bins(PROBS, TARGETS, n_bins=0)

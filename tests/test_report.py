@@ -1,0 +1,188 @@
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from ndebench.platform.metrics import calibration_bins
+from ndebench.platform.report import build_report, format_console_table, latex_escape, primary_metrics
+
+BASE = np.array([0.80, 0.81, 0.82, 0.83, 0.84])
+# Against BASE (sample std 0.0158, so the standard error of the difference is 0.01) with Student's test:
+# +0.10 gives t = 10 (p < 0.01, "**"), +0.025 gives t = 2.5 on 8 df (0.01 < p < 0.05, "*").
+SHIFT = {"none": 0.0, "continuum_dropout": 0.10, "naive_dropout": 0.025}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _frame() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for regularizer, shift in SHIFT.items():
+        for seed, value in enumerate(BASE + shift):
+            probs = rng.dirichlet(np.ones(4), size=20)
+            rows.append({"run_id": f"{regularizer}-{seed}", "study": "demo", "model": "neural_cde",
+                         "dataset": "BasicMotions", "regularizer": regularizer, "seed": seed, "status": "ok",
+                         "test_accuracy": value, "test_nll": 0.5 + shift, "test_ece": 0.1 - shift / 10 + 0.001 * seed,
+                         "test_protocol": "mc5" if regularizer == "continuum_dropout" else "deterministic",
+                         "calibration": calibration_bins(probs, rng.integers(0, 4, 20))})
+    # Failed runs must be counted and shown, never enter the statistics.
+    rows.append({**rows[-1], "run_id": "naive-5", "seed": 5, "status": "diverged", "test_accuracy": np.nan,
+                 "test_nll": np.nan, "test_ece": np.nan, "calibration": None})
+    rows.append({**rows[-2], "run_id": "naive-6", "seed": 6, "status": "error", "test_accuracy": 0.1,
+                 "calibration": None})
+    rows.append({**rows[0], "study": "another", "run_id": "x"})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    runs = _frame()
+    return runs, build_report(runs, tmp_path_factory.mktemp("reports"), "demo")
+
+
+def _md_rows(text: str, section: str) -> dict[str, list[str]]:
+    block = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split(" | ") for line in block.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows[1:]}
+
+
+def test_the_synthetic_answer_is_what_the_docstring_claims():
+    assert sps.ttest_ind(BASE + 0.10, BASE).pvalue < 0.01
+    assert 0.01 < sps.ttest_ind(BASE + 0.025, BASE).pvalue < 0.05
+
+
+def test_files_are_written_under_the_study(report):
+    runs, files = report
+    assert files.directory.name == "demo"
+    for path in files.paths:
+        assert path.exists() and path.parent == files.directory
+    names = {p.name for p in files.figures}
+    assert names == {"reliability_neural-cde_BasicMotions.png", "seeds_neural-cde_BasicMotions.png"}
+    for path in files.figures:
+        assert path.read_bytes()[:8] == PNG
+    results = pd.read_csv(files.results_csv)
+    assert len(results) == 17 and set(results["study"]) == {"demo"}
+    assert "calibration" not in results.columns
+    assert sorted(results["status"].value_counts().items()) == [("diverged", 1), ("error", 1), ("ok", 15)]
+
+
+def test_markdown_primary_table_bold_and_markers(report):
+    text = report[1].table_md.read_text()
+    rows = _md_rows(text, "Primary metric")
+    assert list(rows) == ["none", "continuum_dropout", "naive_dropout"]
+    assert rows["none"] == ["0.820 (0.016)"]
+    assert rows["continuum_dropout"] == ["**0.920 (0.016)**\\*\\*"]
+    assert rows["naive_dropout"] == ["0.845 (0.016)\\* [1 diverged; 1 error]"]
+    assert "n = 5 seeds per cell" in text and "Student's two-sample t-test" in text
+    assert "\\* p < 0.05, \\*\\* p < 0.01" in text
+    assert "continuum_dropout: mc5" in text and "none: deterministic" in text
+    assert "15 ok, 1 diverged, 1 error" in text
+
+
+def test_markdown_lower_is_better_tables(report):
+    text = report[1].table_md.read_text()
+    nll = _md_rows(text, "NLL")
+    assert nll["none"] == ["**0.500 (0.000)**"]
+    assert nll["continuum_dropout"] == ["0.600 (0.000)\\*\\* [zero variance]"]
+    ece = _md_rows(text, "ECE")
+    assert ece["continuum_dropout"][0].startswith("**0.092 (0.002)**")
+
+
+def test_across_dataset_section_says_wilcoxon_cannot_reach_alpha(report):
+    text = report[1].table_md.read_text()
+    assert "## Across datasets" in text and 'method="holm"' not in text and "method='holm'" in text
+    assert "cannot reach p < 0.05 with 1 dataset" in text
+
+
+def test_summary_json_holds_the_statistics(report):
+    summary = json.loads(report[1].summary_json.read_text())
+    assert summary["test"] == "student" and summary["alpha"] == 0.05
+    assert summary["runs"] == {"ok": 15, "diverged": 1, "error": 1}
+    assert summary["primary_metric"] == {"BasicMotions": "test_accuracy"}
+    comparisons = {c["regularizer"]: c for c in summary["tables"][0]["comparisons"]}
+    assert comparisons["naive_dropout"]["p"] == pytest.approx(sps.ttest_ind(BASE + 0.025, BASE).pvalue)
+    assert comparisons["naive_dropout"]["marker"] == "*" and comparisons["continuum_dropout"]["marker"] == "**"
+    cells = {c["regularizer"]: c for c in summary["tables"][0]["cells"]}
+    assert (cells["naive_dropout"]["n"], cells["naive_dropout"]["n_diverged"]) == (5, 1)
+    assert summary["across_datasets"]["correction"] == "holm"
+    pooled = {c["regularizer"]: c for c in summary["calibration"]}
+    assert pooled["naive_dropout"]["n_runs"] == 5 and sum(pooled["none"]["bins"]["count"]) == 100
+
+
+def test_latex_escaping_and_structure(report):
+    assert latex_escape("continuum_dropout") == r"continuum\_dropout"
+    assert latex_escape("a&b%c$d#e{f}~^\\") == (r"a\&b\%c\$d\#e\{f\}\textasciitilde{}\textasciicircum{}"
+                                               r"\textbackslash{}")
+    tex = report[1].table_tex.read_text()
+    assert r"\textbf{0.920 (0.016)}$^{**}$" in tex and r"0.845 (0.016)$^{*}$" in tex
+    assert r"continuum\_dropout" in tex and r"neural\_cde" in tex
+    assert not re.search(r"(?<!\\)_", tex.replace(r"\_", "")), "unescaped underscore"
+    assert tex.count(r"\begin{table}") == tex.count(r"\end{table}") == 4
+    for command in (r"\toprule", r"\midrule", r"\bottomrule"):
+        assert tex.count(command) == 4
+    depth = 0
+    for ch in re.sub(r"\\[{}]", "", tex):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        assert depth >= 0
+    assert depth == 0
+    for line in tex.splitlines():
+        if line.startswith(("none &", r"continuum\_dropout &", r"naive\_dropout &")):
+            assert len(re.findall(r"(?<!\\)&", line)) == 1 and line.endswith(r"\\")
+
+
+def test_paired_and_welch_are_named(tmp_path):
+    runs = _frame()
+    for test, words in (("paired", "paired t-test"), ("welch", "Welch's")):
+        files = build_report(runs, tmp_path, "demo", test=test)
+        assert words in files.table_md.read_text() and words in files.table_tex.read_text()
+        assert json.loads(files.summary_json.read_text())["test"] == test
+
+
+def test_primary_metric_per_dataset():
+    runs = pd.DataFrame({"dataset": ["bin", "bin", "c100", "plain"], "test_accuracy": [0.9, 0.8, 0.5, 0.7],
+                         "test_auroc": [0.95, np.nan, np.nan, np.nan], "test_top5_accuracy": [np.nan, np.nan, 0.8, np.nan]})
+    assert primary_metrics(runs) == {"bin": "test_auroc", "c100": "test_top5_accuracy", "plain": "test_accuracy"}
+
+
+def test_explicit_metric_and_bad_arguments(tmp_path):
+    runs = _frame()
+    files = build_report(runs, tmp_path, "demo", metric="test_nll")
+    assert "Test NLL" in files.table_md.read_text().split("## ", 2)[1]
+    with pytest.raises(ValueError, match="metric 'test_auroc' is not among the runs' metrics: test_accuracy"):
+        build_report(runs, tmp_path, "demo", metric="test_auroc")
+    with pytest.raises(ValueError, match="unknown test 'ttest'"):
+        build_report(runs, tmp_path, "demo", test="ttest")
+    with pytest.raises(ValueError, match=r"no evaluate-phase runs of study 'nope'; studies in the runs: \['another', 'demo'\]"):
+        build_report(runs, tmp_path, "nope")
+    with pytest.raises(ValueError, match=r"lack the columns \['seed'\]"):
+        build_report(runs.drop(columns="seed"), tmp_path, "demo")
+
+
+def test_console_table_has_a_p_value_for_every_regularizer():
+    text = format_console_table(_frame().query("study == 'demo'"))
+    lines = {line.split()[2]: line for line in text.splitlines()[1:] if line.startswith("neural_cde")}
+    assert set(lines) == {"none", "continuum_dropout", "naive_dropout"}
+    assert "baseline" in lines["none"]
+    p = sps.ttest_ind(BASE + 0.025, BASE).pvalue
+    assert f"{p:.4f}*" in lines["naive_dropout"] and "1 diverged, 1 error" in lines["naive_dropout"]
+    assert "**" in lines["continuum_dropout"] and "better" in lines["continuum_dropout"]
+    assert "Student's two-sample t-test" in text
+
+
+def test_model_column_groups_and_critical_difference_figure(tmp_path):
+    rows = []
+    for model in ("neural_cde", "neural_ode"):
+        for i, dataset in enumerate(("ArrowHead", "BasicMotions", "GunPoint")):
+            for regularizer, shift in SHIFT.items():
+                for seed, value in enumerate(BASE + shift + 0.01 * i):
+                    rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "seed": seed,
+                                 "status": "ok", "test_accuracy": value})
+    files = build_report(pd.DataFrame(rows), tmp_path, "grid")
+    tex = files.table_tex.read_text()
+    assert r"& \multicolumn{3}{c}{neural\_cde} & \multicolumn{3}{c}{neural\_ode} \\" in tex
+    assert r"\cmidrule(lr){2-4} \cmidrule(lr){5-7}" in tex
+    assert {p.name for p in files.figures} >= {"cd_neural-cde.png", "cd_neural-ode.png"}
+    pct = np.mean([100 * 0.10 / (BASE.mean() + 0.01 * i) for i in range(3)])
+    assert f"| neural_cde | continuum_dropout | 3 | +0.100 (0.000) | {pct:+.2f} | 3/3 | 0.2500 |" in files.table_md.read_text()
