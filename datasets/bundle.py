@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
+from torch.utils.data import Dataset
 
 Task = Literal["classification", "binary"]
 
@@ -53,3 +54,29 @@ class DatasetBundle:
     @property
     def input_kind(self) -> str:
         return "timeseries"
+
+
+@dataclass
+class ImageBundle:
+    """Train/val/test image datasets that stream from disk, for the image models.
+
+    ``train``, ``val``, ``test`` are ``torch.utils.data.Dataset``s yielding ``(image (C, H, W) float32,
+    label int)``, already augmented (train) and normalized; the trial loop wraps them in DataLoaders, so a
+    whole image set is never held as one tensor. ``image_size`` is ``(H, W)``; ``extra["metric"]`` is
+    ``top5_accuracy`` or ``accuracy``.
+    """
+
+    name: str
+    train: Dataset
+    val: Dataset
+    test: Dataset
+    num_classes: int
+    channels: int
+    image_size: tuple[int, int]
+    source: str
+    task: Task = "classification"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def input_kind(self) -> str:
+        return "image"

@@ -18,6 +18,7 @@ class DatasetInfo:
     summary: str
     family: bool
     members: Callable[[], list[str]] | None = None
+    input_kind: str = "timeseries"
 
 
 _REGISTRY: Registry[DatasetBundle] = Registry("dataset")
@@ -25,16 +26,17 @@ _INFO: dict[str, DatasetInfo] = {}
 
 
 def register_dataset(
-    name: str, *, summary: str, members: Callable[[], list[str]] | None = None
+    name: str, *, summary: str, members: Callable[[], list[str]] | None = None, input_kind: str = "timeseries"
 ) -> Callable[[Callable[..., DatasetBundle]], Callable[..., DatasetBundle]]:
     """Decorator registering a dataset factory ``(*, seed, data_dir, **options) -> DatasetBundle``.
 
     A family (``members`` given) is named ``<name>/<member>`` and its factory also receives ``member``.
+    ``input_kind`` (``timeseries`` or ``image``) decides which models can take the dataset.
     """
 
     def decorator(factory: Callable[..., DatasetBundle]) -> Callable[..., DatasetBundle]:
         _REGISTRY.register(name)(factory)
-        _INFO[name] = DatasetInfo(name, summary, members is not None, members)
+        _INFO[name] = DatasetInfo(name, summary, members is not None, members, input_kind)
         return factory
 
     return decorator
@@ -85,3 +87,13 @@ def list_datasets() -> list[str]:
 def dataset_info(name: str) -> DatasetInfo:
     family, _ = split_name(name)
     return _INFO[family]
+
+
+def dataset_options(name: str) -> list[str]:
+    """The options a dataset's factory accepts besides ``seed``, ``data_dir`` and ``member`` (config keys)."""
+    import inspect
+
+    family, _ = split_name(name)
+    factory = _REGISTRY.get(family)
+    parameters = inspect.signature(factory).parameters
+    return sorted(k for k in parameters if k not in ("seed", "data_dir", "member"))

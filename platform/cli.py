@@ -138,6 +138,28 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses
+
+    if args.action == "list":
+        statuses = dataset_statuses(args.data_dir)
+        print(f"data directory: {statuses[0]['data_dir']}")
+        for status in statuses:
+            where = status["source"] if status["available"] else "missing"
+            print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
+        return 0
+    status = dataset_status(args.name, args.data_dir)
+    if not status["available"]:
+        print(status["problem"], file=sys.stderr)
+        return 1
+    print(f"checking {args.name} from {status['source']} (expected {status['shape']}) ...", flush=True)
+    problems = check_dataset(args.name, args.data_dir)
+    for problem in problems:
+        print(f"  problem: {problem}")
+    print(f"{args.name}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ndebench",
@@ -192,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     rates.add_argument("--json", action="store_true", help="print JSON")
     rates.set_defaults(func=cmd_rates)
 
+    datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files",
+                              description="'list': every dataset, whether its files are present, its shape. "
+                                          "'check NAME': load NAME and report wrong counts, shapes or labels.")
+    datasets.add_argument("action", choices=["list", "check"])
+    datasets.add_argument("name", nargs="?", help="dataset to check (with 'check')")
+    datasets.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data)")
+    datasets.set_defaults(func=cmd_datasets)
+
     lister = sub.add_parser("list", help="list registered models, regularizers or datasets")
     lister.add_argument("what", choices=["models", "regularizers", "datasets"])
     lister.set_defaults(func=cmd_list)
@@ -203,7 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ndebench.platform.config import ConfigError
     from ndebench.platform.registry import UnknownNameError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "datasets" and args.action == "check" and not args.name:
+        parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return args.func(args)
     except (ConfigError, UnknownNameError, ValueError, FileNotFoundError, RuntimeError) as exc:

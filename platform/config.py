@@ -245,7 +245,7 @@ def _check_datasets(datasets: tuple[str, ...], models: tuple[str, ...]) -> None:
             split_name(name)
         except KeyError as exc:
             raise ConfigError(f"datasets: {exc.args[0]}") from None
-        kind = getattr(dataset_info(name), "input_kind", "timeseries")
+        kind = dataset_info(name).input_kind
         for model in models:
             if model_info(model).input_kind != kind:
                 raise ConfigError(
@@ -312,8 +312,15 @@ def _check_solvers(raw: Any) -> dict[str, SolverConfig]:
     return out
 
 
-def _check_dataset_options(raw: Any) -> dict[str, Any]:
+def _check_dataset_options(raw: Any, datasets: tuple[str, ...]) -> dict[str, Any]:
+    from ndebench.datasets.registry import dataset_options
+
     options = _mapping(raw, "dataset_options")
+    for name in datasets:
+        valid = dataset_options(name)
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise ConfigError(f"dataset_options: {unknown} not accepted by dataset {name!r}; valid: {valid or 'none'}")
     rate = options.get("missing_rate", 0.0)
     if not (isinstance(rate, (int, float)) and 0.0 <= rate < 1.0):
         raise ConfigError(f"dataset_options.missing_rate={rate!r} must be a number in [0, 1)")
@@ -379,7 +386,7 @@ def parse_spec(raw: Any) -> SweepSpec:
     return SweepSpec(
         study=study, description=str(raw.get("description", "")), models=models, datasets=datasets,
         regularizers=regularizers, model=model_section, training=training,
-        dataset_options=_check_dataset_options(raw.get("dataset_options")), solver=solvers, tune=tune_cfg,
+        dataset_options=_check_dataset_options(raw.get("dataset_options"), datasets), solver=solvers, tune=tune_cfg,
         evaluate=evaluate, resources=resources, report=report, data_dir=raw.get("data_dir"),
     )
 

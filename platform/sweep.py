@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ndebench.datasets.check import dataset_status
+from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.config import Space, SweepSpec, config_hash, searched_keys
 from ndebench.platform.tracking import TrialRecorder, ensure_experiment, finished_hashes, search
 from ndebench.platform.trial import TrialSpec, run_trial
@@ -37,11 +39,15 @@ def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
     }
 
 
-def trainable(config: dict[str, Any], *, tracking_uri: str) -> None:
-    """Ray Tune function trainable: one trial, one MLflow run, per-epoch ``tune.report``."""
+def trainable(config: dict[str, Any], *, tracking_uri: str, evaluate_configs: dict[str, dict[str, Any]] | None = None) -> None:
+    """Ray Tune function trainable: one trial, one MLflow run, per-epoch ``tune.report``.
+
+    Tune-phase trials get their flat config from the searcher; evaluate-phase trials get a short key
+    ``<cell>#<seed>`` (which keeps Ray's progress tables readable) into ``evaluate_configs``.
+    """
     from ray import tune
 
-    config = dict(config.get("trial", config))
+    config = dict(evaluate_configs[config["trial"]] if "trial" in config else config)
     phase = config["phase"]
     digest = config_hash(config)
     recorder = TrialRecorder(tracking_uri, config["study"], config, digest, trial_tags(config, phase))
@@ -94,11 +100,18 @@ class Sweep:
     ):
         self.spec, self.tracking_uri, self.address, self.resume = spec, tracking_uri, address, resume
         self.storage = Path(storage_path).resolve()
-        self.data_dir = data_dir
+        # Resolved on the driver (flag > config > $NDEBENCH_DATA_DIR > ./data) and made absolute, since
+        # Ray trials run in their own working directories, possibly on other nodes.
+        self.data_dir = str(resolve_data_dir(data_dir or spec.data_dir).resolve())
         self.say = printer
 
     def preflight(self) -> None:
-        """Refuse to overwrite: a study with recorded runs continues only with ``resume``."""
+        """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
+        only with ``resume`` (nothing is overwritten)."""
+        missing = [status["problem"] for status in (dataset_status(d, self.data_dir) for d in self.spec.datasets)
+                   if not status["available"]]
+        if missing:
+            raise FileNotFoundError("\n".join(missing))
         recorded = search(self.tracking_uri, self.spec.study)
         study_dir = self.storage / self.spec.study
         if (recorded or study_dir.exists()) and not self.resume:
@@ -119,20 +132,23 @@ class Sweep:
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
         return resources
 
-    def _trainable(self, gpus_available: float) -> Any:
+    def _place(self, gpus_available: float) -> None:
+        """GPU requests only where the cluster has GPUs: elsewhere Ray would leave the trials pending forever."""
+        res = self.spec.resources
+        self._gpu = res.gpu if gpus_available > 0 else 0.0
+        if res.gpu > 0 and self._gpu == 0:
+            self.say(f"resources.gpu={res.gpu:g} requested but the cluster has no GPU: trials run on CPU")
+        self._device = "cuda" if self._gpu > 0 else "cpu"
+
+    def _trainable(self, evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
         from ray import tune
 
-        res = self.spec.resources
-        gpu = res.gpu if gpus_available > 0 else 0.0
-        if res.gpu > 0 and gpu == 0:
-            self.say(f"resources.gpu={res.gpu:g} requested but the cluster has no GPU: trials run on CPU")
-        self._device = "cuda" if gpu > 0 else "cpu"
-        fn = tune.with_parameters(trainable, tracking_uri=self.tracking_uri)
-        return tune.with_resources(fn, {"cpu": res.cpu, "gpu": gpu})
+        fn = tune.with_parameters(trainable, tracking_uri=self.tracking_uri, evaluate_configs=evaluate_configs)
+        return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self._gpu})
 
     def _resolved_base(self, cell: tuple[str, str, str]) -> dict[str, Any]:
         config = self.spec.base_config(*cell)
-        config["data_dir"] = self.data_dir or config.get("data_dir")
+        config["data_dir"] = self.data_dir
         config["device"] = self._device
         config.setdefault("training.threads", max(1, int(self.spec.resources.cpu)))
         return config
@@ -197,27 +213,28 @@ class Sweep:
         self.preflight()
         ensure_experiment(self.tracking_uri, self.spec.study)
         resources = self._start_ray()
-        fn = self._trainable(resources.get("GPU", 0.0))
+        self._place(resources.get("GPU", 0.0))
+        fn = self._trainable()
         cells = self.spec.cells()
         best: dict[str, dict[str, Any]] = {}
         for i, cell in enumerate(cells, 1):
             self.say(f"cell {i}/{len(cells)}: model={cell[0]} dataset={cell[1]} regularizer={cell[2]}")
             best[cell_slug(*cell)] = self._tune_cell(cell, fn)
         done = finished_hashes(self.tracking_uri, self.spec.study, "evaluate") if self.resume else set()
-        configs, skipped = [], 0
-        for chosen in best.values():
+        configs, skipped = {}, 0
+        for slug, chosen in best.items():
             for seed in self.spec.evaluate.seeds:
                 config = dict(chosen, phase="evaluate", seed=seed)
                 if config_hash(config) in done:
                     skipped += 1
                 else:
-                    configs.append(config)
+                    configs[f"{slug}#{seed}"] = config
         self.say(f"evaluate phase: {len(configs)} trial(s) over seeds {list(self.spec.evaluate.seeds)}"
                  + (f", {skipped} already recorded" if skipped else ""))
         errors = 0
         if configs:
             tuner = tune.Tuner(
-                fn, param_space={"trial": tune.grid_search(configs)},
+                self._trainable(configs), param_space={"trial": tune.grid_search(list(configs))},
                 tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: trial.trial_id),
                 run_config=self._run_config(f"{self.spec.study}/evaluate-{len(done)}"),
             )

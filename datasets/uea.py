@@ -1,0 +1,133 @@
+"""UEA/UCR classification archives (``uea/<Name>``), read from ``.ts`` files with sktime, never downloaded."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import sktime
+import torch
+from sktime.datasets import load_from_tsfile
+
+from ndebench.datasets.bundle import DatasetBundle
+from ndebench.datasets.files import corrupt_file, missing_files, resolve_data_dir
+from ndebench.datasets.protocol import check_missing_rate, resample_series, uea_protocol
+from ndebench.datasets.registry import register_dataset
+
+SKTIME_DATA = Path(sktime.__file__).parent / "datasets" / "data"
+
+# Appendix, Table "Data description" of the paper (15 univariate, then 15 multivariate sets) as
+# name: (samples, classes, channels, length or None when lengths differ); the main text's four sets
+# (SmoothSubspace, ArticularyWordRecognition, ERing, RacketSports) are among them.
+PAPER_SHAPES: dict[str, tuple[int, int, int, int | None]] = {
+    "ArrowHead": (211, 3, 1, 251), "Car": (120, 4, 1, 577), "Coffee": (56, 2, 1, 286), "GunPoint": (200, 2, 1, 150),
+    "Herring": (128, 2, 1, 512), "Lightning2": (121, 2, 1, 637), "Lightning7": (143, 7, 1, 319),
+    "Meat": (120, 3, 1, 448), "OliveOil": (60, 4, 1, 570), "Rock": (70, 4, 1, 2844), "SmoothSubspace": (300, 3, 1, 15),
+    "ToeSegmentation1": (268, 2, 1, 277), "ToeSegmentation2": (166, 2, 1, 343), "Trace": (200, 4, 1, 275),
+    "Wine": (111, 2, 1, 234),
+    "ArticularyWordRecognition": (575, 25, 9, 144), "BasicMotions": (80, 4, 6, 100),
+    "CharacterTrajectories": (2858, 20, 3, None), "Cricket": (180, 12, 6, 1197), "Epilepsy": (275, 4, 3, 206),
+    "ERing": (300, 6, 4, 65), "EthanolConcentration": (524, 4, 3, 1751), "EyesOpenShut": (98, 2, 14, 128),
+    "FingerMovements": (416, 2, 28, 50), "Handwriting": (1000, 26, 3, 152), "JapaneseVowels": (640, 9, 12, None),
+    "Libras": (360, 15, 2, 45), "NATOPS": (360, 6, 24, 51), "RacketSports": (303, 4, 6, 30),
+    "SpokenArabicDigits": (8798, 10, 13, None),
+}
+PAPER_SETS = tuple(PAPER_SHAPES)
+# The other classification sets sktime 1.2 ships, measured from its files.
+SHIPPED_SHAPES: dict[str, tuple[int, int, int, int | None]] = {
+    "ACSF1": (200, 10, 1, 1460), "ItalyPowerDemand": (1096, 2, 1, 24), "OSULeaf": (442, 6, 1, 427),
+    "PLAID": (1074, 11, 1, None), "UnitTest": (42, 2, 1, 24),
+}
+ARCHIVE = (
+    "the UEA & UCR time series classification archive (timeseriesclassification.com: "
+    "Univariate2018_ts.zip and Multivariate2018_ts.zip, folder <Name>/)"
+)
+
+
+def ts_files(name: str) -> tuple[str, str]:
+    """The archive's own file names for set ``name``: ``<Name>_TRAIN.ts``, ``<Name>_TEST.ts``."""
+    return f"{name}_TRAIN.ts", f"{name}_TEST.ts"
+
+
+def _is_classification(folder: Path) -> bool:
+    train, test = (folder / f for f in ts_files(folder.name))
+    if not (train.is_file() and test.is_file()):
+        return False
+    with open(train, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if line.lower().startswith("@classlabel"):
+                return line.split()[1].lower() == "true"
+            if line.lower().startswith("@data"):
+                return False
+    return False
+
+
+@functools.cache
+def shipped_sets() -> tuple[str, ...]:
+    """Classification sets whose ``.ts`` train/test pair ships inside the installed sktime package."""
+    return tuple(sorted(p.name for p in SKTIME_DATA.iterdir() if p.is_dir() and _is_classification(p)))
+
+
+def expected_shape(name: str) -> tuple[int, int, int, int | None] | None:
+    """``(samples, classes, channels, length or None)`` of the archive's set ``name`` where known."""
+    return PAPER_SHAPES.get(name) or SHIPPED_SHAPES.get(name)
+
+
+def uea_members() -> list[str]:
+    """Every usable name: the sets sktime ships plus the 30 sets of the paper."""
+    return sorted(set(shipped_sets()) | set(PAPER_SETS))
+
+
+def locate(name: str, data_dir: str | os.PathLike | None = None) -> tuple[Path, Path, str]:
+    """``(train_file, test_file, source)`` for set ``name``: sktime's copy if shipped, else
+    ``<data_dir>/<Name>/<Name>_{TRAIN,TEST}.ts``; raises :class:`MissingDataError` naming both files.
+    """
+    if name in shipped_sets():
+        folder = SKTIME_DATA / name
+        return *(folder / f for f in ts_files(name)), f"sktime package ({folder})"
+    root = resolve_data_dir(data_dir)
+    train, test = (root / name / f for f in ts_files(name))
+    if not (train.is_file() and test.is_file()):
+        raise missing_files(f"uea/{name}", root, [f"{name}/{f}" for f in ts_files(name)], ARCHIVE)
+    return train, test, f"local files ({root / name})"
+
+
+def read_ts(path: Path) -> tuple[list[list[np.ndarray]], np.ndarray]:
+    """Read a ``.ts`` file: ``series[i][c]`` 1-D float arrays (lengths may differ) and string labels ``(N,)``."""
+    try:
+        frame, labels = load_from_tsfile(str(path), return_data_type="nested_univ")
+        series = [[np.asarray(cell, dtype=np.float64) for cell in row] for row in frame.itertuples(index=False)]
+    except Exception as error:  # sktime raises many types (IOError, ValueError, TsFileParseException...)
+        raise corrupt_file(path, error) from error
+    if not series:
+        raise corrupt_file(path, ValueError("no samples"))
+    return series, np.asarray(labels)
+
+
+def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tuple[torch.Tensor, np.ndarray, str]:
+    """Train and test concatenated: ``values`` ``(N, L, C)`` float64 (resampled to the longest series),
+    raw labels ``(N,)`` and the source description.
+    """
+    train_path, test_path, source = locate(name, data_dir)
+    train, train_labels = read_ts(train_path)
+    test, test_labels = read_ts(test_path)
+    if len(train[0]) != len(test[0]):
+        raise corrupt_file(test_path, ValueError(f"{len(test[0])} channels, but {train_path.name} has {len(train[0])}"))
+    values = torch.from_numpy(resample_series(train + test))
+    return values, np.concatenate([train_labels, test_labels]), source
+
+
+@register_dataset("uea", summary="UEA/UCR classification sets (sktime-shipped or local .ts files)", members=uea_members)
+def uea(
+    *, member: str, seed: int = 0, data_dir: str | os.PathLike | None = None, missing_rate: float = 0.0
+) -> DatasetBundle:
+    """UEA/UCR set ``member`` with the reference protocol (:func:`protocol.uea_protocol`).
+
+    Train and test files are concatenated; unequal lengths are linearly resampled to the longest;
+    ``floor(missing_rate * L)`` points per (sample, channel) become NaN; stratified 70/15/15 split by
+    ``seed``; train-only z-score; ``times = linspace(0, 1, L)``. Values ``(N, L, C)`` float32.
+    """
+    check_missing_rate(missing_rate)
+    values, labels, source = load_uea_arrays(member, data_dir)
+    return uea_protocol(f"uea/{member}", values, labels, seed=seed, missing_rate=missing_rate, source=source)

@@ -1,0 +1,204 @@
+"""CIFAR-10/100, SVHN and STL-10 from tiny fake archives in torchvision's on-disk formats."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+import torch
+import torchvision.datasets.cifar
+import torchvision.datasets.stl10
+import torchvision.datasets.svhn
+from torch.utils.data import DataLoader
+from torchvision import transforms as T
+from torchvision.datasets.utils import calculate_md5
+
+from ndebench.datasets import images
+from ndebench.datasets.check import check_dataset, dataset_status
+from ndebench.datasets.files import CorruptFileError, MissingDataError
+from ndebench.datasets.registry import create_dataset
+
+TRAIN, TEST = 60, 20
+
+
+def cifar_batch(rng, n, classes, key):
+    """A CIFAR pickle batch: ``data`` uint8 (n, 3072) channel-major, labels cycling through the classes."""
+    return {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: [i % classes for i in range(n)]}
+
+
+def write_pickle(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(obj))
+
+
+def make_cifar10(root, rng):
+    folder = root / "cifar10" / "cifar-10-batches-py"
+    batches = [cifar_batch(rng, TRAIN // 5, 10, "labels") for _ in range(5)]
+    for i, batch in enumerate(batches, 1):
+        write_pickle(folder / f"data_batch_{i}", batch)
+    test = cifar_batch(rng, TEST, 10, "labels")
+    write_pickle(folder / "test_batch", test)
+    write_pickle(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+    pixels = np.concatenate([b["data"] for b in batches]).reshape(-1, 3, 32, 32)
+    return pixels, np.concatenate([b["labels"] for b in batches])
+
+
+def make_cifar100(root, rng):
+    folder = root / "cifar100" / "cifar-100-python"
+    train = cifar_batch(rng, TRAIN * 4, 100, "fine_labels")  # every class needs images
+    write_pickle(folder / "train", train)
+    write_pickle(folder / "test", cifar_batch(rng, TEST, 100, "fine_labels"))
+    write_pickle(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": ["c"]})
+    return train["data"].reshape(-1, 3, 32, 32), np.arange(TRAIN * 4) % 100
+
+
+def make_svhn(root, rng):
+    folder = root / "svhn"
+    folder.mkdir(parents=True)
+    out = None
+    for split, n in (("train", TRAIN), ("test", TEST)):
+        x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
+        y = (np.arange(n) % 10 + 1).reshape(-1, 1)  # 1..10, 10 is the digit 0
+        scipy.io.savemat(folder / f"{split}_32x32.mat", {"X": x, "y": y})
+        if split == "train":
+            out = (x.transpose(3, 2, 0, 1), y[:, 0] % 10)
+    return out
+
+
+def make_stl10(root, rng):
+    folder = root / "stl10" / "stl10_binary"
+    folder.mkdir(parents=True)
+    out = None
+    for split, n in (("train", TRAIN // 3), ("test", TEST // 2)):
+        x = rng.integers(0, 256, (n, 3, 96, 96), dtype=np.uint8)
+        # STL-10 stores images column-major: each channel is the transposed 96x96 array
+        x.transpose(0, 1, 3, 2).tofile(folder / f"{split}_X.bin")
+        (np.arange(n, dtype=np.uint8) % 10 + 1).tofile(folder / f"{split}_y.bin")
+        if split == "train":
+            out = (x, np.arange(n) % 10)
+    (folder / "unlabeled_X.bin").write_bytes(b"")
+    return out
+
+
+MAKERS = {"cifar10": make_cifar10, "cifar100": make_cifar100, "svhn": make_svhn, "stl10": make_stl10}
+SIZES = {
+    "cifar10": (TRAIN, TEST), "cifar100": (TRAIN * 4, TEST), "svhn": (TRAIN, TEST), "stl10": (TRAIN // 3, TEST // 2),
+}
+
+
+@pytest.fixture
+def fake_md5(monkeypatch):
+    """torchvision's MD5 check against the fake files' own recorded MD5s (a later change is caught)."""
+    recorded: dict[str, str] = {}
+
+    def check_integrity(fpath, md5=None):
+        return Path(fpath).is_file() and recorded.get(str(fpath)) == calculate_md5(str(fpath))
+
+    for module in (torchvision.datasets.cifar, torchvision.datasets.svhn, torchvision.datasets.stl10):
+        monkeypatch.setattr(module, "check_integrity", check_integrity)
+
+    def record(root: Path) -> None:
+        recorded.update({str(p): calculate_md5(str(p)) for p in root.rglob("*") if p.is_file()})
+
+    return record
+
+
+@pytest.fixture(params=sorted(MAKERS))
+def image_set(request, tmp_path, fake_md5):
+    name = request.param
+    pixels, labels = MAKERS[name](tmp_path, np.random.default_rng(0))
+    fake_md5(tmp_path)
+    return name, tmp_path, pixels, labels
+
+
+def test_splits_shapes_and_labels(image_set):
+    name, root, _, labels = image_set
+    bundle = create_dataset(name, seed=0, data_dir=root)
+    n_train, n_test = SIZES[name]
+    spec = images.SPECS[name]
+    assert len(bundle.val) == round(0.2 * n_train) and len(bundle.train) + len(bundle.val) == n_train
+    assert len(bundle.test) == n_test
+    train_index, val_index = bundle.extra["indices"]["train"], bundle.extra["indices"]["val"]
+    assert sorted(torch.cat([train_index, val_index]).tolist()) == list(range(n_train))
+    assert bundle.input_kind == "image" and bundle.channels == 3 and bundle.image_size == spec.image_size
+    assert bundle.num_classes == spec.num_classes
+    assert bundle.extra["metric"] == ("top5_accuracy" if name == "cifar100" else "accuracy")
+    image, label = bundle.val[0]
+    assert image.shape == (3, *spec.image_size) and image.dtype == torch.float32
+    assert label == labels[val_index[0]]
+    assert bundle.extra["train_labels"].tolist() == labels.tolist()  # SVHN's 10 is digit 0, STL-10 is 1-based
+    x, y = next(iter(DataLoader(bundle.train, batch_size=4)))
+    assert x.shape == (4, 3, *spec.image_size) and y.shape == (4,)
+
+
+def test_validation_images_are_normalized_and_not_augmented(image_set):
+    name, root, pixels, _ = image_set
+    bundle = create_dataset(name, seed=1, data_dir=root)
+    spec = images.SPECS[name]
+    index = int(bundle.extra["indices"]["val"][2])
+    mean, std = torch.tensor(spec.mean)[:, None, None], torch.tensor(spec.std)[:, None, None]
+    expected = (torch.from_numpy(pixels[index]).float() / 255 - mean) / std
+    assert torch.allclose(bundle.val[2][0], expected, atol=1e-5)
+    assert torch.equal(bundle.val[2][0], bundle.val[2][0])
+
+
+def test_training_augmentation(image_set):
+    name, root, _, _ = image_set
+    bundle = create_dataset(name, seed=0, data_dir=root)
+    kinds = [type(t) for t in bundle.train.transform.transforms]
+    assert kinds[0] is T.RandomResizedCrop
+    assert bundle.train.transform.transforms[0].size == images.SPECS[name].image_size
+    assert (T.RandomHorizontalFlip in kinds) == (name != "svhn")
+    torch.manual_seed(0)
+    first = bundle.train[0][0]
+    assert not torch.equal(first, bundle.train[0][0])  # a fresh random crop on every access
+    plain = create_dataset(name, seed=0, data_dir=root, augment=False)
+    assert torch.equal(plain.train[0][0], plain.train[0][0])
+
+
+def test_validation_split_follows_seed(image_set):
+    name, root, _, _ = image_set
+    a, b, c = (create_dataset(name, seed=s, data_dir=root) for s in (0, 0, 1))
+    assert torch.equal(a.extra["indices"]["val"], b.extra["indices"]["val"])
+    assert not torch.equal(a.extra["indices"]["val"], c.extra["indices"]["val"])
+
+
+def test_status_and_check_on_fake_files(image_set):
+    name, root, _, _ = image_set
+    status = dataset_status(name, root)
+    assert status["available"] and str(root / name) in status["source"]
+    n_train, n_test = SIZES[name]
+    problems = check_dataset(name, root)
+    spec = images.SPECS[name]
+    assert f"{n_train} training images, the archive has {spec.sizes[0]}" in problems
+    assert f"{n_test} test images, the archive has {spec.sizes[1]}" in problems
+    assert not any("shape" in p or "labels outside" in p for p in problems)
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_missing_files_are_listed(name, tmp_path):
+    with pytest.raises(MissingDataError) as info:
+        create_dataset(name, seed=0, data_dir=tmp_path)
+    for path, _ in images.SPECS[name].files():
+        assert str(tmp_path / name / path) in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_truncated_file_is_named(name, tmp_path, fake_md5):
+    MAKERS[name](tmp_path, np.random.default_rng(0))
+    fake_md5(tmp_path)
+    path, _ = images.SPECS[name].files()[1]
+    target = tmp_path / name / path
+    target.write_bytes(target.read_bytes()[: max(target.stat().st_size // 2, 1)] if target.stat().st_size else b"x")
+    with pytest.raises(CorruptFileError, match=str(target)):
+        create_dataset(name, seed=0, data_dir=tmp_path)
+
+
+def test_unreadable_file_with_valid_checksum_names_the_folder(tmp_path, fake_md5):
+    make_cifar10(tmp_path, np.random.default_rng(0))
+    (tmp_path / "cifar10" / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    fake_md5(tmp_path)
+    with pytest.raises(CorruptFileError, match=str(tmp_path / "cifar10")):
+        create_dataset("cifar10", seed=0, data_dir=tmp_path)
