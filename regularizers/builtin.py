@@ -1,2 +1,10 @@
 """Imports every built-in regularizer module so that each registers itself."""
-from ndebench.regularizers import continuum_dropout, none  # noqa: F401
+from ndebench.regularizers import (  # noqa: F401
+    continuum_dropout,
+    jump_diffusion,
+    naive_dropout_drift,
+    naive_dropout_head,
+    none,
+    steer,
+    tabn,
+)

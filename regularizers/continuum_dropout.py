@@ -59,16 +59,19 @@ def sample_renewal_paths(
 
     Durations are drawn in chunks sized from the expected number of renewals plus six standard deviations;
     a further chunk is drawn only while some path is still short of ``t1``, so there is no truncation.
+    They are drawn on the generator's device (the trial's generators live on the CPU, so the same seed gives
+    the same mask on any accelerator) and then moved to ``device``.
     """
     horizon = t1 - t0
     cycle = 1.0 / rates.lambda1 + 1.0 / rates.lambda2
     expected = horizon / cycle
     pairs = int(math.ceil(expected + 6.0 * math.sqrt(expected + 1.0) + 4.0))
-    scale = torch.tensor([1.0 / rates.lambda1, 1.0 / rates.lambda2], dtype=torch.float64, device=device)
+    source = generator.device
+    scale = torch.tensor([1.0 / rates.lambda1, 1.0 / rates.lambda2], dtype=torch.float64, device=source)
     chunks: list[torch.Tensor] = []
-    reached = torch.zeros(batch_size, latent_size, dtype=torch.float64, device=device)
+    reached = torch.zeros(batch_size, latent_size, dtype=torch.float64, device=source)
     while True:
-        unit = torch.empty(batch_size, latent_size, pairs, 2, dtype=torch.float64, device=device)
+        unit = torch.empty(batch_size, latent_size, pairs, 2, dtype=torch.float64, device=source)
         unit.exponential_(1.0, generator=generator)
         durations = (unit * scale).reshape(batch_size, latent_size, 2 * pairs)
         cumulative = reached.unsqueeze(-1) + durations.cumsum(-1)
@@ -76,7 +79,7 @@ def sample_renewal_paths(
         reached = cumulative[..., -1]
         if bool((reached > horizon).all()):
             break
-    switches = (t0 + torch.cat(chunks, dim=-1)).to(dtype)
+    switches = (t0 + torch.cat(chunks, dim=-1)).to(device=device, dtype=dtype)
     return RenewalPaths(switches=switches, t0=t0)
 
 
@@ -153,7 +156,7 @@ class ContinuumDropout(Regularizer):
         )
         step_masks = None
         if spec.grid is not None:
-            grid = spec.grid.to(torch.float64)
+            grid = spec.grid.to(device=paths.switches.device, dtype=torch.float64)
             if self.mask_mode == "left":
                 step_masks = paths.indicator(grid[:-1])
             else:

@@ -1,0 +1,126 @@
+"""Jump-diffusion "dropout" (Liu et al. 2020): multiplicative Rademacher jumps of the state at each solver step."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ndebench.regularizers import checks
+from ndebench.regularizers.base import PassSpec, Regularizer, Role
+from ndebench.regularizers.registry import HyperParam, register_regularizer
+
+_SDE_REASON = (
+    "jump diffusion is defined for ODE-type models only; in SDE models the diffusion network dominates the jump "
+    "term, so the paper does not pair them (Continuum Dropout paper, Appendix G 'Universal Applicability')"
+)
+INCOMPATIBLE = {
+    name: _SDE_REASON
+    for name in (
+        "neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "image_nsde_additive", "image_nsde_multiplicative",
+    )
+}
+RATES = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+@dataclass
+class Jumps:
+    """Per-step jumps of one pass: ``signs[k]`` ``(B, H)`` in {-1, 0, +1} (``Z * dN``), ``dt[k]`` the step length."""
+
+    signs: torch.Tensor
+    dt: torch.Tensor
+    scale: float
+    spec: PassSpec
+
+
+def sample_jumps(spec: PassSpec, rate: float, scale: float) -> Jumps:
+    """``Z * dN`` for every step ``k`` of the pass's fixed grid: ``dN ~ Bernoulli(rate dt_k)``, ``Z`` Rademacher.
+
+    One uniform ``u`` per (step, sample, unit) gives both: a jump with ``Z = -1`` if ``u < q/2``, with
+    ``Z = +1`` if ``q/2 <= u < q`` (``q = rate dt_k``). Drawn step by step from ``spec.generator`` so memory
+    stays ``O(B H)`` before the int8 result ``(S, B, H)`` is moved to the device.
+    """
+    if spec.grid is None:
+        raise ValueError("jump diffusion needs a fixed-step solver (euler, midpoint, heun2, heun3, rk4), not adaptive")
+    dt = (spec.grid[1:] - spec.grid[:-1]).to(torch.float64)
+    probs = rate * dt
+    if bool((probs > 1.0).any()):
+        raise ValueError(
+            f"jump rate {rate} times the largest step {float(dt.max())} exceeds 1; lower the rate or the step size"
+        )
+    signs = torch.empty(dt.numel(), spec.batch_size, spec.latent_size, dtype=torch.int8)
+    for k, q in enumerate(probs.tolist()):
+        u = torch.rand(spec.batch_size, spec.latent_size, generator=spec.generator, device=spec.generator.device)
+        signs[k] = (u < q).to(torch.int8) - 2 * (u < q / 2).to(torch.int8)
+    return Jumps(signs.to(spec.device), dt.to(spec.device, spec.dtype), scale, spec)
+
+
+@register_regularizer(
+    "jump_diffusion",
+    summary="Jump diffusion (Liu et al. 2020): z -> z + scale*z*Z*Bernoulli(rate*dt) per fixed step; off at test",
+    hyperparams={
+        "rate": HyperParam(RATES, checks.positive, "jump intensity lambda; per-step jump probability rate * dt"),
+        "scale": HyperParam((1.0,), checks.positive, "jump size relative to the state (1: a jumping unit becomes 0 or 2z)"),
+    },
+    incompatible_models=INCOMPATIBLE,
+    requires_fixed_step=True,
+)
+class JumpDiffusion(Regularizer):
+    """``z_{k+1} = z_k + f(t_k, z_k) dt_k + scale * z_k * Z_k * dN_k`` on the solver's fixed grid.
+
+    As in ``xuanqing94/NeuralSDE`` (``PoissonBernoulliJump``, ``noise_type='dropout'``): per element and per
+    step, ``dN_k ~ Bernoulli(rate dt_k)`` and a Rademacher sign ``Z_k``, so with ``scale = 1`` a jumping unit
+    becomes ``0`` or ``2 z``; the jump has mean zero and acts on the state, not on the field. The jumps of
+    all steps are drawn once per pass (``(S, B, H)``) and enter the drift at step ``k`` as
+    ``scale * J_k * z / dt_k``: an Euler step then gives exactly the update above. With a higher-order
+    solver the stages of step ``k`` all see ``J_k``, so the jump is integrated across the step
+    (for ``f = 0`` the factor ``1 + J`` becomes a truncated ``exp(J)``); Euler reproduces the original.
+    Off in eval mode (deterministic test protocol); see ``jump_diffusion_ttn`` for test-time noise.
+    """
+
+    stochastic = True
+
+    def __init__(self, rate: float = 0.01, scale: float = 1.0):
+        super().__init__()
+        self.rate, self.scale = float(rate), float(scale)
+
+    def draw(self, spec: PassSpec) -> Jumps:
+        return sample_jumps(spec, self.rate, self.scale)
+
+    def modulate(self, draw: Jumps, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
+        if role != "drift":
+            return out
+        k = draw.spec.step_index(t)
+        return out + (draw.scale * draw.signs[k].to(z.dtype)) * z / draw.dt[k]
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "rate": self.rate, "scale": self.scale}
+
+
+@register_regularizer(
+    "jump_diffusion_ttn",
+    summary="Jump diffusion kept on at test time (test-time noise): MC average of n_mc passes' softmax",
+    hyperparams={
+        "rate": HyperParam(RATES, checks.positive, "jump intensity lambda; per-step jump probability rate * dt"),
+        "scale": HyperParam((1.0,), checks.positive, "jump size relative to the state"),
+        "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time"),
+    },
+    incompatible_models=INCOMPATIBLE,
+    requires_fixed_step=True,
+)
+class JumpDiffusionTTN(JumpDiffusion):
+    """:class:`JumpDiffusion` with its noise on in eval mode too ("TTN" in the Continuum Dropout paper).
+
+    Liu et al.'s evaluation never switches the jumps off and averages the softmax probabilities of
+    ``n_ensemble`` stochastic passes; here the model's ``predict`` runs ``n_mc`` passes in one batch and its
+    ``probs`` are that average.
+    """
+
+    test_time = "mc"
+
+    def __init__(self, rate: float = 0.01, scale: float = 1.0, n_mc: int = 5):
+        super().__init__(rate, scale)
+        self.n_mc = int(n_mc)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "n_mc": self.n_mc}
