@@ -120,6 +120,7 @@ class NDEClassifier(nn.Module):
     a tensor or a tuple of tensors whose first dimension is the sample dimension) and
     ``latent(inputs, rng) -> z(T)`` of shape ``(B, H)`` (which calls
     :func:`ndebench.models.integrate.integrate`). Image models take image batches as inputs directly.
+    ``head_grad_scale`` multiplies the head's last-layer gradients (100 in the time-series pipeline).
     """
 
     def __init__(
@@ -131,6 +132,7 @@ class NDEClassifier(nn.Module):
         solver: SolverConfig,
         head_dropout: float = 0.1,
         binary: bool = False,
+        head_grad_scale: float = 100.0,
     ):
         super().__init__()
         self.hidden_size = hidden_size
@@ -138,7 +140,7 @@ class NDEClassifier(nn.Module):
         self.solver = solver
         num_outputs = 1 if binary else num_classes
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
-        self.head = ClassifierHead(hidden_size, num_outputs, dropout)
+        self.head = ClassifierHead(hidden_size, num_outputs, dropout, head_grad_scale)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         raise NotImplementedError

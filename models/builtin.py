@@ -1,2 +1,2 @@
 """Imports every built-in model module so that each registers itself."""
-from ndebench.models import neural_cde, neural_ode  # noqa: F401
+from ndebench.models import ancde, gru_ode, image, neural_cde, neural_ode, ode_rnn, snsde  # noqa: F401

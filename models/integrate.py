@@ -5,6 +5,7 @@ to the vector field(s) and runs the solver. Regularizers therefore never see mod
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -64,18 +65,105 @@ def step_grid(t0: torch.Tensor, t1: torch.Tensor, step_size: float) -> torch.Ten
     return grid
 
 
+def moved_times(times: torch.Tensor, end: float) -> torch.Tensor:
+    """The output times for an end time moved from ``times[-1]`` to ``end``, keeping the step grid.
+
+    Observation times before ``end``, then (past ``times[-1]``) points at the mean observation spacing,
+    then ``end``: a fixed-step solver stepping on the observation grid keeps its step size.
+    """
+    t1 = float(times[-1])
+    spacing = (t1 - float(times[0])) / (times.numel() - 1)
+    extra = t1 + spacing * torch.arange(1, max(math.ceil((end - t1) / spacing), 1), dtype=times.dtype, device=times.device)
+    end_t = torch.tensor([end], dtype=times.dtype, device=times.device)
+    return torch.cat([times[times < end], extra[extra < end], end_t])
+
+
+def pass_grid(
+    times: torch.Tensor, solver: SolverConfig, kind: Literal["ode", "sde"] = "ode", piecewise: bool = False
+) -> torch.Tensor | None:
+    """The fixed-step grid ``(S+1,)`` that a pass over ``times`` steps on; ``None`` for adaptive ODE solvers.
+
+    With ``step_size=None`` ODE solvers step on ``times`` and SDE solvers on a uniform grid at the smallest
+    spacing of ``times`` (torchsde steps uniformly). ``piecewise``: the pass is solved one interval
+    ``[times[i], times[i+1]]`` per :func:`integrate` call (ODE-RNN), so the grid is the union of the
+    intervals' own step grids.
+    """
+    if kind == "ode" and solver.method not in ODE_FIXED:
+        return None
+    if solver.step_size is None:
+        return times if kind == "ode" or piecewise else step_grid(times[0], times[-1], float((times[1:] - times[:-1]).min()))
+    if piecewise:
+        pieces = [step_grid(a, b, solver.step_size)[:-1] for a, b in zip(times[:-1], times[1:])]
+        return torch.cat(pieces + [times[-1:]])
+    return step_grid(times[0], times[-1], solver.step_size)
+
+
+def _part(regularized: slice | None, size: int) -> slice:
+    start, stop, step = (regularized or slice(None)).indices(size)
+    if step != 1 or stop <= start:
+        raise ValueError(f"regularized={regularized!r} must be a non-empty contiguous slice of the {size} state components")
+    return slice(start, stop)
+
+
+def begin_pass(
+    regularizer: Regularizer | None,
+    z0: torch.Tensor,
+    times: torch.Tensor,
+    *,
+    solver: SolverConfig,
+    rng: TrialRNG,
+    kind: Literal["ode", "sde"] = "ode",
+    piecewise: bool = False,
+    regularized: slice | None = None,
+) -> Any:
+    """Draw the regularizer's randomness for one forward pass from ``z0`` ``(B, H)`` over ``[times[0], times[-1]]``.
+
+    Returns ``None`` when no regularizer is active. :func:`integrate` calls this itself. A model that
+    solves one pass in several ``integrate`` calls (ODE-RNN: one per interval between observations) calls
+    it once with ``piecewise=True`` and hands the result to every call as ``draw=``, so the regularizer
+    draws ONE process over the whole pass; such a model also applies the regularizer's ``end_time`` itself.
+    ``regularized`` selects the sub-state the regularizer acts on (the draw has its size).
+    """
+    if regularizer is None or not regularizer.active():
+        return None
+    part = _part(regularized, z0.shape[-1])
+    grid = pass_grid(times, solver, kind, piecewise)
+    spec = PassSpec(
+        batch_size=z0.shape[0], latent_size=part.stop - part.start, t0=float(times[0]), t1=float(times[-1]),
+        grid=grid, generator=rng.regularizer, device=z0.device, dtype=z0.dtype,
+        # torchsde accumulates its step times in the state's dtype (float32 drifts ~1e-5 over 100 steps).
+        step_tol=0.0 if kind == "ode" else 1e-2 * float(grid[1] - grid[0]),
+    )
+    return regularizer.draw(spec)
+
+
 class _Field(nn.Module):
-    def __init__(self, drift: nn.Module, control: Any, regularizer: Regularizer | None, draw: Any):
+    def __init__(
+        self, drift: nn.Module, control: Any, regularizer: Regularizer | None, draw: Any,
+        control_end: float | None = None, part: slice | None = None,
+    ):
         super().__init__()
         self.drift, self.control, self.regularizer, self.draw = drift, control, regularizer, draw
+        self.control_end, self.part = control_end, part
+
+    def modulate(self, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: str) -> torch.Tensor:
+        if self.draw is None:
+            return out
+        if self.part is None:
+            return self.regularizer.modulate(self.draw, t, z, out, role)
+        a, b = self.part.start, self.part.stop
+        inner = self.regularizer.modulate(self.draw, t, z[..., a:b], out[..., a:b], role)
+        return torch.cat([out[..., :a], inner, out[..., b:]], dim=-1)
 
     def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         out = self.drift(t, z)
         if self.control is not None:
-            out = (out @ self.control.derivative(t).unsqueeze(-1)).squeeze(-1)
-        if self.draw is not None:
-            out = self.regularizer.modulate(self.draw, t, z, out, "drift")
-        return out
+            dX = self.control.derivative(t)
+            if self.control_end is not None:
+                # beyond the data the control is held at X(T) (dX = 0) rather than extrapolating the spline
+                dX = torch.where(t <= self.control_end, dX, torch.zeros_like(dX))
+            out = (out @ dX.unsqueeze(-1)).squeeze(-1)
+        return self.modulate(t, z, out, "drift")
 
 
 class _SDE(nn.Module):
@@ -90,10 +178,7 @@ class _SDE(nn.Module):
         return self.field(t, z)
 
     def g(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        out = self.diffusion(t, z)
-        if self.field.draw is not None:
-            out = self.field.regularizer.modulate(self.field.draw, t, z, out, "diffusion")
-        return out
+        return self.field.modulate(t, z, self.diffusion(t, z), "diffusion")
 
 
 def integrate(
@@ -107,6 +192,8 @@ def integrate(
     diffusion: nn.Module | None = None,
     regularizer: Regularizer | None = None,
     output: Literal["final", "times"] = "final",
+    draw: Any = None,
+    regularized: slice | None = None,
 ) -> torch.Tensor:
     """Solve the latent dynamics from ``z0`` over ``[times[0], times[-1]]``.
 
@@ -120,32 +207,28 @@ def integrate(
     time (``end_time``), and modulates the drift and diffusion outputs. Fixed-step ODE solvers run with
     torchdiffeq's ``perturb=True`` so each step's stages map to one step index (see ``PassSpec.step_index``).
 
+    ``draw``: a draw made by :func:`begin_pass` for a pass that spans several calls; it is used as is (no
+    new draw, no end-time move). ``regularized``: a contiguous slice of the state that the regularizer
+    acts on (default: all of it); outside it the field is left unmodulated, e.g. ANCDE's attention CDE.
+
     Shapes: ``z0`` is ``(B, H)``, ``times`` is ``(L,)``. Returns ``z(T)`` of shape ``(B, H)`` for
     ``output="final"``, or ``(L, B, H)`` at ``times`` for ``output="times"``.
     """
     kind: Literal["ode", "sde"] = "sde" if diffusion is not None else "ode"
     solver.check(kind)
     t0, t1 = times[0], times[-1]
-    fixed = kind == "sde" or solver.method in ODE_FIXED
-    draw = None
-    if regularizer is not None and regularizer.active():
-        grid = None
-        if fixed:
-            grid = times if solver.step_size is None else step_grid(t0, t1, solver.step_size)
-            if kind == "sde" and solver.step_size is None:
-                grid = step_grid(t0, t1, float((times[1:] - times[:-1]).min()))
-        spec = PassSpec(
-            batch_size=z0.shape[0], latent_size=z0.shape[1], t0=float(t0), t1=float(t1), grid=grid,
-            generator=rng.regularizer, device=z0.device, dtype=z0.dtype,
-            step_tol=0.0 if kind == "ode" else 1e-6 * float(grid[1] - grid[0]),
-        )
-        draw = regularizer.draw(spec)
+    sde_dt = (solver.step_size or float((times[1:] - times[:-1]).min())) if kind == "sde" else None
+    part = None if regularized is None else _part(regularized, z0.shape[-1])
+    control_end = None
+    if draw is None and regularizer is not None and regularizer.active():
+        draw = begin_pass(regularizer, z0, times, solver=solver, rng=rng, kind=kind, regularized=part)
         end = regularizer.end_time(draw, float(t0), float(t1))
         if end != float(t1):
             if output != "final":
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
-            times = torch.stack([t0, torch.as_tensor(end, dtype=times.dtype, device=times.device)])
-    field = _Field(drift, control, regularizer, draw)
+            times = moved_times(times, end)
+            control_end = float(t1) if end > float(t1) else None
+    field = _Field(drift, control, regularizer, draw, control_end, part)
     if kind == "ode":
         options: dict[str, Any] = {}
         if solver.method in ODE_FIXED:
@@ -155,7 +238,7 @@ def integrate(
         odeint = torchdiffeq.odeint_adjoint if solver.adjoint else torchdiffeq.odeint
         path = odeint(field, z0, times, method=solver.method, rtol=solver.rtol, atol=solver.atol, options=options)
     else:
-        dt = solver.step_size or float((times[1:] - times[:-1]).min())
+        dt = sde_dt
         entropy = int(torch.randint(0, 2**31 - 1, (1,), generator=rng.noise))
         levy = "space-time" if solver.method == "srk" else "none"
         bm = torchsde.BrownianInterval(

@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
+from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
 from ndebench.regularizers.base import Regularizer
 
@@ -32,7 +33,8 @@ class NeuralCDE(NDEClassifier):
     """``z(0) = Linear(X(t0))``, ``z(t) = z(0) + int_0^t f(z(s)) dX(s)``, logits = head(z(T)).
 
     ``X`` interpolates ``[t, x]`` (``C + 1`` channels) with torchcde's Hermite cubic with backward
-    differences by default. Inputs: coefficients ``(N, L - 1, 4 (C + 1))``; latent ``(B, H)``.
+    differences by default. Inputs: coefficients ``(N, L - 1, 4 (C + 1))``, or with ``static_channels = S``
+    the tuple ``(coefficients, static (N, S))`` whose MLP is added to ``z(0)``; latent ``(B, H)``.
     Continuum Dropout masks rows of the matrix field, i.e. the components of ``f(z) dX/dt``.
     """
 
@@ -45,6 +47,7 @@ class NeuralCDE(NDEClassifier):
         hidden_size: int = 32,
         num_layers: int = 1,
         interpolation: Interpolation = "hermite",
+        static_channels: int = 0,
         regularizer: Regularizer | None = None,
         solver: SolverConfig = SolverConfig(method="euler", adjoint=True),
         binary: bool = False,
@@ -53,12 +56,15 @@ class NeuralCDE(NDEClassifier):
         self.register_buffer("times", times.clone())
         self.interpolation = interpolation
         self.initial = nn.Linear(in_channels + 1, hidden_size)
+        self.static = StaticInput(static_channels, hidden_size)
         self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)
 
-    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> torch.Tensor:
-        return spline_coefficients(times, with_time_channel(times, values), self.interpolation)
+    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
+        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
+        return self.static.pack(coeffs, static)
 
-    def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
-        X = control_path(self.times, inputs, self.interpolation)
-        z0 = self.initial(X.evaluate(self.times[0]))
+    def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        coeffs, static = self.static.unpack(inputs)
+        X = control_path(self.times, coeffs, self.interpolation)
+        z0 = self.static(self.initial(X.evaluate(self.times[0])), static)
         return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer)

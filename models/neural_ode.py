@@ -4,9 +4,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
+from ndebench.models.snsde import snsde_readout
+from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
 from ndebench.regularizers.base import Regularizer
 
@@ -32,8 +34,10 @@ class NeuralODE(NDEClassifier):
     """``z(0) = Linear([t0, x(t0)])``, ``dz/dt = f(t, z)``, logits = head(z(T)).
 
     As in the SNSDE pipeline's zero-diffusion model with input option 3, the series enters through the
-    initial state only (the Hermite spline fills missing initial values). Inputs: spline coefficients
-    ``(N, L - 1, 4 (C + 1))``; latent ``(B, H)``.
+    initial state only (the Hermite spline fills missing initial values), and the head starts with that
+    pipeline's readout (as for the Neural SDEs). Inputs: spline coefficients ``(N, L - 1, 4 (C + 1))``, or
+    with ``static_channels = S`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
+    ``z(0)``; latent ``(B, H)``.
     """
 
     def __init__(
@@ -44,6 +48,7 @@ class NeuralODE(NDEClassifier):
         times: torch.Tensor,
         hidden_size: int = 32,
         num_layers: int = 1,
+        static_channels: int = 0,
         regularizer: Regularizer | None = None,
         solver: SolverConfig = SolverConfig(method="euler"),
         binary: bool = False,
@@ -51,11 +56,14 @@ class NeuralODE(NDEClassifier):
         super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
         self.register_buffer("times", times.clone())
         self.initial = nn.Linear(in_channels + 1, hidden_size)
+        self.static = StaticInput(static_channels, hidden_size)
         self.field = TimeDrift(hidden_size, num_layers, self.regularizer.field_layer)
+        self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
 
-    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> torch.Tensor:
-        return spline_coefficients(times, with_time_channel(times, values))
+    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
+        return self.static.pack(spline_coefficients(times, with_time_channel(times, values)), static)
 
-    def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
-        z0 = self.initial(control_path(self.times, inputs).evaluate(self.times[0]))
+    def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        coeffs, static = self.static.unpack(inputs)
+        z0 = self.static(self.initial(control_path(self.times, coeffs).evaluate(self.times[0])), static)
         return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer)

@@ -51,9 +51,17 @@ Value = Any  # a fixed scalar or a Space
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """Optimisation settings (defaults: the torch-ists reference pipeline)."""
+    """Optimisation settings (defaults: the torch-ists reference pipeline).
+
+    ``optimizer``: ``adam`` (weight decay ``lr * weight_decay_factor``) or ``sgd`` (momentum 0.9, same
+    decay). ``scheduler``: ``step`` (StepLR every ``lr_step`` epochs by ``lr_gamma``) or ``plateau``
+    (ReduceLROnPlateau on validation loss by ``lr_gamma`` after ``lr_step`` epochs without improvement; the
+    paper's image recipe is SGD, lr 0.1, halved after 2 flat epochs).
+    """
 
     epochs: int = 100
+    optimizer: str = "adam"
+    scheduler: str = "step"
     batch_size: int | str = "auto"
     lr: float = 1e-3
     weight_decay_factor: float = 0.01
@@ -208,6 +216,10 @@ def _check_training(training: dict[str, Value]) -> None:
                 raise ConfigError(f"{where} must be a number >= 0")
             if key == "grad_clip" and not (v is None or (isinstance(v, (int, float)) and v > 0)):
                 raise ConfigError(f"{where} must be null or a number > 0")
+            if key == "optimizer" and v not in ("adam", "sgd"):
+                raise ConfigError(f"{where}; valid: adam, sgd")
+            if key == "scheduler" and v not in ("step", "plateau"):
+                raise ConfigError(f"{where}; valid: step, plateau")
             if key == "threads" and not (v is None or (isinstance(v, int) and v >= 1)):
                 raise ConfigError(f"{where} must be null or an integer >= 1")
 
@@ -217,7 +229,8 @@ def _model_params(model: str) -> set[str]:
 
     _load_builtins()
     signature = inspect.signature(_REGISTRY.get(model).__init__)
-    reserved = {"self", "in_channels", "num_classes", "times", "regularizer", "solver", "binary", "image_size"}
+    reserved = {"self", "in_channels", "num_classes", "times", "regularizer", "solver", "binary", "image_size",
+                "static_channels"}
     return {name for name in signature.parameters if name not in reserved}
 
 

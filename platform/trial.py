@@ -154,7 +154,8 @@ def run_trial(
     """Train and evaluate one trial.
 
     Seeds Python, NumPy and torch from ``spec.seed``; the regularizer and the Brownian noise get their own
-    generators (:class:`TrialRNG`). Training: Adam with ``weight_decay = lr * weight_decay_factor``, StepLR,
+    generators (:class:`TrialRNG`). Training: Adam (or SGD) with ``weight_decay = lr * weight_decay_factor``,
+    StepLR (or reduce-on-plateau),
     gradient-norm clipping after ``backward``, early stopping on validation loss (after ``min_epochs``, once
     ``patience`` epochs pass without improvement) and the best weights restored. ``on_epoch`` receives
     ``train_loss``, ``val_loss``, ``val_<metric>`` and ``epoch_time_s`` per epoch. A non-finite training
@@ -177,6 +178,8 @@ def run_trial(
         kwargs["image_size"] = bundle.image_size
     else:
         kwargs["times"] = bundle.times
+        if bundle.train.static is not None:
+            kwargs["static_channels"] = bundle.train.static.shape[1]
     if spec.solver is not None:
         kwargs["solver"] = spec.solver
     model = create_model(spec.model, **kwargs).to(device)
@@ -186,8 +189,15 @@ def run_trial(
     pos_weight = bundle.extra.get("pos_weight") if binary else None
     metric_name = "auroc" if binary else ("top5_accuracy" if top5 else "accuracy")
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.lr * cfg.weight_decay_factor)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
+    decay = cfg.lr * cfg.weight_decay_factor
+    if cfg.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, weight_decay=decay)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=decay)
+    if cfg.scheduler == "plateau":
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=cfg.lr_gamma, patience=cfg.lr_step)
+    else:
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
     rng = TrialRNG.from_seed(spec.seed)
     shuffle = torch.Generator().manual_seed(spec.seed)
     protocol = {**regularizer.describe(), "n_mc": model.n_mc()}
@@ -209,7 +219,6 @@ def run_trial(
             optimizer.step()
             total += loss.item() * targets.shape[0]
             count += targets.shape[0]
-        scheduler.step()
         val, _ = evaluate(model, feeds["val"], batch_size, spec.seed, top5=top5)
         record = {"train_loss": total / count, "val_loss": val["nll"], f"val_{metric_name}": val[metric_name],
                   "epoch_time_s": time.perf_counter() - start}
@@ -218,6 +227,10 @@ def run_trial(
         if not math.isfinite(val["nll"]):
             return TrialResult("diverged", epoch, best[1], best[3], {}, None, protocol,
                                f"non-finite validation loss at epoch {epoch}")
+        if cfg.scheduler == "plateau":
+            scheduler.step(val["nll"])
+        else:
+            scheduler.step()
         if val["nll"] < best[0]:
             best = (val["nll"], epoch, copy.deepcopy(model.state_dict()), {f"val_{k}": v for k, v in val.items()})
         elif epoch > cfg.min_epochs and epoch - best[1] > cfg.patience:

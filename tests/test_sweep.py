@@ -99,3 +99,32 @@ def test_cli_report_writes_tables_and_logs_artifacts(finished, tmp_path, capsys)
 
     names = {a.path for a in MlflowClient(uri).list_artifacts(report_runs[0].info.run_id, "report")}
     assert "report/table.md" in names and "report/table.tex" in names
+
+
+def test_all_regularizers_config_runs_end_to_end(ray_local, tmp_path):
+    from pathlib import Path
+
+    import pandas as pd
+
+    from ndebench.platform.report import build_report
+    from ndebench.regularizers.registry import list_regularizers
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "tune_configs" / "all_regularizers.yaml").read_text())
+    assert set(raw["regularizers"]) == set(list_regularizers())
+    raw.update(training={"epochs": 2, "min_epochs": 1, "patience": 1, "lr": 0.005},
+               tune={"num_samples": 1}, evaluate={"seeds": [0, 1]}, model={"hidden_size": 4})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = Sweep(parse_spec(raw), tracking_uri=uri, storage_path=tmp_path / "ray", printer=lambda _: None).run()
+    assert outcome.errors == 0 and outcome.evaluated == 2 * len(raw["regularizers"])
+    runs = evaluate_runs(uri, "all_regularizers")
+    assert set(runs.status) == {"ok"}
+    files = build_report(runs, tmp_path / "reports", "all_regularizers")
+    table = files.table_md.read_text().split("## NLL")[0]
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "regularizer" not in line]
+    assert sorted(rows) == sorted(raw["regularizers"])
+    summary = json.loads(files.summary_json.read_text())
+    assert "student" in json.dumps(summary).lower()
+    protocols = dict(zip(runs.regularizer, runs.test_protocol))
+    assert protocols["jump_diffusion_ttn"] == "mc5" and protocols["continuum_dropout"] == "mc5"
+    assert protocols["jump_diffusion"] == protocols["steer"] == protocols["tabn"] == "deterministic"
+    assert isinstance(pd.read_csv(files.results_csv), pd.DataFrame)
