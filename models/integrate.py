@@ -238,7 +238,6 @@ def integrate(
         odeint = torchdiffeq.odeint_adjoint if solver.adjoint else torchdiffeq.odeint
         path = odeint(field, z0, times, method=solver.method, rtol=solver.rtol, atol=solver.atol, options=options)
     else:
-        dt = sde_dt
         entropy = int(torch.randint(0, 2**31 - 1, (1,), generator=rng.noise))
         levy = "space-time" if solver.method == "srk" else "none"
         bm = torchsde.BrownianInterval(
@@ -246,5 +245,5 @@ def integrate(
             entropy=entropy, levy_area_approximation=levy,
         )
         sdeint = torchsde.sdeint_adjoint if solver.adjoint else torchsde.sdeint
-        path = sdeint(_SDE(field, diffusion), z0, times, bm=bm, method=solver.method, dt=dt)
+        path = sdeint(_SDE(field, diffusion), z0, times, bm=bm, method=solver.method, dt=sde_dt)
     return path[-1] if output == "final" else path

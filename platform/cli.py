@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from importlib.metadata import version
@@ -128,7 +129,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
         for name in list_regularizers():
             info = regularizer_info(name)
-            space = ", ".join(f"{k} in {list(hp.choices)}" for k, hp in info.hyperparams.items())
+            space = ", ".join(f"{k} = {hp.choices[0]}" if len(hp.choices) == 1 else f"{k} in {list(hp.choices)}"
+                              for k, hp in info.hyperparams.items())
             print(f"{name:22s} {info.summary}" + (f"\n{'':22s} default search: {space}" if space else ""))
     else:
         from ndebench.datasets.registry import dataset_info, list_datasets
@@ -233,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ndebench.platform.config import ConfigError
     from ndebench.platform.registry import UnknownNameError
 
+    if hasattr(signal, "SIGPIPE"):
+        # `ndebench list models | head` should end quietly, like other Unix tools.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "datasets" and args.action == "check" and not args.name:
