@@ -37,12 +37,14 @@ def cached(path: Path, build: Callable[[], dict[str, torch.Tensor]]) -> tuple[di
     """Load ``path`` if it exists, else ``build()`` and save it; returns ``(tensors, was_cached)``.
 
     The file is written to a temporary name and renamed, so parallel trials that build at the same
-    time never read a half-written cache. An unreadable cache entry is rebuilt; a data directory that
-    is not writable only costs the cache (with a warning).
+    time never read a half-written cache. A cached file is memory-mapped: its pages are read from disk on
+    demand and shared through the OS page cache by the trials of one node, instead of each trial holding
+    its own copy. An unreadable cache entry is rebuilt; a data directory that is not writable only costs
+    the cache (with a warning).
     """
     if path.is_file():
         try:
-            return torch.load(path, weights_only=True), True
+            return torch.load(path, weights_only=True, mmap=True), True
         except Exception:  # a cache entry from an interrupted write or another torch version: rebuild it
             pass
     data = build()

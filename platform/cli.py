@@ -235,9 +235,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ndebench.platform.config import ConfigError
     from ndebench.platform.registry import UnknownNameError
 
-    if hasattr(signal, "SIGPIPE"):
-        # `ndebench list models | head` should end quietly, like other Unix tools.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "datasets" and args.action == "check" and not args.name:
@@ -249,5 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """Console-script entry: ``main`` with Unix pipe behaviour (``ndebench list models | head`` ends quietly)."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()
