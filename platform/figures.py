@@ -5,6 +5,7 @@ is touched (reports may be written from a process that already uses matplotlib).
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, yl
               failed: dict[str, str] | None = None) -> Path:
     """Box plot per regularizer (in ``order``) of ``values["value"]`` with every seed drawn as a point;
     ``failed`` describes the diverged/errored runs of a regularizer (e.g. "1 diverged"), written under its name."""
-    fig = Figure(figsize=(1.2 + 1.1 * len(order), 4.0))
+    fig = Figure(figsize=(max(4.8, 1.2 + 1.1 * len(order)), 4.0))
     ax = fig.add_subplot()
     samples = [values.loc[values["regularizer"] == name, "value"].to_numpy(float) for name in order]
     positions = np.arange(1, len(order) + 1)
@@ -53,7 +54,8 @@ def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, yl
     failed = failed or {}
     labels = [name + (f"\n({failed[name]})" if failed.get(name) else "") for name in order]
     ax.set_xticks(positions, labels, rotation=20, fontsize="small")
-    ax.set(title=title, ylabel=ylabel)
+    ax.set(ylabel=ylabel)
+    ax.set_title(textwrap.fill(title, 48), fontsize="medium")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path

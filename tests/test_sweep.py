@@ -82,6 +82,14 @@ def test_rerun_without_resume_is_refused_and_resume_duplicates_nothing(finished)
     again = Sweep(spec, tracking_uri=uri, storage_path=root / "ray", resume=True, printer=lines.append).run()
     assert again.evaluated == 0 and again.skipped == 4
     assert len(search(uri, "e2e")) == before
+    # A tune phase whose best config was never stored (interrupted driver) is restored from Ray's
+    # experiment state instead of being searched again.
+    best_file = root / "ray" / "e2e" / "neural_cde__synthetic__continuum_dropout" / "best_config.json"
+    best = json.loads(best_file.read_text())
+    best_file.unlink()
+    restored = Sweep(spec, tracking_uri=uri, storage_path=root / "ray", resume=True, printer=lines.append).run()
+    assert json.loads(best_file.read_text()) == best and restored.evaluated == 0
+    assert len(search(uri, "e2e")) == before
 
 
 def test_cli_report_writes_tables_and_logs_artifacts(finished, tmp_path, capsys):
