@@ -7,8 +7,8 @@ from torch import nn
 from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
+from ndebench.models.static import PathEncoder
+from ndebench.models.timeseries import Interpolation
 from ndebench.regularizers.base import Regularizer
 
 
@@ -54,17 +54,12 @@ class NeuralCDE(NDEClassifier):
     ):
         super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
         self.register_buffer("times", times.clone())
-        self.interpolation = interpolation
-        self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.static = StaticInput(static_channels, hidden_size)
+        self.encoder = PathEncoder(in_channels, hidden_size, static_channels, interpolation)
         self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(self.times, coeffs, self.interpolation)
-        z0 = self.static(self.initial(X.evaluate(self.times[0])), static)
+        X, z0 = self.encoder.encode(self.times, inputs)
         return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer)

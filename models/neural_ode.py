@@ -8,8 +8,7 @@ from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.snsde import snsde_readout
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
+from ndebench.models.static import PathEncoder
 from ndebench.regularizers.base import Regularizer
 
 
@@ -55,15 +54,13 @@ class NeuralODE(NDEClassifier):
     ):
         super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
         self.register_buffer("times", times.clone())
-        self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.static = StaticInput(static_channels, hidden_size)
+        self.encoder = PathEncoder(in_channels, hidden_size, static_channels)
         self.field = TimeDrift(hidden_size, num_layers, self.regularizer.field_layer)
         self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
-        return self.static.pack(spline_coefficients(times, with_time_channel(times, values)), static)
+        return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        coeffs, static = self.static.unpack(inputs)
-        z0 = self.static(self.initial(control_path(self.times, coeffs).evaluate(self.times[0])), static)
+        _, z0 = self.encoder.encode(self.times, inputs)
         return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer)

@@ -16,8 +16,8 @@ from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
 from ndebench.models.control import ReadsControl
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
+from ndebench.models.static import PathEncoder
+from ndebench.models.timeseries import Interpolation
 from ndebench.regularizers.base import Regularizer
 
 OH_2024 = "Oh, Lim and Kim, Stable Neural Stochastic Differential Equations in Analyzing Irregular Time Series Data, ICLR 2024"
@@ -124,21 +124,16 @@ class SNSDEClassifier(NDEClassifier):
     ):
         super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
         self.register_buffer("times", times.clone())
-        self.interpolation = interpolation
-        self.initial = nn.Linear(in_channels + 1, hidden_size)
-        self.static = StaticInput(static_channels, hidden_size)
+        self.encoder = PathEncoder(in_channels, hidden_size, static_channels, interpolation)
         self.drift = SNSDEDrift(in_channels + 1, hidden_size, num_layers, norm=self.regularizer.field_layer, **self.drift_form)
         self.diffusion = SNSDEDiffusion(hidden_size, **self.diffusion_form)
         self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(self.times, coeffs, self.interpolation)
-        z0 = self.static(self.initial(X.evaluate(self.times[0])), static)
+        X, z0 = self.encoder.encode(self.times, inputs)
         drift = ReadsControl(self.drift, X) if self.drift.control else self.drift
         return integrate(
             drift, z0, self.times, solver=self.solver, rng=rng, diffusion=self.diffusion, regularizer=self.regularizer

@@ -1,10 +1,13 @@
 """Time-invariant features (e.g. Sepsis demographics) fed into a time-series model's initial state."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from ndebench.models.base import Inputs
+from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
 
 
 class StaticInput(nn.Module):
@@ -46,3 +49,27 @@ class StaticInput(nn.Module):
 
     def forward(self, z0: torch.Tensor, static: torch.Tensor | None) -> torch.Tensor:
         return z0 if self.net is None else z0 + self.net(static)
+
+
+class PathEncoder(nn.Module):
+    """Input side of the spline-driven models: ``[t, x]`` -> control path ``X`` and ``z(0)``.
+
+    :meth:`prepare` (once per split) builds torchcde coefficients ``(N, L - 1, 4 (C + 1))`` of the time
+    channel and the values ``(N, L, C)``, with static features packed alongside; :meth:`encode` (per batch)
+    returns the interpolation ``X`` and ``z(0) = Linear(X(t0)) + MLP(static)`` of shape ``(B, H)``.
+    """
+
+    def __init__(self, in_channels: int, hidden_size: int, static_channels: int = 0, interpolation: str = "hermite"):
+        super().__init__()
+        self.interpolation = interpolation
+        self.initial = nn.Linear(in_channels + 1, hidden_size)
+        self.static = StaticInput(static_channels, hidden_size)
+
+    def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None) -> Inputs:
+        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
+        return self.static.pack(coeffs, static)
+
+    def encode(self, times: torch.Tensor, inputs: Inputs) -> tuple[Any, torch.Tensor]:
+        coeffs, static = self.static.unpack(inputs)
+        X = control_path(times, coeffs, self.interpolation)
+        return X, self.static(self.initial(X.evaluate(times[0])), static)

@@ -55,13 +55,16 @@ def sample_jumps(spec: PassSpec, rate: float, scale: float) -> Jumps:
     return Jumps(signs.to(spec.device), dt.to(spec.device, spec.dtype), scale, spec)
 
 
+JUMP_HYPERPARAMS = {
+    "rate": HyperParam(RATES, checks.positive, "jump intensity lambda; per-step jump probability rate * dt"),
+    "scale": HyperParam((1.0,), checks.positive, "jump size relative to the state (1: a jumping unit becomes 0 or 2z)"),
+}
+
+
 @register_regularizer(
     "jump_diffusion",
     summary="Jump diffusion (Liu et al. 2020): z -> z + scale*z*Z*Bernoulli(rate*dt) per fixed step; off at test",
-    hyperparams={
-        "rate": HyperParam(RATES, checks.positive, "jump intensity lambda; per-step jump probability rate * dt"),
-        "scale": HyperParam((1.0,), checks.positive, "jump size relative to the state (1: a jumping unit becomes 0 or 2z)"),
-    },
+    hyperparams=JUMP_HYPERPARAMS,
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
 )
@@ -100,11 +103,7 @@ class JumpDiffusion(Regularizer):
 @register_regularizer(
     "jump_diffusion_ttn",
     summary="Jump diffusion kept on at test time (test-time noise): MC average of n_mc passes' softmax",
-    hyperparams={
-        "rate": HyperParam(RATES, checks.positive, "jump intensity lambda; per-step jump probability rate * dt"),
-        "scale": HyperParam((1.0,), checks.positive, "jump size relative to the state"),
-        "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time"),
-    },
+    hyperparams={**JUMP_HYPERPARAMS, "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time")},
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
 )

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ndebench.datasets.cache import cache_path, cached
-from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses, describe_shape
+from ndebench.datasets.check import check_dataset, dataset_statuses, describe_shape
 from ndebench.datasets.registry import list_datasets
 
 
