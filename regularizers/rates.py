@@ -1,6 +1,7 @@
 """Exact map from Continuum Dropout's (p, m, T) to the renewal rates (lambda1, lambda2) (paper Corollary 3.2)."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ def expected_active_time(lambda1: float, lambda2: float, T: float) -> float:
     return lambda2 / s * T + lambda1 / s**2 * -math.expm1(-s * T)
 
 
+@functools.lru_cache(maxsize=256)
 def solve_rates(p: float, m: float, T: float = 1.0, *, rtol: float = 1e-9) -> Rates:
     """Solve Corollary 3.2 exactly for ``(lambda1, lambda2)``.
 
@@ -51,7 +53,8 @@ def solve_rates(p: float, m: float, T: float = 1.0, *, rtol: float = 1e-9) -> Ra
     ``g(x) = a(1-a)(x - 1 + e^{-x}) - m`` runs from ``-m`` to ``+inf``, so a bracketing root finder
     (scipy's ``brentq``) finds the root. The residuals of both equations are checked against ``rtol``.
 
-    Raises ``ValueError`` for ``p`` outside (0, 1), ``m <= 0`` or ``T <= 0``.
+    Raises ``ValueError`` for ``p`` outside (0, 1), ``m <= 0`` or ``T <= 0``. Results are cached: Continuum
+    Dropout asks for the same rates on every forward pass.
     """
     _check(p, m, T)
 
