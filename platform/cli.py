@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 EPILOG = "Docs: README.md. Every subcommand has --help."
+LISTED_CELLS = 12
 
 
 def _add_tracking(parser: argparse.ArgumentParser) -> None:
@@ -25,49 +26,71 @@ def _tracking_uri(args: argparse.Namespace) -> str:
 
 
 def _describe_spec(spec) -> str:
-    from ndebench.platform.config import searched_keys
+    from ndebench.platform.plan import plan_stages, sweep_cells
 
-    lines = [f"study {spec.study!r}: {len(spec.cells())} cell(s) = {len(spec.models)} model(s) x "
-             f"{len(spec.datasets)} dataset(s) x {len(spec.regularizers)} regularizer(s)"]
+    cells = sweep_cells(spec)
+    variants = sum(1 for c in cells if c.variant)
+    lines = [f"study {spec.study!r}, protocol {spec.protocol}: {len(cells)} cell(s) = {len(spec.models)} model(s) x "
+             f"{len(spec.datasets)} dataset(s) x {len(spec.regularizers)} regularizer(s)"
+             + (f" + {variants} fixed-parameter variant cell(s)" if variants else "")]
     total = 0
-    for cell in spec.cells():
-        keys = searched_keys(spec.base_config(*cell))
-        tune_trials = spec.tune.num_samples if keys else 0
-        total += tune_trials + len(spec.evaluate.seeds)
-        searched = ", ".join(keys) if keys else "nothing searched"
-        lines.append(f"  {cell[0]} x {cell[1]} x {cell[2]}: tune {tune_trials} trial(s) [{searched}], "
-                     f"evaluate seeds {list(spec.evaluate.seeds)}")
+    for stage in plan_stages(spec):
+        tc = stage.tune
+        how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random", "grid": "full grid"}[tc.sampler]
+        how += ", ASHA" if tc.scheduler == "asha" else ""
+        searched = [c for c in stage.cells if c.budget]
+        lines.append(f"stage {stage.name} ({how}): {stage.trials} trial(s) over {len(searched)} cell(s)")
+        for c in searched[:LISTED_CELLS]:
+            lines.append(f"  {c.label}: {c.budget} trial(s) [{', '.join(sorted(c.space))}]")
+        if len(searched) > LISTED_CELLS:
+            lines.append(f"  ... and {len(searched) - LISTED_CELLS} more cell(s)")
+        total += stage.trials
+    seeds = list(spec.evaluate.seeds)
+    lines.append(f"stage evaluate: {len(cells) * len(seeds)} trial(s) = {len(cells)} cell(s) x seeds {seeds}")
+    total += len(cells) * len(seeds)
     lines.append(f"total: {total} trial(s)")
     return "\n".join(lines)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from ndebench.platform.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.config import load_spec
 
     spec = load_spec(args.config)
-    print(f"{args.config}: valid")
+    built = check_models_build(spec)
+    print(f"{args.config}: valid ({built} model configuration(s) built)")
+    for warning in tpe_warnings(spec):
+        print(f"warning: {warning}")
     print(_describe_spec(spec))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.config import load_spec
     from ndebench.platform.sweep import Sweep
 
     spec = load_spec(args.config)
+    check_models_build(spec)
     uri = _tracking_uri(args)
     print(_describe_spec(spec), flush=True)
+    for warning in tpe_warnings(spec):
+        print(f"warning: {warning}", flush=True)
     sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
-                  resume=args.resume, data_dir=args.data_dir)
+                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose)
     outcome = sweep.run()
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
-          f"{outcome.errors} error(s)", flush=True)
-    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha)
+          f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
+    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha, outcome.failed)
+    if outcome.failed:
+        print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
+        for label, message in outcome.failed.items():
+            print(f"  {label}: {message}")
     print(f"\nOpen the MLflow UI with:  ndebench ui --tracking-uri {uri}")
-    return 1 if outcome.errors else 0
+    return 1 if outcome.failed else 0
 
 
-def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
+def _report(study: str, uri: str, out: Path, test: str, alpha: float, failed: dict[str, str] | None = None) -> None:
     from ndebench.platform.report import build_report, format_console_table
     from ndebench.platform.tracking import evaluate_runs, log_report_artifacts
 
@@ -76,10 +99,15 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
         raise SystemExit(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     files = build_report(runs, out, study, test=test, alpha=alpha)
     print(format_console_table(runs, test=test, alpha=alpha))
+    if failed:
+        lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
+        lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
+        with files.table_md.open("a") as handle:
+            handle.write("\n".join(lines) + "\n")
     paths = list(files.paths)
     log_report_artifacts(uri, study, paths)
     print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in paths)}) "
-          f"and logged to MLflow run 'report-{study}'")
+          f"and logged to the study's MLflow run")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -172,22 +200,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ndebench {version('ndebench')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a sweep (tune phase, then evaluate phase) and write its report",
-                         description="Validate CONFIG, start or join a Ray cluster, tune each cell with Optuna on "
-                                     "validation data, evaluate the best configs over the seeds on test data, record "
-                                     "every trial in MLflow and write the report.")
+    run = sub.add_parser("run", help="run a sweep (search stages, then evaluate) and write its report",
+                         description="Validate CONFIG, start or join a Ray cluster, run the protocol's search stages "
+                                     "(paper: base, then regularizer; joint: one tune stage), each over all cells in "
+                                     "one Ray Tune run with an Optuna study per cell, evaluate every cell's chosen "
+                                     "config over the seeds on test data, record every trial in MLflow and write the "
+                                     "report. Exit 1 when a cell failed (the others still finish).")
     run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
     _add_tracking(run)
-    run.add_argument("--storage-path", default="ray_results", help="Ray Tune storage folder (default: ./ray_results; "
-                     "shared storage such as NFS or s3:// on a multi-node cluster)")
+    run.add_argument("--storage-path", default="ray_results", help="Ray Tune storage: a folder (default: ./ray_results) "
+                     "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
     run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' or ray://head:10001); default: start a local Ray")
-    run.add_argument("--resume", action="store_true", help="continue a study: reuse finished tune phases and evaluate runs")
+    run.add_argument("--resume", action="store_true", help="continue a study: rerun only failed and unfinished cells, "
+                     "reading finished cells' chosen configs from MLflow")
+    run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
+                     "(always written to a log file under the storage path)")
     run.add_argument("--data-dir", help="data directory (overrides the config's data_dir and $NDEBENCH_DATA_DIR)")
     run.add_argument("--out", default="reports", help="report folder (default: ./reports)")
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
-                              description="Parse and validate CONFIG and print the cells and trial counts it implies.")
+                              description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
+                                          "input, and print the stages, cells and trial counts it implies.")
     validate.add_argument("config")
     validate.set_defaults(func=cmd_validate)
 

@@ -74,12 +74,26 @@ class TrainingConfig:
 
 
 @dataclass(frozen=True)
+class AshaConfig:
+    """ASHA early stopping of a search stage: rungs at ``grace_period * reduction_factor**k`` epochs up to
+    ``max_epochs`` (default: the stage's training epochs)."""
+
+    grace_period: int = 1
+    reduction_factor: int = 4
+    max_epochs: int | None = None
+
+
+@dataclass(frozen=True)
 class TuneConfig:
     num_samples: int = 20
     metric: str = "val_loss"
     mode: str = "min"
     seed: int = 0
     max_concurrent: int | None = None
+    sampler: str = "tpe"
+    n_startup_trials: int = 10
+    scheduler: str = "fifo"
+    asha: AshaConfig = AshaConfig()
 
 
 @dataclass(frozen=True)
@@ -118,6 +132,15 @@ class SweepSpec:
     report: ReportConfig
     data_dir: str | None = None
     source: str | None = None
+    protocol: str = "paper"
+    model_overrides: dict[str, dict[str, Value]] = dataclasses.field(default_factory=dict)
+    base: TuneConfig = TuneConfig()
+    base_epochs: int | None = None
+    variants: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def model_params(self, model: str) -> dict[str, Value]:
+        """The ``model:`` section for ``model``: shared keys with that model's own block merged over them."""
+        return {**self.model, **self.model_overrides.get(model, {})}
 
     def cells(self) -> list[tuple[str, str, str]]:
         return [(m, d, r) for m in self.models for d in self.datasets for r in self.regularizers]
@@ -131,10 +154,10 @@ class SweepSpec:
             "study": self.study, "model": model, "dataset": dataset, "regularizer": regularizer,
             "data_dir": self.data_dir,
         }
-        config.update({f"model.{k}": v for k, v in self.model.items()})
+        config.update({f"model.{k}": v for k, v in self.model_params(model).items()})
         config.update({f"training.{k}": v for k, v in self.training.items()})
         config.update({f"dataset.{k}": v for k, v in self.dataset_options.items()})
-        config.update({f"regularizer.{k}": v for k, v in self.regularizers[regularizer].items()})
+        config.update({f"regularizer.{k}": v for k, v in self.regularizers.get(regularizer, {}).items()})
         solver = self.solver_for(model)
         if solver is not None:
             config.update({f"solver.{k}": v for k, v in dataclasses.asdict(solver).items()})
@@ -143,8 +166,12 @@ class SweepSpec:
 
 TOP_KEYS = {
     "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
-    "solver", "tune", "evaluate", "resources", "report", "data_dir",
+    "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants",
 }
+PROTOCOLS = ("paper", "joint")
+SAMPLERS = ("tpe", "random", "grid")
+SCHEDULERS = ("fifo", "asha")
+VARIANT_MODES = ("grid",)
 MODEL_COMMON = {"hidden_size", "num_layers"}
 
 
@@ -367,16 +394,17 @@ def parse_spec(raw: Any) -> SweepSpec:
     if not datasets:
         raise ConfigError("datasets: name at least one dataset (see `ndebench list datasets`)")
     try:
-        _check_models(models, {k: parse_value(v, f"model.{k}") for k, v in _mapping(raw.get("model"), "model").items()})
+        model_section, model_overrides = _split_model_section(raw.get("model"), models)
+        for name in models:
+            _check_models((name,), {**model_section, **model_overrides.get(name, {})})
         _check_datasets(datasets, models)
     except UnknownNameError as exc:
         raise ConfigError(str(exc)) from None
-    model_section = {k: parse_value(v, f"model.{k}") for k, v in _mapping(raw.get("model"), "model").items()}
     training = {k: parse_value(v, f"training.{k}") for k, v in _mapping(raw.get("training"), "training").items()}
     _check_training(training)
     solvers = _check_solvers(raw.get("solver"))
     regularizers = _check_regularizers(raw.get("regularizers"), models, solvers)
-    tune_cfg = _dataclass_from(TuneConfig, raw.get("tune"), "tune")
+    tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune"), "tune")
     if not (isinstance(tune_cfg.num_samples, int) and tune_cfg.num_samples >= 1):
         raise ConfigError(f"tune.num_samples={tune_cfg.num_samples!r} must be an integer >= 1")
     if tune_cfg.mode not in ("min", "max"):
@@ -396,12 +424,13 @@ def parse_spec(raw: Any) -> SweepSpec:
         raise ConfigError(f"report.test={report.test!r}; valid: student, welch, paired")
     if not 0 < report.alpha < 1:
         raise ConfigError(f"report.alpha={report.alpha!r} must lie in (0, 1)")
-    return SweepSpec(
+    spec = SweepSpec(
         study=study, description=str(raw.get("description", "")), models=models, datasets=datasets,
         regularizers=regularizers, model=model_section, training=training,
         dataset_options=_check_dataset_options(raw.get("dataset_options"), datasets), solver=solvers, tune=tune_cfg,
         evaluate=evaluate, resources=resources, report=report, data_dir=raw.get("data_dir"),
     )
+    return _with_protocol(spec, raw)
 
 
 def searched_keys(config: dict[str, Any]) -> list[str]:
@@ -413,3 +442,88 @@ def config_hash(config: dict[str, Any]) -> str:
     payload = json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+
+
+def _split_model_section(raw: Any, models: tuple[str, ...]) -> tuple[dict[str, Value], dict[str, dict[str, Value]]]:
+    """Shared ``model:`` keys, and per-model blocks (a key naming a registered model maps to its overrides)."""
+    shared, overrides = {}, {}
+    registered = set(list_models())
+    for key, value in _mapping(raw, "model").items():
+        if key in registered:
+            if key not in models:
+                raise ConfigError(f"model.{key}: a block for model {key!r}, which is not in models {list(models)}")
+            block = _mapping(value, f"model.{key}")
+            overrides[key] = {k: parse_value(v, f"model.{key}.{k}") for k, v in block.items()}
+        else:
+            shared[key] = parse_value(value, f"model.{key}")
+    return shared, overrides
+
+
+def _check_search(tune: TuneConfig, where: str) -> TuneConfig:
+    """The sampler, start-up, scheduler and ASHA settings of a search stage (``tune`` or ``base``)."""
+    if tune.sampler not in SAMPLERS:
+        raise ConfigError(f"{where}.sampler={tune.sampler!r}; valid: {', '.join(SAMPLERS)}")
+    if not (isinstance(tune.n_startup_trials, int) and tune.n_startup_trials >= 0):
+        raise ConfigError(f"{where}.n_startup_trials={tune.n_startup_trials!r} must be an integer >= 0")
+    if tune.scheduler not in SCHEDULERS:
+        raise ConfigError(f"{where}.scheduler={tune.scheduler!r}; valid: {', '.join(SCHEDULERS)}")
+    if tune.max_concurrent is not None and not (isinstance(tune.max_concurrent, int) and tune.max_concurrent >= 1):
+        raise ConfigError(f"{where}.max_concurrent={tune.max_concurrent!r} must be null or an integer >= 1 (per cell)")
+    asha = tune.asha if isinstance(tune.asha, AshaConfig) else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha")
+    for key in ("grace_period", "reduction_factor", "max_epochs"):
+        value = getattr(asha, key)
+        low = 2 if key == "reduction_factor" else 1
+        if not (value is None and key == "max_epochs") and not (isinstance(value, int) and value >= low):
+            raise ConfigError(f"{where}.asha.{key}={value!r} must be an integer >= {low}")
+    return dataclasses.replace(tune, asha=asha)
+
+
+def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
+    """``protocol``, the base-stage search settings (``base:``) and the fixed-parameter ``variants``."""
+    protocol = raw.get("protocol", "paper")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"protocol={protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    base_raw = dict(_mapping(raw.get("base"), "base"))
+    if base_raw and protocol != "paper":
+        raise ConfigError("base: the base-stage search settings apply to protocol: paper only")
+    epochs = base_raw.pop("epochs", None)
+    if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
+        raise ConfigError(f"base.epochs={epochs!r} must be an integer >= 1")
+    _unknown(set(base_raw), {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent"}, "base")
+    base = dataclasses.replace(spec.tune, **base_raw)
+    if not (isinstance(base.num_samples, int) and base.num_samples >= 1):
+        raise ConfigError(f"base.num_samples={base.num_samples!r} must be an integer >= 1")
+    base = _check_search(base, "base")
+    variants = dict(_mapping(raw.get("variants"), "variants"))
+    for name, mode in variants.items():
+        if name not in spec.regularizers:
+            raise ConfigError(f"variants.{name}: not one of the sweep's regularizers {list(spec.regularizers)}")
+        if mode not in VARIANT_MODES:
+            raise ConfigError(f"variants.{name}={mode!r}; valid: {', '.join(VARIANT_MODES)}")
+        spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
+        if not spaces or any(v.kind != "choice" for v in spaces.values()):
+            raise ConfigError(f"variants.{name}: expanding needs a categorical grid (lists) of its hyperparameters; "
+                              f"got {spaces or 'nothing searched'}")
+    shared_spaces = [f"{section}.{k}" for section, values in (("model", spec.model), ("training", spec.training))
+                     for k, v in values.items() if isinstance(v, Space)]
+    if variants and protocol == "joint" and shared_spaces:
+        raise ConfigError(f"variants need fixed model/training values under protocol: joint (searched: {shared_spaces}); "
+                          "use protocol: paper, where variants take the base stage's values")
+    out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, variants=variants)
+    _check_grids(out)
+    return out
+
+
+def _check_grids(spec: SweepSpec) -> None:
+    """``sampler: grid`` covers a categorical space exactly; a continuous distribution has no grid."""
+    from ndebench.platform.plan import plan_stages
+
+    for stage in plan_stages(spec):
+        if stage.tune.sampler != "grid":
+            continue
+        for cell in stage.cells:
+            continuous = [k for k, v in cell.space.items() if v.kind != "choice"]
+            if continuous:
+                where = "base.sampler" if stage.name == "base" and spec.base.sampler != spec.tune.sampler else "tune.sampler"
+                raise ConfigError(f"{where}=grid but {cell.label} searches continuous {continuous}; "
+                                  "give them as lists of values or use sampler tpe/random")

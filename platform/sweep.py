@@ -1,63 +1,73 @@
-"""The sweep driver: per cell a seeded Optuna search on validation data, then the best config over seeds.
+"""The sweep driver: the stages of :mod:`ndebench.platform.plan`, each one Ray Tune run over all its cells.
 
-Phase ``tune`` runs a Ray Tune ``Tuner`` with ``OptunaSearch`` (a seeded ``TPESampler``) over a cell's
-searched hyperparameters at seed 0, minimising (or maximising) a validation metric. Phase ``evaluate`` runs
-the best config of every cell for every evaluation seed in one grid, reporting test metrics. Every trial is
-one MLflow run. ``resume`` skips what is already recorded: a cell whose best config is stored, and evaluate
-runs whose config hash finished.
+Search stages (``base``, ``tune``) run every cell's trials in one ``Tuner`` through
+:class:`~ndebench.platform.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
+per cell. ``evaluate`` runs the chosen config of every cell for every seed in one grid. MLflow: a study run,
+one run per (cell, stage) under it, every trial run under its cell run. A cell whose search or evaluation
+yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns only failed and
+unfinished cells, reading every finished cell's chosen config back from MLflow.
 """
 from __future__ import annotations
 
 import json
-import sys
-import traceback
-from dataclasses import dataclass
+import logging
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ndebench.datasets.check import dataset_status
 from ndebench.datasets.files import resolve_data_dir
-from ndebench.platform.config import Space, SweepSpec, config_hash, searched_keys
-from ndebench.platform.tracking import TrialRecorder, ensure_experiment, finished_hashes, search
+from ndebench.platform.config import Space, SweepSpec, config_hash
+from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
+from ndebench.platform.storage import Storage
+from ndebench.platform.tracking import (
+    TAG, TrialRecorder, cell_run, cell_states, ensure_experiment, evaluate_runs, finish_cell, finished_hashes,
+    search, study_run,
+)
 from ndebench.platform.trial import TrialSpec, run_trial
 
 Printer = Callable[[str], None]
+TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
 
 
 def _print(message: str) -> None:
     print(f"[ndebench] {message}", flush=True)
 
 
-def cell_slug(model: str, dataset: str, regularizer: str) -> str:
-    return f"{model}__{dataset.replace('/', '-')}__{regularizer}"
-
-
 def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
-    return {
+    tags = {
         "study": config["study"], "phase": phase, "model": config["model"], "dataset": config["dataset"],
-        "regularizer": config["regularizer"], "seed": str(config.get("seed", 0)),
+        "regularizer": config["regularizer"], "seed": str(config.get("seed", 0)), "cell": config["cell"],
     }
+    if config.get("variant"):
+        tags["variant"] = config["variant"]
+    return tags
 
 
-def trainable(config: dict[str, Any], *, tracking_uri: str, evaluate_configs: dict[str, dict[str, Any]] | None = None) -> None:
-    """Ray Tune function trainable: one trial, one MLflow run, per-epoch ``tune.report``.
+def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
+              evaluate_configs: dict[str, dict[str, Any]] | None = None) -> None:
+    """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
 
-    Tune-phase trials get their flat config from the searcher; evaluate-phase trials get a short key
-    ``<cell>#<seed>`` (which keeps Ray's progress tables readable) into ``evaluate_configs``.
+    Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>``
+    into ``evaluate_configs``. Every report carries ``status`` (``running`` until the final one) and the
+    MLflow ``run_id``, so the driver can mark a trial the scheduler stopped.
     """
     from ray import tune
 
     config = dict(evaluate_configs[config["trial"]] if "trial" in config else config)
     phase = config["phase"]
-    digest = config_hash(config)
-    recorder = TrialRecorder(tracking_uri, config["study"], config, digest, trial_tags(config, phase))
+    recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config), trial_tags(config, phase),
+                             parent_run_id=parents.get(config["cell"]))
     epoch = 0
 
     def on_epoch(record: dict[str, float]) -> None:
         nonlocal epoch
         epoch += 1
         recorder.log_metrics(record, step=epoch)
-        tune.report(dict(record, status="running"))
+        tune.report(dict(record, epoch=epoch, status="running", run_id=recorder.run_id))
 
     try:
         result = run_trial(TrialSpec.from_flat(config), on_epoch=on_epoch, evaluate_test=phase == "evaluate")
@@ -72,16 +82,26 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, evaluate_configs: di
     artifacts = {"calibration.json": result.calibration} if result.calibration else {}
     recorder.finish(result.status, final, tags, artifacts)
     val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
-    tune.report({**final, "val_loss": val_loss, "status": result.status})
+    tune.report({**final, "val_loss": val_loss, "status": result.status, "message": result.message,
+                 "run_id": recorder.run_id})
+
+
+def decode(space: Space, text: str) -> Any:
+    """A chosen value read back from an MLflow param (a string) as the type its search space gives."""
+    if space.kind == "choice":
+        return next(v for v in space.args if str(v) == text)
+    return int(text) if space.kind == "randint" else float(text)
 
 
 @dataclass
 class SweepOutcome:
     study: str
-    best_configs: dict[str, dict[str, Any]]
+    chosen: dict[str, dict[str, Any]]
     evaluated: int
     skipped: int
     errors: int
+    failed: dict[str, str] = field(default_factory=dict)
+    log_file: str | None = None
 
 
 class Sweep:
@@ -97,13 +117,17 @@ class Sweep:
         resume: bool = False,
         data_dir: str | None = None,
         printer: Printer = _print,
+        verbose: bool = False,
+        progress_every_s: float = 60.0,
     ):
         self.spec, self.tracking_uri, self.address, self.resume = spec, tracking_uri, address, resume
-        self.storage = Path(storage_path).resolve()
+        self.storage = Storage(storage_path)
         # Resolved on the driver (flag > config > $NDEBENCH_DATA_DIR > ./data) and made absolute, since
         # Ray trials run in their own working directories, possibly on other nodes.
         self.data_dir = str(resolve_data_dir(data_dir or spec.data_dir).resolve())
-        self.say = printer
+        self.say, self.verbose, self.progress_every_s = printer, verbose, progress_every_s
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.failed: dict[str, str] = {}
 
     def preflight(self) -> None:
         """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
@@ -113,21 +137,27 @@ class Sweep:
         if missing:
             raise FileNotFoundError("\n".join(missing))
         recorded = search(self.tracking_uri, self.spec.study)
-        study_dir = self.storage / self.spec.study
-        if (recorded or study_dir.exists()) and not self.resume:
+        if (recorded or self.storage.exists(self.spec.study)) and not self.resume:
             raise RuntimeError(
                 f"study {self.spec.study!r} already has {len(recorded)} MLflow run(s) in {self.tracking_uri} "
-                f"and/or results in {study_dir}; pass --resume to continue it, or choose a new study name"
+                f"and/or results in {self.storage.display(self.spec.study)}; pass --resume to continue it, "
+                "or choose a new study name"
             )
 
     def _start_ray(self) -> dict[str, float]:
         import ray
 
+        logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+            lambda record: TOKEN_WARNING not in record.getMessage())
+        self._driver_log = Path(tempfile.mkdtemp(prefix="ndebench-")) / "driver.log"
+        self._driver_handler = logging.FileHandler(self._driver_log)
+        self._driver_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("ray").addHandler(self._driver_handler)
         if not ray.is_initialized():
             if self.address:
-                ray.init(address=self.address, log_to_driver=True)
+                ray.init(address=self.address, log_to_driver=self.verbose)
             else:
-                ray.init(include_dashboard=False, object_store_memory=256 * 1024**2)
+                ray.init(include_dashboard=False, object_store_memory=256 * 1024**2, log_to_driver=self.verbose)
         resources = ray.cluster_resources()
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
         return resources
@@ -140,108 +170,260 @@ class Sweep:
             self.say(f"resources.gpu={res.gpu:g} requested but the cluster has no GPU: trials run on CPU")
         self._device = "cuda" if self._gpu > 0 else "cpu"
 
-    def _trainable(self, evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
-        from ray import tune
-
-        fn = tune.with_parameters(trainable, tracking_uri=self.tracking_uri, evaluate_configs=evaluate_configs)
-        return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self._gpu})
-
-    def _resolved_base(self, cell: tuple[str, str, str]) -> dict[str, Any]:
-        config = self.spec.base_config(*cell)
-        config["data_dir"] = self.data_dir
-        config["device"] = self._device
+    def _resolve(self, config: dict[str, Any]) -> dict[str, Any]:
+        config = dict(config, data_dir=self.data_dir, device=self._device)
         config.setdefault("training.threads", max(1, int(self.spec.resources.cpu)))
         return config
 
-    def _run_config(self, name: str) -> Any:
+    def _trainable(self, parents: dict[str, str], evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
         from ray import tune
 
-        return tune.RunConfig(
-            name=name, storage_path=str(self.storage), verbose=1,
+        fn = tune.with_parameters(trainable, tracking_uri=self.tracking_uri, parents=parents,
+                                  evaluate_configs=evaluate_configs)
+        return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self._gpu})
+
+    def _fit(self, stage: str, fn: Any, tune_config: Any, param_space: dict[str, Any], callbacks: list[Any]) -> Any:
+        """One Ray Tune run; Ray's console output goes to the sweep's log file unless ``verbose``."""
+        from ray import tune
+
+        run_config = tune.RunConfig(
+            name=f"{self.spec.study}/{stage}-{self.stamp}", storage_path=self.storage.root,
+            storage_filesystem=self.storage.fs, verbose=2 if self.verbose else 0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=0),
         )
+        ray_logger = logging.getLogger("ray")
+        consoles = [h for h in ray_logger.handlers if not isinstance(h, logging.FileHandler)]
+        levels = [h.level for h in consoles]
+        if not self.verbose:
+            for handler in consoles:
+                handler.setLevel(logging.CRITICAL)
+        try:
+            return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config).fit()
+        finally:
+            for handler, level in zip(consoles, levels):
+                handler.setLevel(level)
 
-    def _tune_cell(self, cell: tuple[str, str, str], fn: Any) -> dict[str, Any]:
-        from optuna.samplers import TPESampler
+    def _cell_tags(self, cell: Cell) -> dict[str, str]:
+        tags = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer}
+        return tags | ({"variant": cell.variant} if cell.variant else {})
+
+    def _search_stage(self, stage: Stage) -> dict[str, dict[str, Any]]:
+        """Run one search stage over its cells with something to search; return the chosen values per cell
+        (searched keys only). Failed cells go to ``self.failed``; finished ones are read from MLflow."""
         from ray import tune
-        from ray.tune.search.optuna import OptunaSearch
 
-        base = self._resolved_base(cell)
-        slug = cell_slug(*cell)
-        best_file = self.storage / self.spec.study / slug / "best_config.json"
-        keys = searched_keys(base)
-        if not keys:
-            self.say(f"{slug}: nothing to search, evaluating its fixed config")
-            return {k: v for k, v in base.items()}
-        if self.resume and best_file.exists():
-            self.say(f"{slug}: tune phase already done, reusing {best_file}")
-            return json.loads(best_file.read_text())
-        space = {k: (v.to_tune() if isinstance(v, Space) else v) for k, v in base.items()}
-        space.update(phase="tune", seed=0)
-        tc = self.spec.tune
-        name = f"{self.spec.study}/{slug}/tune"
-        path = str(self.storage / name)
-        self.say(f"{slug}: tuning {', '.join(keys)} with Optuna TPE ({tc.num_samples} trials, {tc.metric} {tc.mode})")
-        if self.resume and tune.Tuner.can_restore(path):
-            tuner = tune.Tuner.restore(path, fn, resume_unfinished=True, resume_errored=True)
-        else:
-            searcher = OptunaSearch(metric=tc.metric, mode=tc.mode, sampler=TPESampler(seed=tc.seed))
-            tuner = tune.Tuner(
-                fn, param_space=space,
-                tune_config=tune.TuneConfig(
-                    search_alg=searcher, num_samples=tc.num_samples, max_concurrent_trials=tc.max_concurrent,
-                    trial_dirname_creator=lambda trial: trial.trial_id,
-                ),
-                run_config=self._run_config(name),
-            )
-        grid = tuner.fit()
-        ok = [r for r in grid if r.metrics and r.metrics.get("status") == "ok" and r.metrics.get(tc.metric) is not None]
-        if not ok:
-            raise RuntimeError(f"{slug}: no tune trial finished ok; see the errors above and the MLflow runs")
-        pick = min if tc.mode == "min" else max
-        best = pick(ok, key=lambda r: r.metrics[tc.metric])
-        chosen = {k: best.config[k] for k in base}
-        best_file.parent.mkdir(parents=True, exist_ok=True)
-        best_file.write_text(json.dumps(chosen, indent=2, sort_keys=True))
-        self.say(f"{slug}: best {tc.metric}={best.metrics[tc.metric]:.4f} with " + ", ".join(f"{k}={chosen[k]}" for k in keys))
+        from ndebench.platform.progress import MarkStopped, StageProgress
+        from ndebench.platform.searcher import CellSearcher, PerCellASHA
+
+        chosen = {c.key: {} for c in stage.cells if c.budget == 0}
+        states = cell_states(self.tracking_uri, self.spec.study, stage.name) if self.resume else {}
+        todo = set()
+        for search in stage.cells:
+            state = states.get(search.key)
+            if search.budget and state is not None and state.data.tags.get(f"{TAG}status") == "done":
+                chosen[search.key] = {k: decode(v, state.data.params[k]) for k, v in search.space.items()}
+            elif search.budget:
+                todo.add(search.key)
+        run = stage_for_cells(stage, todo)
+        if not run.cells:
+            if todo or any(c.budget for c in stage.cells):
+                self.say(f"stage {stage.name}: every cell already done, chosen configs read from MLflow")
+            return chosen
+        tc = stage.tune
+        sampler = {"tpe": f"Optuna TPE ({tc.n_startup_trials} random start-up trials)", "random": "random search",
+                   "grid": "the full grid"}[tc.sampler]
+        self.say(f"stage {stage.name}: {run.trials} trial(s) over {len(run.cells)} cell(s), {sampler}, "
+                 f"{tc.metric} {tc.mode}" + (", ASHA early stopping" if tc.scheduler == "asha" else ""))
+        parents = {c.key: cell_run(self.tracking_uri, self.spec.study, self.study_run_id, stage.name, c.key,
+                                   self._cell_tags(c.cell)) for c in run.cells}
+        resolved = [type(c)(c.cell, self._resolve(c.template), c.space, c.budget) for c in run.cells]
+        searcher = CellSearcher(stage.name, resolved, tc)
+        scheduler = None
+        if tc.scheduler == "asha":
+            scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha, {c.key: c.template["training.epochs"] for c in run.cells})
+        progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
+                                 tc.metric, tc.mode, self.say, self.progress_every_s)
+        grid = self._fit(stage.name, self._trainable(parents), tune.TuneConfig(
+            search_alg=searcher, scheduler=scheduler, num_samples=searcher.total,
+            trial_dirname_creator=lambda trial: trial.trial_id,
+        ), {}, [progress, MarkStopped(self.tracking_uri)])
+        by_cell: dict[str, list[Any]] = {c.key: [] for c in run.cells}
+        for result in grid:
+            if result.config and result.config.get("cell") in by_cell:
+                by_cell[result.config["cell"]].append(result)
+        for search in run.cells:
+            results = by_cell[search.key]
+            ok = [r for r in results if self._usable(r, tc.metric)]
+            if not ok:
+                self._fail(search.key, search.label, parents[search.key], stage.name, results)
+                continue
+            pick = min if tc.mode == "min" else max
+            best = pick(ok, key=lambda r: r.metrics[tc.metric])
+            chosen[search.key] = {k: best.config[k] for k in search.space}
+            finish_cell(self.tracking_uri, parents[search.key], "done", params=chosen[search.key], metrics={
+                f"best_{tc.metric}": best.metrics[tc.metric], "n_trials": len(results), "n_ok": len(ok)})
         return chosen
 
-    def run(self) -> SweepOutcome:
-        """Preflight, start Ray, tune every cell, evaluate every best config over the seeds."""
+    @staticmethod
+    def _usable(result: Any, metric: str) -> bool:
+        value = (result.metrics or {}).get(metric)
+        return (result.metrics or {}).get("status") == "ok" and value is not None and math.isfinite(value)
+
+    def _fail(self, key: str, label: str, run_id: str, stage: str, results: list[Any]) -> None:
+        """Record a cell with no usable trial: the first error message, on its cell run and in the outcome."""
+        messages = [str(r.error).strip().splitlines()[-1] if r.error else (r.metrics or {}).get("message", "")
+                    for r in results]
+        statuses = {(r.metrics or {}).get("status", "error") for r in results}
+        first = next((m for m in messages if m), f"no trial finished ok (statuses: {', '.join(sorted(statuses))})")
+        message = f"{stage}: {first}"
+        self.failed[key] = message
+        finish_cell(self.tracking_uri, run_id, "failed", error=message)
+        self.say(f"  FAILED {label}: {message}")
+
+    def _final_configs(self, cells: list[Cell], base: dict[str, dict[str, Any]],
+                       tuned: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The evaluated config of every cell: its template, the base stage's values (paper), its own search."""
+        out = {}
+        for cell in cells:
+            pair_key = Cell(cell.model, cell.dataset, "none").key
+            if cell.key in self.failed:
+                continue
+            if self.spec.protocol == "paper" and pair_key in self.failed:
+                self.failed[cell.key] = f"base stage of {cell.model} x {cell.dataset} failed: {self.failed[pair_key]}"
+                continue
+            config = cell_template(self.spec, cell)
+            if self.spec.protocol == "paper":
+                config.update(base.get(pair_key, {}))
+            config.update(tuned.get(cell.key, {}))
+            out[cell.key] = self._resolve(config)
+        return out
+
+    def _evaluate(self, cells: list[Cell], configs: dict[str, dict[str, Any]]) -> tuple[int, int]:
+        """Every unfinished cell's config over the seeds in one grid, then per-cell aggregates in MLflow."""
         from ray import tune
 
-        self.preflight()
-        ensure_experiment(self.tracking_uri, self.spec.study)
-        resources = self._start_ray()
-        self._place(resources.get("GPU", 0.0))
-        fn = self._trainable()
-        cells = self.spec.cells()
-        best: dict[str, dict[str, Any]] = {}
-        for i, cell in enumerate(cells, 1):
-            self.say(f"cell {i}/{len(cells)}: model={cell[0]} dataset={cell[1]} regularizer={cell[2]}")
-            best[cell_slug(*cell)] = self._tune_cell(cell, fn)
+        from ndebench.platform.progress import StageProgress
+
+        states = cell_states(self.tracking_uri, self.spec.study, "evaluate") if self.resume else {}
+        by_key = {c.key: c for c in cells}
+        parents = {}
+        for cell in cells:
+            state = states.get(cell.key)
+            if state is not None and state.data.tags.get(f"{TAG}status") == "done":
+                continue
+            run_id = cell_run(self.tracking_uri, self.spec.study, self.study_run_id, "evaluate", cell.key,
+                              self._cell_tags(cell))
+            if cell.key in self.failed:
+                finish_cell(self.tracking_uri, run_id, "failed", error=self.failed[cell.key])
+            else:
+                parents[cell.key] = run_id
         done = finished_hashes(self.tracking_uri, self.spec.study, "evaluate") if self.resume else set()
-        configs, skipped = {}, 0
-        for slug, chosen in best.items():
+        trials, skipped = {}, 0
+        for key in parents:
             for seed in self.spec.evaluate.seeds:
-                config = dict(chosen, phase="evaluate", seed=seed)
+                config = dict(configs[key], phase="evaluate", seed=seed)
                 if config_hash(config) in done:
                     skipped += 1
                 else:
-                    configs[f"{slug}#{seed}"] = config
-        self.say(f"evaluate phase: {len(configs)} trial(s) over seeds {list(self.spec.evaluate.seeds)}"
-                 + (f", {skipped} already recorded" if skipped else ""))
-        errors = 0
-        if configs:
-            tuner = tune.Tuner(
-                self._trainable(configs), param_space={"trial": tune.grid_search(list(configs))},
-                tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: trial.trial_id),
-                run_config=self._run_config(f"{self.spec.study}/evaluate-{len(done)}"),
-            )
-            grid = tuner.fit()
-            errors = len(grid.errors)
-            if errors:
-                self.say(f"{errors} evaluate trial(s) raised errors; their MLflow runs carry ndebench.status=error")
-                for err in grid.errors[:3]:
-                    print("".join(traceback.format_exception_only(type(err), err)), file=sys.stderr)
-        return SweepOutcome(self.spec.study, best, len(configs), skipped, errors)
+                    trials[f"{key}#{seed}"] = config
+        self.say(f"stage evaluate: {len(trials)} trial(s) over {len(parents)} cell(s), seeds "
+                 f"{list(self.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
+        results: dict[str, list[Any]] = {k: [] for k in parents}
+        if trials:
+            budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
+            progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
+                                     self.say, self.progress_every_s)
+            grid = self._fit("evaluate", self._trainable(parents, trials), tune.TuneConfig(
+                trial_dirname_creator=lambda trial: trial.trial_id), {"trial": tune.grid_search(list(trials))},
+                [progress])
+            for result in grid:
+                if result.config:
+                    results[result.config["trial"].split("#")[0]].append(result)
+        self._aggregate(parents, by_key, results)
+        return len(trials), skipped
+
+    def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell], results: dict[str, list[Any]]) -> None:
+        """Cell-run metrics ``mean_<m>``, ``std_<m>``, ``n`` and ``p_value_vs_none`` (primary metric)."""
+        from ndebench.platform.report import primary_metrics
+        from ndebench.platform.stats import compare_to_baseline, summarize_cells
+
+        runs = evaluate_runs(self.tracking_uri, self.spec.study, with_calibration=False, variants=True)
+        if runs.empty:
+            runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "status", "seed"])
+        runs = runs.assign(regularizer=[v or r for v, r in zip(runs["variant"], runs["regularizer"])])
+        metrics = [c for c in runs.columns if c.startswith("test_")]
+        primary = primary_metrics(runs) if len(runs) else {}
+        for key, run_id in parents.items():
+            cell = cells[key]
+            name = cell.variant or cell.regularizer
+            mine = runs[(runs.model == cell.model) & (runs.dataset == cell.dataset) & (runs.regularizer == name)
+                        & runs.status.isin(["ok", "diverged", "error"])]
+            if not (mine["status"] == "ok").any():
+                self._fail(key, cell.label, run_id, "evaluate", results.get(key, []))
+                continue
+            values: dict[str, float] = {"n": float((mine["status"] == "ok").sum())}
+            for metric in metrics:
+                row = summarize_cells(mine, metric).iloc[0]
+                if row["n"]:
+                    values[f"mean_{metric}"], values[f"std_{metric}"] = row["mean"], row["std"]
+            metric = primary.get(cell.dataset)
+            if name != "none" and metric:
+                pair = runs[(runs.model == cell.model) & (runs.dataset == cell.dataset)
+                            & runs.regularizer.isin([name, "none"])]
+                tests = compare_to_baseline(pair, metric, test=self.spec.report.test)
+                if len(tests):
+                    values["p_value_vs_none"] = float(tests["p"].iloc[0])
+            params = {k: v for k, v in sorted(self._evaluated[key].items()) if k not in ("data_dir", "device")}
+            finish_cell(self.tracking_uri, run_id, "done", params=params,
+                        metrics={k: v for k, v in values.items() if v is not None and math.isfinite(v)})
+
+    def _study_params(self) -> dict[str, Any]:
+        spec = self.spec
+        params = {"protocol": spec.protocol, "evaluate.seeds": json.dumps(list(spec.evaluate.seeds)),
+                  "tune.sampler": spec.tune.sampler, "tune.num_samples": spec.tune.num_samples,
+                  "tune.scheduler": spec.tune.scheduler, "tune.metric": spec.tune.metric,
+                  "models": json.dumps(list(spec.models)), "datasets": json.dumps(list(spec.datasets)),
+                  "regularizers": json.dumps(list(spec.regularizers))}
+        if spec.protocol == "paper":
+            params.update({"base.sampler": spec.base.sampler, "base.num_samples": spec.base.num_samples,
+                           "base.scheduler": spec.base.scheduler, "base.epochs": spec.base_epochs})
+        return params
+
+    def _write_log(self) -> str:
+        """Ray's full output of this sweep (driver log and the workers' logs) in a file under the storage path."""
+        import ray
+
+        logging.getLogger("ray").removeHandler(self._driver_handler)
+        self._driver_handler.close()
+        node = getattr(ray._private.worker, "_global_node", None)
+        paths = [self._driver_log] + (sorted(Path(node.get_logs_dir_path()).glob("*")) if node is not None else [])
+        chunks = []
+        for path in paths:
+            if path.is_file() and path.suffix in (".out", ".err", ".log") and path.stat().st_size:
+                chunks.append(f"===== {path.name} =====\n{path.read_text(errors='replace')}")
+        return self.storage.write_bytes("\n".join(chunks).encode(), self.spec.study, f"ray-{self.stamp}.log")
+
+    def run(self) -> SweepOutcome:
+        """Preflight, start Ray, run the search stages of the protocol, evaluate every cell over the seeds."""
+        self.preflight()
+        ensure_experiment(self.tracking_uri, self.spec.study)
+        source = Path(self.spec.source).read_text() if self.spec.source else None
+        self.study_run_id = study_run(self.tracking_uri, self.spec.study, description=self.spec.description,
+                                      params=self._study_params(), yaml_text=source)
+        resources = self._start_ray()
+        self._place(resources.get("GPU", 0.0))
+        self.failed = {}
+        base: dict[str, dict[str, Any]] = {}
+        if self.spec.protocol == "paper":
+            base = self._search_stage(base_stage(self.spec))
+        frozen = {(c.model, c.dataset): base[c.key] for c in (Cell(m, d, "none") for m in self.spec.models
+                                                            for d in self.spec.datasets) if c.key in base}
+        stage = tune_stage(self.spec, frozen)
+        failed_pairs = {c.cell.pair for c in stage.cells if Cell(*c.cell.pair, "none").key in self.failed}
+        tuned = self._search_stage(stage_for_cells(stage, {c.key for c in stage.cells if c.cell.pair not in failed_pairs}))
+        cells = sweep_cells(self.spec)
+        self._evaluated = self._final_configs(cells, base, tuned)
+        evaluated, skipped = self._evaluate(cells, self._evaluated)
+        failed = {c.label: self.failed[c.key] for c in cells if c.key in self.failed}
+        log_file = self._write_log()
+        return SweepOutcome(self.spec.study, self._evaluated, evaluated, skipped, len(failed), failed, log_file)

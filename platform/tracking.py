@@ -10,6 +10,7 @@ from typing import Any, Callable, TypeVar
 import pandas as pd
 
 TAG = "ndebench."
+PARENT = "mlflow.parentRunId"
 FINISHED_STATUSES = ("ok", "diverged")
 T = TypeVar("T")
 
@@ -90,12 +91,16 @@ class TrialRecorder:
     MLflow run instead of adding a duplicate.
     """
 
-    def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str]):
+    def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
+                 parent_run_id: str | None = None):
         from mlflow.entities import Param, RunTag
 
         self.client = client(uri)
         experiment_id = ensure_experiment(uri, study)
-        all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash, f"{TAG}status": "running"}
+        all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash, f"{TAG}status": "running",
+                                                                     f"{TAG}kind": "trial"}
+        if parent_run_id:
+            all_tags[PARENT] = parent_run_id
         existing = [
             r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' and tags.`{TAG}phase` = '{tags['phase']}'")
             if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
@@ -132,20 +137,24 @@ class TrialRecorder:
 
 
 def finished_hashes(uri: str, study: str, phase: str) -> set[str]:
-    """Config hashes of the study's runs in ``phase`` that finished (``ok`` or ``diverged``)."""
-    runs = search(uri, study, f"tags.`{TAG}phase` = '{phase}'")
+    """Config hashes of the study's trial runs in ``phase`` that finished (``ok`` or ``diverged``)."""
+    runs = search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'")
     return {r.data.tags.get(f"{TAG}config_hash") for r in runs if r.data.tags.get(f"{TAG}status") in FINISHED_STATUSES}
 
 
-def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True) -> pd.DataFrame:
-    """One row per evaluate-phase run: identity tags, status, protocol, ``test_*`` metrics, calibration bins."""
+def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False) -> pd.DataFrame:
+    """One row per evaluate-phase trial run: identity tags, status, protocol, ``test_*`` metrics, calibration
+    bins. Runs of fixed-parameter variant cells (column ``variant``) only with ``variants=True``."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
     mlflow_client = client(uri)
     for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
         tags = run.data.tags
+        if tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants):
+            continue
         row: dict[str, Any] = {
+            "variant": tags.get(f"{TAG}variant", ""),
             "run_id": run.info.run_id,
             "study": study,
             **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "status", "config_hash")},
@@ -174,7 +183,7 @@ def log_report_artifacts(uri: str, study: str, files: list[Path]) -> str:
     """Log report files as artifacts of the study's ``report`` run (one per study, replaced files overwrite)."""
     mlflow_client = client(uri)
     experiment_id = ensure_experiment(uri, study)
-    existing = search(uri, study, f"tags.`{TAG}phase` = 'report'")
+    existing = search(uri, study, f"tags.`{TAG}kind` = 'study'") or search(uri, study, f"tags.`{TAG}phase` = 'report'")
     if existing:
         run_id = existing[0].info.run_id
     else:
@@ -185,3 +194,76 @@ def log_report_artifacts(uri: str, study: str, files: list[Path]) -> str:
     for path in files:
         mlflow_client.log_artifact(run_id, str(path), "report")
     return run_id
+
+
+def _tagged(uri: str, study: str, tags: dict[str, str]) -> list[Any]:
+    return search(uri, study, " and ".join(f"tags.`{TAG}{k}` = '{v}'" for k, v in tags.items()))
+
+
+def study_run(uri: str, study: str, *, description: str, params: dict[str, Any], yaml_text: str | None) -> str:
+    """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
+    description as its note, the protocol settings as params. Created once; a resumed sweep reuses it."""
+    from mlflow.entities import Param
+
+    existing = _tagged(uri, study, {"kind": "study"})
+    if existing:
+        return existing[0].info.run_id
+    mlflow_client = client(uri)
+    tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study}
+    run_id = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=tags, run_name=study)).info.run_id
+    _retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
+    if yaml_text is not None:
+        mlflow_client.log_text(run_id, yaml_text, "sweep.yaml")
+    return run_id
+
+
+def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict[str, str]) -> str:
+    """The parent run of one cell in one stage (``ndebench.kind=cell``, child of the study run). A resumed
+    sweep reuses it, resetting a ``failed`` status to ``running``."""
+    from mlflow.entities import RunTag
+
+    mlflow_client = client(uri)
+    existing = _tagged(uri, study, {"kind": "cell", "phase": phase, "cell": key})
+    if existing:
+        run_id = existing[0].info.run_id
+        _retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
+        if f"{TAG}error" in existing[0].data.tags:
+            mlflow_client.delete_tag(run_id, f"{TAG}error")
+        _retry(lambda: mlflow_client.log_batch(run_id, tags=[RunTag(f"{TAG}status", "running")]))
+        return run_id
+    all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {
+        f"{TAG}kind": "cell", f"{TAG}phase": phase, f"{TAG}cell": key, f"{TAG}study": study,
+        f"{TAG}status": "running", PARENT: parent,
+    }
+    run = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags, run_name=f"{phase}-{key}"))
+    return run.info.run_id
+
+
+def finish_cell(uri: str, run_id: str, status: str, *, params: dict[str, Any] | None = None,
+                metrics: dict[str, float] | None = None, error: str | None = None) -> None:
+    """End a cell run: ``status`` ``done`` (with the chosen config as params and the metrics) or ``failed``
+    (with ``ndebench.error``, the first error message)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    mlflow_client = client(uri)
+    now = int(time.time() * 1000)
+    tags = [RunTag(f"{TAG}status", status)] + ([RunTag(f"{TAG}error", error[:4000])] if error else [])
+    _retry(lambda: mlflow_client.log_batch(
+        run_id, tags=tags, params=[Param(k, str(v)) for k, v in sorted((params or {}).items())],
+        metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+    ))
+    _retry(lambda: mlflow_client.set_terminated(run_id, "FINISHED" if status == "done" else "FAILED"))
+
+
+def cell_states(uri: str, study: str, phase: str) -> dict[str, Any]:
+    """The study's cell runs of ``phase`` by cell key (each with its tags and params)."""
+    return {r.data.tags[f"{TAG}cell"]: r for r in _tagged(uri, study, {"kind": "cell", "phase": phase})}
+
+
+def mark_stopped(uri: str, run_id: str) -> None:
+    """A trial the scheduler stopped early: ``ndebench.status=stopped``, run KILLED."""
+    from mlflow.entities import RunTag
+
+    mlflow_client = client(uri)
+    _retry(lambda: mlflow_client.log_batch(run_id, tags=[RunTag(f"{TAG}status", "stopped")]))
+    _retry(lambda: mlflow_client.set_terminated(run_id, "KILLED"))

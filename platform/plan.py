@@ -1,0 +1,152 @@
+"""The stages of a sweep and the cells each one searches, derived from a :class:`SweepSpec` alone.
+
+``protocol: paper`` (the paper's Section 4 / App. E): stage ``base`` searches the ``model.*`` and
+``training.*`` hyperparameters per (model, dataset) on the unregularized model; stage ``tune`` (the
+regularizer stage) searches each regularizer's own hyperparameters on that frozen base config; ``evaluate``
+runs the best config of every cell over the seeds. ``protocol: joint``: stage ``tune`` searches everything
+per cell. Fixed-parameter variants (``variants: {name: grid}``) are cells that skip every search.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ndebench.platform.config import Space, SweepSpec, TuneConfig
+
+SHARED_PREFIXES = ("model.", "training.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """(model, dataset, regularizer), optionally a labelled fixed-parameter ``variant`` of the regularizer."""
+
+    model: str
+    dataset: str
+    regularizer: str
+    variant: str | None = None
+    fixed: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}__{self.dataset.replace('/', '-')}__{self.variant or self.regularizer}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} x {self.dataset} x {self.variant or self.regularizer}"
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return self.model, self.dataset
+
+
+@dataclass(frozen=True)
+class CellSearch:
+    """One cell's search in a stage: the flat ``template`` config (fixed values and :class:`Space` s), the
+    searched ``space`` and the number of trials ``budget`` (the grid size under ``sampler: grid``)."""
+
+    cell: Cell
+    template: dict[str, Any]
+    space: dict[str, Space]
+    budget: int
+
+    @property
+    def key(self) -> str:
+        return self.cell.key
+
+    @property
+    def label(self) -> str:
+        return self.cell.label
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    tune: TuneConfig
+    cells: list[CellSearch] = field(default_factory=list)
+
+    @property
+    def trials(self) -> int:
+        return sum(c.budget for c in self.cells)
+
+
+def variant_label(regularizer: str, params: dict[str, Any]) -> str:
+    return f"{regularizer}[{','.join(f'{k}={v}' for k, v in params.items())}]"
+
+
+def sweep_cells(spec: SweepSpec) -> list[Cell]:
+    """Every cell evaluated over the seeds: models x datasets x regularizers, then the variant cells."""
+    cells = [Cell(m, d, r) for m, d, r in spec.cells()]
+    for name in spec.variants:
+        spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
+        for values in itertools.product(*(s.args for s in spaces.values())):
+            point = dict(zip(spaces, values))
+            cells += [Cell(m, d, name, variant_label(name, point), tuple(point.items()))
+                      for m in spec.models for d in spec.datasets]
+    return cells
+
+
+def cell_template(spec: SweepSpec, cell: Cell) -> dict[str, Any]:
+    """The flat trial config of a cell with its variant's fixed regularizer values applied."""
+    config = spec.base_config(cell.model, cell.dataset, cell.regularizer)
+    config.update({f"regularizer.{k}": v for k, v in cell.fixed})
+    config["cell"] = cell.key
+    if cell.variant:
+        config["variant"] = cell.variant
+    return config
+
+
+def budget(space: dict[str, Space], tune: TuneConfig) -> int:
+    if not space:
+        return 0
+    if tune.sampler == "grid":
+        return math.prod(len(s.args) for s in space.values())
+    return tune.num_samples
+
+
+def _search(cell: Cell, template: dict[str, Any], keys: list[str], tune: TuneConfig) -> CellSearch:
+    space = {k: template[k] for k in keys if isinstance(template[k], Space)}
+    return CellSearch(cell, template, space, budget(space, tune))
+
+
+def base_stage(spec: SweepSpec) -> Stage:
+    """Paper protocol, stage 1: per (model, dataset), ``model.*``/``training.*`` on the unregularized model."""
+    searches = []
+    for model, dataset in itertools.product(spec.models, spec.datasets):
+        cell = Cell(model, dataset, "none")
+        template = cell_template(spec, cell)
+        template["cell"] = f"{cell.key}"
+        if spec.base_epochs is not None:
+            template["training.epochs"] = spec.base_epochs
+        keys = [k for k in template if k.startswith(SHARED_PREFIXES)]
+        searches.append(_search(cell, template, keys, spec.base))
+    return Stage("base", spec.base, searches)
+
+
+def tune_stage(spec: SweepSpec, frozen: dict[tuple[str, str], dict[str, Any]] | None = None) -> Stage:
+    """Joint protocol: every searched key per cell. Paper protocol: the regularizer's own keys per cell, on
+    the base stage's chosen values ``frozen[(model, dataset)]`` (left as spaces when planning ahead)."""
+    searches = []
+    for cell in sweep_cells(spec):
+        if cell.variant:
+            continue
+        template = cell_template(spec, cell)
+        if spec.protocol == "joint":
+            keys = list(template)
+        else:
+            template.update((frozen or {}).get(cell.pair, {}))
+            keys = [k for k in template if k.startswith("regularizer.")]
+        searches.append(_search(cell, template, keys, spec.tune))
+    return Stage("tune", spec.tune, searches)
+
+
+def plan_stages(spec: SweepSpec) -> list[Stage]:
+    """The search stages in order (cells with nothing to search carry budget 0)."""
+    stages = [base_stage(spec)] if spec.protocol == "paper" else []
+    return stages + [tune_stage(spec)]
+
+
+def stage_for_cells(stage: Stage, keys: set[str]) -> Stage:
+    """``stage`` restricted to the cells in ``keys`` that have something to search."""
+    return replace(stage, cells=[c for c in stage.cells if c.key in keys and c.budget > 0])

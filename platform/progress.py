@@ -1,0 +1,91 @@
+"""A compact progress view of one stage: per cell done / running / pending and the best value so far."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable
+
+from ray.tune import Callback
+
+from ndebench.platform.tracking import mark_stopped
+
+Printer = Callable[[str], None]
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class StageProgress(Callback):
+    """Prints a line per finished cell and, every ``every_s`` seconds, one line per unfinished cell.
+
+    ``budgets`` maps cell key -> trials of the stage; ``labels`` cell key -> readable name. The best value
+    counts only trials that finished ``ok`` (a stopped or failed trial never is a cell's best).
+    """
+
+    def __init__(self, stage: str, budgets: dict[str, int], labels: dict[str, str], metric: str | None,
+                 mode: str, say: Printer, every_s: float = 60.0):
+        self.stage, self.metric, self.mode, self.say, self.every_s = stage, metric, mode, say, every_s
+        self.budgets, self.labels = budgets, labels
+        self.started = {k: 0 for k in budgets}
+        self.finished = {k: 0 for k in budgets}
+        self.best: dict[str, float] = {}
+        self.t0 = self.last = time.monotonic()
+
+    def _key(self, trial: Any) -> str:
+        return trial.config.get("cell") or trial.config["trial"].split("#")[0]
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.started[self._key(trial)] += 1
+
+    def _end(self, trial: Any) -> None:
+        key = self._key(trial)
+        self.finished[key] += 1
+        result = trial.last_result or {}
+        value = result.get(self.metric) if self.metric else None
+        if result.get("status") == "ok" and value is not None and math.isfinite(value):
+            better = min if self.mode == "min" else max
+            self.best[key] = better(self.best.get(key, value), value)
+        if self.finished[key] == self.budgets[key]:
+            best = f", best {self.metric} {self.best[key]:.4f}" if key in self.best else ""
+            self.say(f"  {self.stage} done: {self.labels[key]} ({self.budgets[key]} trial(s){best})")
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._end(trial)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            for line in self.view(now):
+                self.say(line)
+
+    def view(self, now: float) -> list[str]:
+        done, total = sum(self.finished.values()), sum(self.budgets.values())
+        elapsed = now - self.t0
+        eta = f", ETA {_duration(elapsed * (total - done) / done)}" if done else ""
+        lines = [f"  {self.stage}: {done}/{total} trial(s) done, elapsed {_duration(elapsed)}{eta}"]
+        for key, budget in self.budgets.items():
+            if self.finished[key] == budget:
+                continue
+            running = self.started[key] - self.finished[key]
+            best = f"  best {self.best[key]:.4f}" if key in self.best else ""
+            lines.append(f"    {self.labels[key]}: {self.finished[key]} done, {running} running, "
+                         f"{budget - self.started[key]} pending{best}")
+        return lines
+
+
+class MarkStopped(Callback):
+    """A trial whose last report still says ``running`` was stopped by the scheduler: mark its MLflow run."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        last = trial.last_result or {}
+        if last.get("status") == "running" and last.get("run_id"):
+            mark_stopped(self.tracking_uri, last["run_id"])
