@@ -33,6 +33,10 @@ class StageProgress(Callback):
         self.best: dict[str, float] = {}
         self.t0 = self.last = time.monotonic()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Ray pickles the Tuner's callbacks with its experiment state; the console printer stays behind.
+        return dict(self.__dict__, say=print)
+
     def _key(self, trial: Any) -> str:
         return trial.config.get("cell") or trial.config["trial"].split("#")[0]
 

@@ -70,6 +70,11 @@ class CellSearcher(Searcher):
     def total(self) -> int:
         return sum(s.budget for s in self._searches.values())
 
+    @property
+    def max_live(self) -> int:
+        """Trials that may be suggested and unfinished at once over all cells."""
+        return sum(s.budget if self._limit is None else min(s.budget, self._limit) for s in self._searches.values())
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if not any(self._left.values()):
             return Searcher.FINISHED

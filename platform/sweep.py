@@ -9,8 +9,10 @@ unfinished cells, reading every finished cell's chosen config back from MLflow.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sys
 import math
 import tempfile
 import time
@@ -149,7 +151,9 @@ class Sweep:
 
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
             lambda record: TOKEN_WARNING not in record.getMessage())
+        self._console = sys.stdout
         self._driver_log = Path(tempfile.mkdtemp(prefix="ndebench-")) / "driver.log"
+        self._console_log = self._driver_log.with_name("console.log")
         self._driver_handler = logging.FileHandler(self._driver_log)
         self._driver_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("ray").addHandler(self._driver_handler)
@@ -191,17 +195,26 @@ class Sweep:
             storage_filesystem=self.storage.fs, verbose=2 if self.verbose else 0, callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=0),
         )
+        tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
+        if self.verbose:
+            return tuner.fit()
         ray_logger = logging.getLogger("ray")
         consoles = [h for h in ray_logger.handlers if not isinstance(h, logging.FileHandler)]
         levels = [h.level for h in consoles]
-        if not self.verbose:
-            for handler in consoles:
-                handler.setLevel(logging.CRITICAL)
-        try:
-            return tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config).fit()
-        finally:
-            for handler, level in zip(consoles, levels):
-                handler.setLevel(level)
+        for handler in consoles:
+            handler.setLevel(logging.CRITICAL)
+        # Ray prints its experiment box, result paths and TensorBoard hints whatever the verbosity.
+        with self._console_log.open("a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                return tuner.fit()
+            finally:
+                for handler, level in zip(consoles, levels):
+                    handler.setLevel(level)
+
+    def _say_console(self, message: str) -> None:
+        """Progress lines reach the console even while Ray's own output is redirected to the log."""
+        with contextlib.redirect_stdout(self._console):
+            self.say(message)
 
     def _cell_tags(self, cell: Cell) -> dict[str, str]:
         tags = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer}
@@ -242,9 +255,11 @@ class Sweep:
         if tc.scheduler == "asha":
             scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha, {c.key: c.template["training.epochs"] for c in run.cells})
         progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
-                                 tc.metric, tc.mode, self.say, self.progress_every_s)
+                                 tc.metric, tc.mode, self._say_console, self.progress_every_s)
         grid = self._fit(stage.name, self._trainable(parents), tune.TuneConfig(
-            search_alg=searcher, scheduler=scheduler, num_samples=searcher.total,
+            search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
+            # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
+            max_concurrent_trials=searcher.max_live,
             trial_dirname_creator=lambda trial: trial.trial_id,
         ), {}, [progress, MarkStopped(self.tracking_uri)])
         by_cell: dict[str, list[Any]] = {c.key: [] for c in run.cells}
@@ -332,9 +347,10 @@ class Sweep:
         if trials:
             budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
             progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
-                                     self.say, self.progress_every_s)
+                                     self._say_console, self.progress_every_s)
             grid = self._fit("evaluate", self._trainable(parents, trials), tune.TuneConfig(
-                trial_dirname_creator=lambda trial: trial.trial_id), {"trial": tune.grid_search(list(trials))},
+                reuse_actors=True, trial_dirname_creator=lambda trial: trial.trial_id),
+                {"trial": tune.grid_search(list(trials))},
                 [progress])
             for result in grid:
                 if result.config:
@@ -344,6 +360,8 @@ class Sweep:
 
     def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell], results: dict[str, list[Any]]) -> None:
         """Cell-run metrics ``mean_<m>``, ``std_<m>``, ``n`` and ``p_value_vs_none`` (primary metric)."""
+        import pandas as pd
+
         from ndebench.platform.report import primary_metrics
         from ndebench.platform.stats import compare_to_baseline, summarize_cells
 
@@ -351,7 +369,7 @@ class Sweep:
         if runs.empty:
             runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "status", "seed"])
         runs = runs.assign(regularizer=[v or r for v, r in zip(runs["variant"], runs["regularizer"])])
-        metrics = [c for c in runs.columns if c.startswith("test_")]
+        metrics = [c for c in runs.columns if c.startswith("test_") and pd.api.types.is_numeric_dtype(runs[c])]
         primary = primary_metrics(runs) if len(runs) else {}
         for key, run_id in parents.items():
             cell = cells[key]
@@ -396,10 +414,10 @@ class Sweep:
         logging.getLogger("ray").removeHandler(self._driver_handler)
         self._driver_handler.close()
         node = getattr(ray._private.worker, "_global_node", None)
-        paths = [self._driver_log] + (sorted(Path(node.get_logs_dir_path()).glob("*")) if node is not None else [])
+        paths = [self._driver_log, self._console_log] + (sorted(Path(node.get_logs_dir_path()).glob("*")) if node is not None else [])
         chunks = []
         for path in paths:
-            if path.is_file() and path.suffix in (".out", ".err", ".log") and path.stat().st_size:
+            if path.exists() and path.suffix in (".out", ".err", ".log") and path.stat().st_size:
                 chunks.append(f"===== {path.name} =====\n{path.read_text(errors='replace')}")
         return self.storage.write_bytes("\n".join(chunks).encode(), self.spec.study, f"ray-{self.stamp}.log")
 
@@ -425,5 +443,7 @@ class Sweep:
         self._evaluated = self._final_configs(cells, base, tuned)
         evaluated, skipped = self._evaluate(cells, self._evaluated)
         failed = {c.label: self.failed[c.key] for c in cells if c.key in self.failed}
+        finish_cell(self.tracking_uri, self.study_run_id, "failed" if failed else "done",
+                    error=f"{len(failed)} cell(s) failed" if failed else None)
         log_file = self._write_log()
         return SweepOutcome(self.spec.study, self._evaluated, evaluated, skipped, len(failed), failed, log_file)

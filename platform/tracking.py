@@ -207,6 +207,7 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
 
     existing = _tagged(uri, study, {"kind": "study"})
     if existing:
+        _retry(lambda: client(uri).update_run(existing[0].info.run_id, status="RUNNING"))
         return existing[0].info.run_id
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study}
