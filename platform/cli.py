@@ -39,6 +39,9 @@ def _describe_spec(spec) -> str:
         how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random", "grid": "full grid"}[tc.sampler]
         how += ", ASHA" if tc.scheduler == "asha" else ""
         searched = [c for c in stage.cells if c.budget]
+        if not searched:
+            lines.append(f"stage {stage.name}: nothing to search" + (" (model and training fixed)" if stage.name == "base" else ""))
+            continue
         lines.append(f"stage {stage.name} ({how}): {stage.trials} trial(s) over {len(searched)} cell(s)")
         for c in searched[:LISTED_CELLS]:
             lines.append(f"  {c.label}: {c.budget} trial(s) [{', '.join(sorted(c.space))}]")

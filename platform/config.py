@@ -509,7 +509,9 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
     if variants and protocol == "joint" and shared_spaces:
         raise ConfigError(f"variants need fixed model/training values under protocol: joint (searched: {shared_spaces}); "
                           "use protocol: paper, where variants take the base stage's values")
-    out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, variants=variants)
+    overrides = _split_model_section(raw.get("model"), spec.models)[1]
+    out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, variants=variants,
+                              model_overrides=overrides)
     _check_grids(out)
     return out
 

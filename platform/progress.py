@@ -17,8 +17,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def _error_line(trial: Any) -> str:
+    """The last line of a trial's error (``ValueError: ...``): the message a user acts on."""
+    try:
+        error = trial.get_pickled_error() or trial.get_error()
+    except Exception:  # noqa: BLE001 - an unreadable error file still leaves the trial failed
+        error = None
+    lines = str(error or "").strip().splitlines()
+    return lines[-1].strip() if lines else "the trial raised (see the log file)"
+
+
 class StageProgress(Callback):
-    """Prints a line per finished cell and, every ``every_s`` seconds, one line per unfinished cell.
+    """Prints a line per finished cell and, every ``every_s`` seconds, one line per unfinished cell; keeps
+    per-cell ``outcomes`` of the trials (config, last result, error line) for the driver.
 
     ``budgets`` maps cell key -> trials of the stage; ``labels`` cell key -> readable name. The best value
     counts only trials that finished ``ok`` (a stopped or failed trial never is a cell's best).
@@ -31,6 +42,7 @@ class StageProgress(Callback):
         self.started = {k: 0 for k in budgets}
         self.finished = {k: 0 for k in budgets}
         self.best: dict[str, float] = {}
+        self.outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in budgets}
         self.t0 = self.last = time.monotonic()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -43,10 +55,11 @@ class StageProgress(Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[self._key(trial)] += 1
 
-    def _end(self, trial: Any) -> None:
+    def _end(self, trial: Any, error: str = "") -> None:
         key = self._key(trial)
         self.finished[key] += 1
         result = trial.last_result or {}
+        self.outcomes[key].append({"config": dict(trial.config), "result": dict(result), "error": error})
         value = result.get(self.metric) if self.metric else None
         if result.get("status") == "ok" and value is not None and math.isfinite(value):
             better = min if self.mode == "min" else max
@@ -59,7 +72,7 @@ class StageProgress(Callback):
         self._end(trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial)
+        self._end(trial, _error_line(trial))
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         now = time.monotonic()

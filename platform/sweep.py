@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import sys
 import math
+import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -73,9 +74,12 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
 
     try:
         result = run_trial(TrialSpec.from_flat(config), on_epoch=on_epoch, evaluate_test=phase == "evaluate")
-    except Exception as exc:
-        recorder.finish("error", {}, {"error": f"{type(exc).__name__}: {exc}"[:4000]}, {})
-        raise
+    except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}"[:4000]
+        recorder.finish("error", {}, {"error": message}, {})
+        tune.report({"status": "error", "message": message, "run_id": recorder.run_id})
+        return
     protocol = "mc{}".format(result.protocol["n_mc"]) if result.protocol["n_mc"] > 1 else "deterministic"
     tags = {"test_protocol": protocol, "epochs": result.epochs, "best_epoch": result.best_epoch}
     if result.message:
@@ -256,40 +260,34 @@ class Sweep:
             scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha, {c.key: c.template["training.epochs"] for c in run.cells})
         progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
                                  tc.metric, tc.mode, self._say_console, self.progress_every_s)
-        grid = self._fit(stage.name, self._trainable(parents), tune.TuneConfig(
+        self._fit(stage.name, self._trainable(parents), tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
-            max_concurrent_trials=searcher.max_live,
-            trial_dirname_creator=lambda trial: trial.trial_id,
+            max_concurrent_trials=searcher.max_live, trial_dirname_creator=lambda trial: trial.trial_id,
         ), {}, [progress, MarkStopped(self.tracking_uri)])
-        by_cell: dict[str, list[Any]] = {c.key: [] for c in run.cells}
-        for result in grid:
-            if result.config and result.config.get("cell") in by_cell:
-                by_cell[result.config["cell"]].append(result)
         for search in run.cells:
-            results = by_cell[search.key]
-            ok = [r for r in results if self._usable(r, tc.metric)]
+            outcomes = progress.outcomes[search.key]
+            ok = [o for o in outcomes if self._usable(o["result"], tc.metric)]
             if not ok:
-                self._fail(search.key, search.label, parents[search.key], stage.name, results)
+                self._fail(search.key, search.label, parents[search.key], stage.name, outcomes)
                 continue
             pick = min if tc.mode == "min" else max
-            best = pick(ok, key=lambda r: r.metrics[tc.metric])
-            chosen[search.key] = {k: best.config[k] for k in search.space}
+            best = pick(ok, key=lambda o: o["result"][tc.metric])
+            chosen[search.key] = {k: best["config"][k] for k in search.space}
             finish_cell(self.tracking_uri, parents[search.key], "done", params=chosen[search.key], metrics={
-                f"best_{tc.metric}": best.metrics[tc.metric], "n_trials": len(results), "n_ok": len(ok)})
+                f"best_{tc.metric}": best["result"][tc.metric], "n_trials": len(outcomes), "n_ok": len(ok)})
         return chosen
 
     @staticmethod
-    def _usable(result: Any, metric: str) -> bool:
-        value = (result.metrics or {}).get(metric)
-        return (result.metrics or {}).get("status") == "ok" and value is not None and math.isfinite(value)
+    def _usable(result: dict[str, Any], metric: str) -> bool:
+        value = result.get(metric)
+        return result.get("status") == "ok" and value is not None and math.isfinite(value)
 
-    def _fail(self, key: str, label: str, run_id: str, stage: str, results: list[Any]) -> None:
+    def _fail(self, key: str, label: str, run_id: str, stage: str, outcomes: list[dict[str, Any]]) -> None:
         """Record a cell with no usable trial: the first error message, on its cell run and in the outcome."""
-        messages = [str(r.error).strip().splitlines()[-1] if r.error else (r.metrics or {}).get("message", "")
-                    for r in results]
-        statuses = {(r.metrics or {}).get("status", "error") for r in results}
-        first = next((m for m in messages if m), f"no trial finished ok (statuses: {', '.join(sorted(statuses))})")
+        messages = [o["error"] or o["result"].get("message", "") for o in outcomes]
+        statuses = sorted({o["result"].get("status", "error") for o in outcomes})
+        first = next((m for m in messages if m), f"no trial finished ok (statuses: {', '.join(statuses) or 'none ran'})")
         message = f"{stage}: {first}"
         self.failed[key] = message
         finish_cell(self.tracking_uri, run_id, "failed", error=message)
@@ -334,8 +332,8 @@ class Sweep:
                 parents[cell.key] = run_id
         done = finished_hashes(self.tracking_uri, self.spec.study, "evaluate") if self.resume else set()
         trials, skipped = {}, 0
-        for key in parents:
-            for seed in self.spec.evaluate.seeds:
+        for seed in self.spec.evaluate.seeds:  # seed-major, so that different cells share the cluster
+            for key in parents:
                 config = dict(configs[key], phase="evaluate", seed=seed)
                 if config_hash(config) in done:
                     skipped += 1
@@ -343,22 +341,19 @@ class Sweep:
                     trials[f"{key}#{seed}"] = config
         self.say(f"stage evaluate: {len(trials)} trial(s) over {len(parents)} cell(s), seeds "
                  f"{list(self.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
-        results: dict[str, list[Any]] = {k: [] for k in parents}
+        outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in parents}
         if trials:
             budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
             progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                      self._say_console, self.progress_every_s)
-            grid = self._fit("evaluate", self._trainable(parents, trials), tune.TuneConfig(
+            self._fit("evaluate", self._trainable(parents, trials), tune.TuneConfig(
                 reuse_actors=True, trial_dirname_creator=lambda trial: trial.trial_id),
-                {"trial": tune.grid_search(list(trials))},
-                [progress])
-            for result in grid:
-                if result.config:
-                    results[result.config["trial"].split("#")[0]].append(result)
-        self._aggregate(parents, by_key, results)
+                {"trial": tune.grid_search(list(trials))}, [progress])
+            outcomes.update(progress.outcomes)
+        self._aggregate(parents, by_key, outcomes)
         return len(trials), skipped
 
-    def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell], results: dict[str, list[Any]]) -> None:
+    def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell], outcomes: dict[str, list[dict[str, Any]]]) -> None:
         """Cell-run metrics ``mean_<m>``, ``std_<m>``, ``n`` and ``p_value_vs_none`` (primary metric)."""
         import pandas as pd
 
@@ -377,7 +372,7 @@ class Sweep:
             mine = runs[(runs.model == cell.model) & (runs.dataset == cell.dataset) & (runs.regularizer == name)
                         & runs.status.isin(["ok", "diverged", "error"])]
             if not (mine["status"] == "ok").any():
-                self._fail(key, cell.label, run_id, "evaluate", results.get(key, []))
+                self._fail(key, cell.label, run_id, "evaluate", outcomes.get(key, []))
                 continue
             values: dict[str, float] = {"n": float((mine["status"] == "ok").sum())}
             for metric in metrics:

@@ -1,138 +1,183 @@
-"""End to end on a local Ray: tune with Optuna, evaluate over seeds, MLflow layout, report, resume."""
+"""End to end on a local Ray through `ndebench run`: the paper protocol's stages, the MLflow hierarchy, a cell
+that fails in every trial (the others finish, exit 1, the report names it), and `--resume` after the fix."""
+import contextlib
+import io
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from ndebench.platform.config import parse_spec
-from ndebench.platform.sweep import Sweep
+from ndebench.platform.cli import main
 from ndebench.platform.tracking import TAG, evaluate_runs, search
 
+PARENT = "mlflow.parentRunId"
 SPEC = {
     "study": "e2e",
-    "models": ["neural_cde"],
+    "description": "two models, one broken",
+    "protocol": "paper",
+    "models": ["neural_cde", "broken_cde"],
     "datasets": ["synthetic"],
-    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.2, 0.4], "m": [5, 10]}},
+    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}},
     "model": {"hidden_size": 8},
-    "training": {"epochs": 3, "min_epochs": 1, "patience": 1, "lr": 0.01},
-    "tune": {"num_samples": 2, "seed": 0},
+    "training": {"epochs": 2, "min_epochs": 1, "patience": 1, "lr": [0.01, 0.005]},
+    "tune": {"sampler": "grid", "seed": 0},
     "evaluate": {"seeds": [0, 1]},
+    "resources": {"cpu": 1},
 }
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
+def register_broken() -> None:
+    """A Neural CDE whose forward pass raises while the file named by $NDEBENCH_TEST_BROKEN exists."""
+    from ndebench.models.neural_cde import NeuralCDE
+    from ndebench.models.registry import list_models, register_model
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2)
-    yield
+    if "broken_cde" in list_models():
+        return
+
+    @register_model("broken_cde", summary="raises while a flag file exists", paper="test")
+    class BrokenCDE(NeuralCDE):
+        def latent(self, inputs, rng):
+            if os.path.exists(os.environ["NDEBENCH_TEST_BROKEN"]):
+                raise ValueError("broken_cde is broken")
+            return super().latent(inputs, rng)
+
+
+def _run(args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(args)
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    import ray
+    from ray import cloudpickle
+
+    root = tmp_path_factory.mktemp("sweep")
+    flag = root / "broken.flag"
+    flag.write_text("broken")
+    os.environ["NDEBENCH_TEST_BROKEN"] = str(flag)
+    register_broken()
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": register_broken, "env_vars": {"NDEBENCH_TEST_BROKEN": str(flag)}})
+    config = root / "e2e.yaml"
+    config.write_text(yaml.safe_dump(SPEC))
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    args = ["run", str(config), "--tracking-uri", uri, "--storage-path", (root / "ray").as_uri(), "--out", str(root / "reports")]
+    code, out = _run(args)
+    yield root, uri, args, code, out, flag
     ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def finished(ray_local, tmp_path_factory):
-    root = tmp_path_factory.mktemp("sweep")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    lines = []
-    spec = parse_spec(SPEC)
-    outcome = Sweep(spec, tracking_uri=uri, storage_path=root / "ray", printer=lines.append).run()
-    return root, uri, spec, outcome, lines
+def _trials(uri, phase=None):
+    runs = [r for r in search(uri, "e2e") if r.data.tags.get(f"{TAG}kind") == "trial"]
+    return [r for r in runs if phase is None or r.data.tags[f"{TAG}phase"] == phase]
 
 
-def test_two_phases_record_one_mlflow_run_per_trial(finished):
-    root, uri, spec, outcome, lines = finished
+def _cell_runs(uri):
+    return [r for r in search(uri, "e2e") if r.data.tags.get(f"{TAG}kind") == "cell"]
+
+
+def test_grid_sampler_counts_under_the_paper_protocol(sweep):
+    root, uri, args, code, out, flag = sweep
+    base = [r for r in _trials(uri, "base") if r.data.tags[f"{TAG}model"] == "neural_cde"]
+    assert sorted(float(r.data.params["training.lr"]) for r in base) == [0.005, 0.01]
+    assert all(r.data.tags[f"{TAG}regularizer"] == "none" for r in base)
+    tune = _trials(uri, "tune")
+    assert len(tune) == 4 and {r.data.tags[f"{TAG}regularizer"] for r in tune} == {"continuum_dropout"}
+    assert {(r.data.params["regularizer.p"], r.data.params["regularizer.m"]) for r in tune} == {
+        ("0.1", "5"), ("0.1", "10"), ("0.3", "5"), ("0.3", "10")}
+
+
+def test_every_regularizer_evaluates_with_the_base_stage_hyperparameters(sweep):
+    root, uri, args, code, out, flag = sweep
+    base = [r for r in _trials(uri, "base") if r.data.tags[f"{TAG}model"] == "neural_cde"]
+    best_base = min(base, key=lambda r: r.data.metrics["val_loss"])
+    best_tune = min(_trials(uri, "tune"), key=lambda r: r.data.metrics["val_loss"])
+    evaluate = [r for r in _trials(uri, "evaluate") if r.data.tags[f"{TAG}model"] == "neural_cde"]
+    assert sorted(r.data.tags[f"{TAG}regularizer"] for r in evaluate) == ["continuum_dropout"] * 2 + ["none"] * 2
+    for run in evaluate:
+        assert run.data.params["training.lr"] == best_base.data.params["training.lr"]
+        assert run.data.params["model.hidden_size"] == "8" and run.data.params["training.epochs"] == "2"
+        if run.data.tags[f"{TAG}regularizer"] == "continuum_dropout":
+            assert run.data.params["regularizer.p"] == best_tune.data.params["regularizer.p"]
+            assert run.data.params["regularizer.m"] == best_tune.data.params["regularizer.m"]
+
+
+def test_mlflow_hierarchy_study_cell_trial(sweep):
+    root, uri, args, code, out, flag = sweep
     runs = search(uri, "e2e")
-    phases = [r.data.tags[f"{TAG}phase"] for r in runs]
-    assert phases.count("tune") == 2 and phases.count("evaluate") == 4
-    assert outcome.evaluated == 4 and outcome.errors == 0
-    for run in runs:
-        tags = run.data.tags
-        for key in ("study", "phase", "model", "dataset", "regularizer", "seed", "status", "config_hash"):
-            assert tags[f"{TAG}{key}"], key
-        assert tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
-        assert run.data.params["model"] == "neural_cde" and "training.lr" in run.data.params
-        assert {"train_loss", "val_loss", "val_accuracy", "epoch_time_s"} <= set(run.data.metrics)
-    evaluate = [r for r in runs if r.data.tags[f"{TAG}phase"] == "evaluate"]
-    assert all({"test_accuracy", "test_nll", "test_ece"} <= set(r.data.metrics) for r in evaluate)
-    assert not any("test_accuracy" in r.data.metrics for r in runs if r.data.tags[f"{TAG}phase"] == "tune")
-    assert sorted(int(r.data.tags[f"{TAG}seed"]) for r in evaluate) == [0, 0, 1, 1]
-    assert any("tuning regularizer.m, regularizer.p" in line for line in lines)
-
-
-def test_evaluate_runs_use_the_tune_phase_best_config(finished):
-    root, uri, spec, outcome, lines = finished
-    best = json.loads((root / "ray" / "e2e" / "neural_cde__synthetic__continuum_dropout" / "best_config.json").read_text())
-    tune_runs = [r for r in search(uri, "e2e") if r.data.tags[f"{TAG}phase"] == "tune"]
-    best_run = min(tune_runs, key=lambda r: r.data.metrics["val_loss"])
-    assert float(best_run.data.params["regularizer.p"]) == best["regularizer.p"]
-    frame = evaluate_runs(uri, "e2e")
-    cd = frame[frame.regularizer == "continuum_dropout"]
-    for run_id in cd.run_id:
-        params = next(r for r in search(uri, "e2e") if r.info.run_id == run_id).data.params
-        assert float(params["regularizer.p"]) == best["regularizer.p"] and float(params["regularizer.m"]) == best["regularizer.m"]
-    assert set(cd.test_protocol) == {"mc5"} and set(frame[frame.regularizer == "none"].test_protocol) == {"deterministic"}
-    assert all(isinstance(c, dict) and sum(c["count"]) > 0 for c in frame.calibration)
-
-
-def test_rerun_without_resume_is_refused_and_resume_duplicates_nothing(finished):
-    root, uri, spec, outcome, lines = finished
-    before = len(search(uri, "e2e"))
-    with pytest.raises(RuntimeError, match="--resume"):
-        Sweep(spec, tracking_uri=uri, storage_path=root / "ray", printer=lines.append).run()
-    again = Sweep(spec, tracking_uri=uri, storage_path=root / "ray", resume=True, printer=lines.append).run()
-    assert again.evaluated == 0 and again.skipped == 4
-    assert len(search(uri, "e2e")) == before
-    # A tune phase whose best config was never stored (interrupted driver) is restored from Ray's
-    # experiment state instead of being searched again.
-    best_file = root / "ray" / "e2e" / "neural_cde__synthetic__continuum_dropout" / "best_config.json"
-    best = json.loads(best_file.read_text())
-    best_file.unlink()
-    restored = Sweep(spec, tracking_uri=uri, storage_path=root / "ray", resume=True, printer=lines.append).run()
-    assert json.loads(best_file.read_text()) == best and restored.evaluated == 0
-    assert len(search(uri, "e2e")) == before
-
-
-def test_cli_report_writes_tables_and_logs_artifacts(finished, tmp_path, capsys):
-    from ndebench.platform.cli import main
-
-    root, uri, spec, outcome, lines = finished
-    assert main(["report", "--study", "e2e", "--tracking-uri", uri, "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "continuum_dropout" in out and "p" in out
-    for name in ("results.csv", "table.md", "table.tex", "summary.json"):
-        assert (tmp_path / "e2e" / name).is_file()
-    report_runs = [r for r in search(uri, "e2e") if r.data.tags.get(f"{TAG}phase") == "report"]
-    assert len(report_runs) == 1
+    study = [r for r in runs if r.data.tags.get(f"{TAG}kind") == "study"]
+    assert len(study) == 1
+    study = study[0]
+    assert study.data.tags["mlflow.note.content"] == "two models, one broken"
+    assert study.data.params["protocol"] == "paper" and json.loads(study.data.params["evaluate.seeds"]) == [0, 1]
     from mlflow.tracking import MlflowClient
 
-    names = {a.path for a in MlflowClient(uri).list_artifacts(report_runs[0].info.run_id, "report")}
-    assert "report/table.md" in names and "report/table.tex" in names
+    assert "sweep.yaml" in {a.path for a in MlflowClient(uri).list_artifacts(study.info.run_id)}
+    cells = {r.info.run_id: r for r in _cell_runs(uri)}
+    assert all(r.data.tags[PARENT] == study.info.run_id for r in cells.values())
+    assert {r.data.tags[f"{TAG}phase"] for r in cells.values()} == {"base", "tune", "evaluate"}
+    for trial in _trials(uri):
+        parent = cells[trial.data.tags[PARENT]]
+        assert parent.data.tags[f"{TAG}phase"] == trial.data.tags[f"{TAG}phase"]
+        assert parent.data.tags[f"{TAG}cell"] == trial.data.tags[f"{TAG}cell"]
+    tune_cell = next(r for r in cells.values() if r.data.tags[f"{TAG}phase"] == "tune")
+    best = min(_trials(uri, "tune"), key=lambda r: r.data.metrics["val_loss"])
+    assert tune_cell.data.params == {k: best.data.params[k] for k in ("regularizer.p", "regularizer.m")}
 
 
-def test_all_regularizers_config_runs_end_to_end(ray_local, tmp_path):
-    from pathlib import Path
+def test_cell_runs_carry_the_evaluate_aggregates(sweep):
+    root, uri, args, code, out, flag = sweep
+    frame = evaluate_runs(uri, "e2e", with_calibration=False)
+    cells = [r for r in _cell_runs(uri) if r.data.tags[f"{TAG}phase"] == "evaluate" and r.data.tags[f"{TAG}model"] == "neural_cde"]
+    assert len(cells) == 2
+    for cell in cells:
+        regularizer = cell.data.tags[f"{TAG}regularizer"]
+        accuracy = frame[(frame.model == "neural_cde") & (frame.regularizer == regularizer)].test_accuracy
+        assert cell.data.tags[f"{TAG}status"] == "done" and cell.data.metrics["n"] == 2
+        assert cell.data.metrics["mean_test_accuracy"] == pytest.approx(accuracy.mean())
+        assert cell.data.metrics["std_test_accuracy"] == pytest.approx(accuracy.std(ddof=1))
+        assert ("p_value_vs_none" in cell.data.metrics) == (regularizer != "none")
 
-    import pandas as pd
 
-    from ndebench.platform.report import build_report
-    from ndebench.regularizers.registry import list_regularizers
+def test_trials_of_different_cells_run_at_the_same_time(sweep):
+    root, uri, args, code, out, flag = sweep
+    for phase in ("base", "evaluate"):
+        runs = _trials(uri, phase)
+        overlaps = [(a, b) for a in runs for b in runs
+                    if a.data.tags[f"{TAG}cell"] < b.data.tags[f"{TAG}cell"]
+                    and a.info.start_time < b.info.end_time and b.info.start_time < a.info.end_time]
+        assert overlaps, phase
 
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "tune_configs" / "all_regularizers.yaml").read_text())
-    assert set(raw["regularizers"]) == set(list_regularizers())
-    raw.update(training={"epochs": 2, "min_epochs": 1, "patience": 1, "lr": 0.005},
-               tune={"num_samples": 1}, evaluate={"seeds": [0, 1]}, model={"hidden_size": 4})
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = Sweep(parse_spec(raw), tracking_uri=uri, storage_path=tmp_path / "ray", printer=lambda _: None).run()
-    assert outcome.errors == 0 and outcome.evaluated == 2 * len(raw["regularizers"])
-    runs = evaluate_runs(uri, "all_regularizers")
-    assert set(runs.status) == {"ok"}
-    files = build_report(runs, tmp_path / "reports", "all_regularizers")
-    table = files.table_md.read_text().split("## NLL")[0]
-    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "regularizer" not in line]
-    assert sorted(rows) == sorted(raw["regularizers"])
-    summary = json.loads(files.summary_json.read_text())
-    assert "student" in json.dumps(summary).lower()
-    protocols = dict(zip(runs.regularizer, runs.test_protocol))
-    assert protocols["jump_diffusion_ttn"] == "mc5" and protocols["continuum_dropout"] == "mc5"
-    assert protocols["jump_diffusion"] == protocols["steer"] == protocols["tabn"] == "deterministic"
-    assert isinstance(pd.read_csv(files.results_csv), pd.DataFrame)
+
+def test_a_failing_model_fails_only_its_cells(sweep):
+    root, uri, args, code, out, flag = sweep
+    assert code == 1
+    failed = [r for r in _cell_runs(uri) if r.data.tags[f"{TAG}status"] == "failed"]
+    assert failed and {r.data.tags[f"{TAG}model"] for r in failed} == {"broken_cde"}
+    assert all("broken_cde is broken" in r.data.tags[f"{TAG}error"] for r in failed)
+    assert {r.data.tags[f"{TAG}regularizer"] for r in failed if r.data.tags[f"{TAG}phase"] == "evaluate"} == {
+        "none", "continuum_dropout"}
+    table = (root / "reports" / "e2e" / "table.md").read_text()
+    assert "## Failed cells" in table and "broken_cde x synthetic x continuum_dropout" in table
+    assert "broken_cde is broken" in out and len(out.splitlines()) < 120
+
+
+def test_resume_after_the_fix_runs_only_the_failed_cells(sweep):
+    root, uri, args, code, out, flag = sweep
+    before = {r.info.run_id for r in _trials(uri)}
+    flag.unlink()
+    code, out = _run(args + ["--resume"])
+    assert code == 0, out
+    new = [r for r in _trials(uri) if r.info.run_id not in before]
+    assert new and {r.data.tags[f"{TAG}model"] for r in new} == {"broken_cde"}
+    assert sorted(r.data.tags[f"{TAG}phase"] for r in new) == ["base"] * 2 + ["evaluate"] * 4 + ["tune"] * 4
+    assert all(r.data.tags[f"{TAG}status"] == "done" for r in _cell_runs(uri))
+    again, _ = _run(args + ["--resume"])
+    assert again == 0 and len(_trials(uri)) == len(before) + len(new)

@@ -1,0 +1,180 @@
+"""The protocol without Ray: stages and budgets, the per-cell searcher, per-cell ASHA, stopped trials, storage."""
+import copy
+from types import SimpleNamespace
+
+import optuna
+import pyarrow.fs as pafs
+import pytest
+
+from ndebench.platform.config import ConfigError, parse_spec
+from ndebench.platform.plan import plan_stages, sweep_cells, tune_stage
+from ndebench.platform.searcher import CellSearcher, PerCellASHA
+from ndebench.platform.storage import Storage
+
+GRID = {
+    "study": "g",
+    "models": ["neural_cde"],
+    "datasets": ["synthetic"],
+    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}},
+    "model": {"hidden_size": 8},
+    "training": {"epochs": 2, "lr": [0.01, 0.005]},
+    "tune": {"sampler": "grid", "num_samples": 3},
+}
+
+
+def spec_with(**changes):
+    raw = copy.deepcopy(GRID)
+    raw.update(changes)
+    return parse_spec(raw)
+
+
+def _drain(searcher):
+    configs, ids = [], []
+    while (config := searcher.suggest(f"t{len(ids)}")) not in (None, CellSearcher.FINISHED):
+        configs.append(config)
+        ids.append(f"t{len(ids)}")
+    return configs, ids
+
+
+def test_joint_grid_runs_every_point_once_whatever_num_samples_says():
+    stage, = plan_stages(spec_with(protocol="joint"))
+    searches = [c for c in stage.cells if c.budget]
+    assert [(c.cell.regularizer, c.budget) for c in stage.cells] == [("none", 2), ("continuum_dropout", 8)]
+    searcher = CellSearcher("tune", searches, stage.tune)
+    configs, ids = _drain(searcher)
+    cd = [c for c in configs if c["regularizer"] == "continuum_dropout"]
+    assert len(cd) == 8 and len({(c["regularizer.p"], c["regularizer.m"], c["training.lr"]) for c in cd}) == 8
+    assert len({(c["regularizer.p"], c["regularizer.m"]) for c in cd}) == 4
+    assert {c["cell"] for c in configs} == {"neural_cde__synthetic__none", "neural_cde__synthetic__continuum_dropout"}
+    assert configs[0]["cell"] != configs[1]["cell"], "cells take turns"
+    for trial_id in ids:
+        searcher.on_trial_complete(trial_id, {"status": "ok", "val_loss": 1.0})
+    assert searcher.suggest("more") == CellSearcher.FINISHED
+
+
+def test_paper_protocol_searches_base_then_the_regularizer_on_the_frozen_base():
+    spec = spec_with()
+    base, tune = plan_stages(spec)
+    assert [(c.cell.regularizer, c.budget, sorted(c.space)) for c in base.cells] == [("none", 2, ["training.lr"])]
+    assert [(c.cell.regularizer, c.budget) for c in tune.cells] == [("none", 0), ("continuum_dropout", 4)]
+    frozen = tune_stage(spec, {("neural_cde", "synthetic"): {"training.lr": 0.005}})
+    cd = frozen.cells[1]
+    assert sorted(cd.space) == ["regularizer.m", "regularizer.p"] and cd.template["training.lr"] == 0.005
+
+
+def test_base_stage_settings_and_epochs():
+    spec = spec_with(tune={"sampler": "grid"}, training={"epochs": 50, "lr": {"loguniform": [1e-4, 1e-2]}},
+                     base={"sampler": "tpe", "num_samples": 20, "epochs": 10, "scheduler": "asha", "n_startup_trials": 5})
+    base, tune = plan_stages(spec)
+    assert base.cells[0].budget == 20 and base.cells[0].template["training.epochs"] == 10
+    assert base.tune.scheduler == "asha" and base.tune.n_startup_trials == 5 and tune.tune.sampler == "grid"
+    assert tune.cells[1].template["training.epochs"] == 50
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"protocol": "staged"}, "valid: paper, joint"),
+    ({"tune": {"sampler": "cmaes"}}, "valid: tpe, random, grid"),
+    ({"tune": {"scheduler": "hyperband"}}, "valid: fifo, asha"),
+    ({"tune": {"asha": {"reduction_factor": 1}}}, "tune.asha.reduction_factor"),
+    ({"training": {"lr": {"loguniform": [1e-4, 1e-2]}}}, "continuous ['training.lr']"),
+    ({"variants": {"steer": "grid"}}, "not one of the sweep's regularizers"),
+    ({"base": {"epochs": 0}}, "base.epochs"),
+])
+def test_protocol_settings_errors_name_the_key(change, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        spec_with(**change)
+
+
+def test_variants_expand_a_grid_into_fixed_cells():
+    spec = spec_with(variants={"continuum_dropout": "grid"})
+    variants = [c for c in sweep_cells(spec) if c.variant]
+    assert [c.variant for c in variants] == [
+        "continuum_dropout[p=0.1,m=5]", "continuum_dropout[p=0.1,m=10]",
+        "continuum_dropout[p=0.3,m=5]", "continuum_dropout[p=0.3,m=10]"]
+    assert dict(variants[1].fixed) == {"p": 0.1, "m": 10}
+    assert all(c.cell.variant is None for stage in plan_stages(spec) for c in stage.cells)
+
+
+def test_per_model_blocks_merge_over_shared_keys():
+    spec = spec_with(models=["neural_cde", "gru_ode"], datasets=["synthetic"],
+                     model={"hidden_size": [8, 16], "num_layers": 2, "gru_ode": {"num_layers": 1}})
+    assert spec.model_params("gru_ode")["num_layers"] == 1 and spec.model_params("neural_cde")["num_layers"] == 2
+    assert spec.base_config("gru_ode", "synthetic", "none")["model.num_layers"] == 1
+    with pytest.raises(ConfigError, match="model.ode_rnn: a block for model 'ode_rnn'"):
+        spec_with(model={"ode_rnn": {"num_layers": 1}})
+
+
+def test_tpe_concurrency_is_limited_per_cell_and_stopped_trials_are_pruned():
+    spec = spec_with(tune={"sampler": "tpe", "num_samples": 6, "max_concurrent": 2, "n_startup_trials": 2})
+    stage = plan_stages(spec)[1]
+    cd = [c for c in stage.cells if c.budget]
+    searcher = CellSearcher("tune", cd, stage.tune)
+    assert searcher.max_live == 2
+    first, second = searcher.suggest("a"), searcher.suggest("b")
+    assert first and second and searcher.suggest("c") is None
+    searcher.on_trial_complete("a", {"status": "running", "val_loss": 0.01})
+    searcher.on_trial_complete("b", {"status": "ok", "val_loss": 0.5})
+    study = searcher._studies[cd[0].key]
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE]
+    assert study.best_value == 0.5
+
+
+def _trial(trial_id, cell):
+    return SimpleNamespace(trial_id=trial_id, config={"cell": cell})
+
+
+def test_asha_compares_trials_only_within_their_cell():
+    from ray.tune.schedulers import TrialScheduler
+
+    from ndebench.platform.config import AshaConfig
+
+    scheduler = PerCellASHA("val_loss", "min", AshaConfig(grace_period=1, reduction_factor=2), {"a": 4, "b": 4})
+    a1, a2, b1 = _trial("a1", "a"), _trial("a2", "a"), _trial("b1", "b")
+    for trial in (a1, a2, b1):
+        scheduler.on_trial_add(None, trial)
+    assert scheduler.on_trial_result(None, a1, {"epoch": 1, "val_loss": 0.1}) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, b1, {"epoch": 1, "val_loss": 5.0}) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, a2, {"epoch": 1, "val_loss": 1.0}) == TrialScheduler.STOP
+    assert scheduler.on_trial_result(None, a1, {"val_loss": 0.1, "status": "ok"}) == TrialScheduler.CONTINUE
+
+
+def test_a_stopped_trial_ends_its_mlflow_run_as_stopped(tmp_path):
+    from ndebench.platform.progress import MarkStopped
+    from ndebench.platform.tracking import TAG, TrialRecorder, client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tags = {"phase": "tune", "model": "m", "dataset": "d", "regularizer": "r", "seed": "0"}
+    recorder = TrialRecorder(uri, "s", {"x": 1}, "h", tags)
+    trial = SimpleNamespace(last_result={"status": "running", "run_id": recorder.run_id, "val_loss": 0.1})
+    MarkStopped(uri).on_trial_complete(0, [], trial)
+    run = client(uri).get_run(recorder.run_id)
+    assert run.data.tags[f"{TAG}status"] == "stopped" and run.info.status == "KILLED"
+
+
+def test_storage_file_uri_and_local_path_are_the_same_place(tmp_path):
+    by_uri, by_path = Storage((tmp_path / "ray").as_uri()), Storage(tmp_path / "ray")
+    assert isinstance(by_uri.fs, pafs.LocalFileSystem) and by_uri.root == by_path.root
+    by_uri.write_bytes(b"hello", "study", "x.log")
+    assert (tmp_path / "ray" / "study" / "x.log").read_bytes() == b"hello" and by_path.exists("study")
+
+
+def test_s3_storage_goes_through_the_pyarrow_filesystem(tmp_path, monkeypatch):
+    from ndebench.platform.sweep import Sweep
+
+    seen = []
+    fake = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+
+    def from_uri(uri):
+        seen.append(uri)
+        return fake, uri.removeprefix("s3://")
+
+    monkeypatch.setattr(pafs, "FileSystem", SimpleNamespace(from_uri=from_uri))
+    spec = spec_with(study="s3study")
+    sweep = Sweep(spec, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", storage_path="s3://bucket/ray",
+                  data_dir=str(tmp_path))
+    assert seen == ["s3://bucket/ray"] and sweep.storage.display("s3study") == "s3://bucket/ray/s3study"
+    sweep.preflight()
+    sweep.storage.write_bytes(b"{}", "s3study", "state.json")
+    assert (tmp_path / "bucket" / "ray" / "s3study" / "state.json").is_file()
+    with pytest.raises(RuntimeError, match="results in s3://bucket/ray/s3study; pass --resume"):
+        sweep.preflight()
