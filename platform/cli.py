@@ -98,6 +98,9 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, failed: di
     from ndebench.platform.tracking import evaluate_runs, log_report_artifacts
 
     runs = evaluate_runs(uri, study)
+    if runs.empty and failed:
+        print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
+        return
     if runs.empty:
         raise SystemExit(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     files = build_report(runs, out, study, test=test, alpha=alpha)

@@ -55,8 +55,9 @@ class CellSearcher(Searcher):
     """Suggests flat trial configs for the cells of one stage; each config names its ``cell``."""
 
     def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig):
-        super().__init__(metric=tune.metric, mode=tune.mode)
-        self.stage = stage
+        # No metric for Ray itself: its strict check would refuse a failed trial's report, which has none.
+        super().__init__()
+        self.stage, self.target = stage, tune.metric
         self._searches = {s.key: s for s in searches}
         self._studies = {s.key: make_study(s, tune) for s in searches}
         self._left = {s.key: s.budget for s in searches}
@@ -95,7 +96,7 @@ class CellSearcher(Searcher):
         key, trial = self._trials.pop(trial_id)
         self._running[key] -= 1
         result = result or {}
-        value = result.get(self.metric)
+        value = result.get(self.target)
         study = self._studies[key]
         if error or result.get("status") != "ok" or value is None or not math.isfinite(value):
             state = optuna.trial.TrialState.PRUNED if result.get("status") == RUNNING else optuna.trial.TrialState.FAIL
