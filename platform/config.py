@@ -443,7 +443,6 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-
 def _split_model_section(raw: Any, models: tuple[str, ...]) -> tuple[dict[str, Value], dict[str, dict[str, Value]]]:
     """Shared ``model:`` keys, and per-model blocks (a key naming a registered model maps to its overrides)."""
     shared, overrides = {}, {}
