@@ -87,7 +87,7 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
 class TrialRecorder:
     """Records one trial as one MLflow run: tags, params (the resolved config), per-epoch and final metrics.
 
-    A trial re-run after a crash (same study, phase and config hash, run not finished) continues the same
+    An evaluate trial re-run after a crash (same study and config hash, run not finished) continues the same
     MLflow run instead of adding a duplicate.
     """
 
@@ -101,10 +101,12 @@ class TrialRecorder:
                                                                      f"{TAG}kind": "trial"}
         if parent_run_id:
             all_tags[PARENT] = parent_run_id
+        # Only an evaluate trial (one per cell and seed) is unique by its config; search stages may try a
+        # config twice, and those are separate trials.
         existing = [
             r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' and tags.`{TAG}phase` = '{tags['phase']}'")
             if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
-        ]
+        ] if tags["phase"] == "evaluate" else []
         if existing:
             self.run_id = existing[0].info.run_id
             _retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
