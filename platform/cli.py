@@ -14,6 +14,10 @@ from typing import Sequence
 EPILOG = "Docs: README.md. Every subcommand has --help."
 
 
+class CommandError(Exception):
+    """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
+
+
 def _add_tracking(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in the working directory)")
 
@@ -69,11 +73,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
     from ndebench.platform.report import build_report, format_console_table
-    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts
+    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts, study_names
 
+    studies = study_names(uri)
+    if study not in studies:
+        raise CommandError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
     runs = evaluate_runs(uri, study)
     if runs.empty:
-        raise SystemExit(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
+        raise CommandError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     files = build_report(runs, out, study, test=test, alpha=alpha)
     print(format_console_table(runs, test=test, alpha=alpha))
     paths = list(files.paths)
@@ -83,6 +90,11 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ndebench.platform.config import check_study_name
+    from ndebench.platform.stats import check_alpha
+
+    check_study_name(args.study)
+    check_alpha(args.alpha)
     _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha)
     return 0
 
@@ -93,7 +105,35 @@ def cmd_ui(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
                "--port", str(args.port), "--workers", "1"]
     print(f"MLflow UI for {uri} at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
-    return subprocess.call(command, env=env)
+    # Its own process group, so that SIGTERM/SIGINT/SIGHUP here stops the server and its workers too.
+    server = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        _stop_group(server)
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    try:
+        return server.wait()
+    finally:
+        _stop_group(server)
+
+
+def _stop_group(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to ``process``'s group, then SIGKILL to whatever of it is left after ``grace`` seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
@@ -241,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return args.func(args)
-    except (ConfigError, UnknownNameError, ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError) as exc:
         print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -98,3 +98,61 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+# Hardening probes (issue 14): one line naming the file or key, exit 2, nothing touched.
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_config_file_errors_name_the_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    assert main(["validate", str(binary)]) == 2
+    assert "binary.yaml' is not a UTF-8 text file" in _error_line(capsys)
+    assert main(["validate", str(tmp_path)]) == 2
+    assert f"{str(tmp_path)!r} is a directory" in _error_line(capsys)
+    assert main(["validate", "missing.yaml"]) == 2
+    assert "'missing.yaml' does not exist" in _error_line(capsys)
+    locked = tmp_path / "locked.yaml"
+    locked.write_text("study: x\n")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert main(["validate", str(locked)]) == 2
+    assert "locked.yaml' cannot be read: Permission denied" in _error_line(capsys)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("study: x\nmodels: neural_cde\ndatasets: [synthetic]\nregularizers: [none]\n",
+     "models='neural_cde' must be a list of names"),
+    ("study: '..'\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\n", "study='..' must be a name"),
+    ("- just\n- a list\n", "config must be a mapping"),
+    ("study: x\nstudy: y\n", "bad.yaml line 2, column 1: not valid YAML: duplicate key 'study' (first on line 1)"),
+    ("study: [unclosed\n", "not valid YAML"),
+])
+def test_bad_config_text_is_one_line_exit_2(tmp_path, capsys, monkeypatch, text, needle):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    assert needle in _error_line(capsys)
+
+
+def test_report_of_a_missing_study_creates_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--study", "nonexistent"]) == 2
+    assert "study 'nonexistent' is not in sqlite:///" in _error_line(capsys)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "reports").exists()
+    assert main(["report", "--study", "../up"]) == 2
+    assert "study='../up' must be a name" in _error_line(capsys)
+    assert main(["report", "--study", "x", "--alpha", "2"]) == 2
+    assert "alpha=2" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
