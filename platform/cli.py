@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
     from ndebench.platform.report import build_report, format_console_table
-    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts, study_names
+    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts, planned_seeds, study_names
 
     studies = study_names(uri)
     if study not in studies:
@@ -81,7 +81,7 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
     runs = evaluate_runs(uri, study)
     if runs.empty:
         raise CommandError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    files = build_report(runs, out, study, test=test, alpha=alpha)
+    files = build_report(runs, out, study, test=test, alpha=alpha, planned_seeds=planned_seeds(uri, study))
     print(format_console_table(runs, test=test, alpha=alpha))
     paths = list(files.paths)
     log_report_artifacts(uri, study, paths)
