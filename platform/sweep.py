@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ndebench.datasets.check import dataset_status
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.config import Space, SweepSpec, config_hash, searched_keys
-from ndebench.platform.tracking import TrialRecorder, ensure_experiment, finished_hashes, search
+from ndebench.platform.tracking import TrialRecorder, close_orphaned_runs, ensure_experiment, finished_hashes, search
 from ndebench.platform.trial import TrialSpec, run_trial
 
 Printer = Callable[[str], None]
@@ -195,6 +195,7 @@ class Sweep:
                 run_config=self._run_config(name),
             )
         grid = tuner.fit()
+        close_orphaned_runs(self.tracking_uri, self.spec.study, "tune", tags={k: base[k] for k in ("model", "dataset", "regularizer")})
         ok = [r for r in grid if r.metrics and r.metrics.get("status") == "ok" and r.metrics.get(tc.metric) is not None]
         if not ok:
             raise RuntimeError(f"{slug}: no tune trial finished ok; see the errors above and the MLflow runs")
@@ -239,9 +240,12 @@ class Sweep:
                 run_config=self._run_config(f"{self.spec.study}/evaluate-{len(done)}"),
             )
             grid = tuner.fit()
+            reasons = {config_hash(configs[r.config["trial"]]): r.error for r in grid if r.error}
+            orphans = close_orphaned_runs(self.tracking_uri, self.spec.study, "evaluate", reasons)
             errors = len(grid.errors)
             if errors:
-                self.say(f"{errors} evaluate trial(s) raised errors; their MLflow runs carry ndebench.status=error")
+                self.say(f"{errors} evaluate trial(s) failed ({len(orphans)} on a worker that died, closed as error); "
+                         "`ndebench report` lists each failed run with its message")
                 for err in grid.errors[:3]:
                     print("".join(traceback.format_exception_only(type(err), err)), file=sys.stderr)
         return SweepOutcome(self.spec.study, best, len(configs), skipped, errors)

@@ -1,12 +1,13 @@
 """MLflow layout: experiment = study, one run per trial, tags/params/metrics of design.md section 5."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import pandas as pd
 
@@ -64,21 +65,31 @@ def client(uri: str):
     """An ``MlflowClient``; the first one per process and sqlite database creates the schema under a lock."""
     from mlflow.tracking import MlflowClient
 
-    mlflow_client = MlflowClient(tracking_uri=uri)
-    path = sqlite_path(uri)
-    if path is not None and uri not in _READY:
-        # Two sweeps started together on a fresh file would both run MLflow's schema migrations and one
-        # dies; an exclusive flock on the database's folder serialises the first touch of each process.
-        path.parent.mkdir(parents=True, exist_ok=True)
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            fcntl.flock(folder, fcntl.LOCK_EX)
-            _retry(lambda: mlflow_client.search_experiments(max_results=1))
-        finally:
-            fcntl.flock(folder, fcntl.LOCK_UN)
-            os.close(folder)
-        _READY.add(uri)
+    if sqlite_path(uri) is None or uri in _READY:
+        return MlflowClient(tracking_uri=uri)
+    # Two sweeps started together on a fresh file would both run MLflow's schema migrations (in the
+    # client's constructor) and one would die: each process's first client is made under the lock.
+    with _database_lock(uri):
+        mlflow_client = MlflowClient(tracking_uri=uri)
+    _READY.add(uri)
     return mlflow_client
+
+
+@contextlib.contextmanager
+def _database_lock(uri: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder of a sqlite database (no lock file to leave behind); a no-op
+    for a tracking server, which serialises its own writes."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)
 
 
 def study_names(uri: str) -> list[str]:
@@ -97,13 +108,26 @@ def study_names(uri: str) -> list[str]:
 
 def ensure_experiment(uri: str, study: str) -> str:
     """Create (on the driver, before any trial) the database and the study's experiment; return its id."""
+    from mlflow.exceptions import MlflowException
+
     mlflow_client = client(uri)
     experiment = mlflow_client.get_experiment_by_name(study)
     if experiment is not None:
         return experiment.experiment_id
     root = artifact_root(uri)
     location = f"{root}/{study}" if root else None
-    return mlflow_client.create_experiment(study, artifact_location=location)
+    with _database_lock(uri):
+        experiment = mlflow_client.get_experiment_by_name(study)
+        if experiment is not None:
+            return experiment.experiment_id
+        try:
+            return mlflow_client.create_experiment(study, artifact_location=location)
+        except MlflowException:
+            # Another driver on the same tracking server created it in between.
+            experiment = mlflow_client.get_experiment_by_name(study)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
 
 def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
@@ -180,21 +204,25 @@ def run_status(run: Any) -> str:
     return run.data.tags.get(f"{TAG}status") or MLFLOW_STATUS.get(run.info.status, "error")
 
 
-def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, str] | None = None) -> list[str]:
-    """Close as ``error`` the ``phase`` runs of ``study`` still marked running; return their run ids.
+def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,
+                        tags: dict[str, str] | None = None) -> list[str]:
+    """Close as ``error`` the ``phase`` runs of ``study`` (and with ``tags``) still marked running; return
+    their run ids.
 
-    Called when every trial of the phase has ended: a run still running then belonged to a worker that died
-    (killed, out of memory, node lost) before it could record an outcome. ``reasons`` maps config hashes
-    to what Ray reported for that trial; the message is kept in the ``ndebench.error`` tag.
+    Called when every trial they belong to has ended: a run still running then belonged to a worker that
+    died (killed, out of memory, node lost) before it could record an outcome. ``reasons`` maps config
+    hashes to what Ray reported for that trial (an exception or text; its first line is kept). The message
+    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it.
     """
     from mlflow.entities import RunTag
 
     mlflow_client = client(uri)
     closed = []
-    for run in search(uri, study, f"tags.`{TAG}phase` = '{phase}'"):
+    where = " and ".join([f"tags.`{TAG}phase` = '{phase}'"] + [f"tags.`{TAG}{k}` = '{v}'" for k, v in (tags or {}).items()])
+    for run in search(uri, study, where):
         if run_status(run) != "running":
             continue
-        reason = (reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", ""), "")
+        reason = _first_line((reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", "")))
         message = (f"the worker running this trial died before recording an outcome{': ' + reason if reason else ''}"
                    f"; closed by the sweep driver at the end of the {phase} phase")
         tags = [RunTag(f"{TAG}status", "error"), RunTag(f"{TAG}error", message[:4000])]
@@ -202,6 +230,11 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, str
         _retry(lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED"))
         closed.append(run.info.run_id)
     return closed
+
+
+def _first_line(reason: Any) -> str:
+    text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason or "")
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def planned_seeds(uri: str, study: str) -> list[int] | None:
