@@ -250,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
                            description="Solve the paper's Corollary 3.2 exactly for the renewal rates.")
-    rates.add_argument("--p", type=float, required=True, help="dropout rate, in (0, 1)")
-    rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], > 0")
+    rates.add_argument("--p", type=float, required=True, help="dropout rate, in [1e-6, 1 - 1e-6]")
+    rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], in [1e-6, 1e6]")
     rates.add_argument("--T", type=float, default=1.0, help="time horizon (default 1)")
     rates.add_argument("--json", action="store_true", help="print JSON")
     rates.set_defaults(func=cmd_rates)
