@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ndebench.datasets.check import dataset_status
+from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.config import Space, SweepSpec, config_hash, searched_keys
 from ndebench.platform.tracking import TrialRecorder, close_orphaned_runs, ensure_experiment, finished_hashes, search
@@ -108,8 +108,7 @@ class Sweep:
     def preflight(self) -> None:
         """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
         only with ``resume`` (nothing is overwritten)."""
-        missing = [status["problem"] for status in (dataset_status(d, self.data_dir) for d in self.spec.datasets)
-                   if not status["available"]]
+        missing = [problem for d in self.spec.datasets for problem in preflight_problems(d, self.data_dir)]
         if missing:
             raise FileNotFoundError("\n".join(missing))
         recorded = search(self.tracking_uri, self.spec.study)
