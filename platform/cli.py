@@ -109,7 +109,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     server = subprocess.Popen(command, env=env, start_new_session=True)
 
     def stop(signum: int, frame: object) -> None:
-        _stop_group(server)
+        # No waiting here: the interrupted server.wait() holds the Popen lock; `finally` waits instead.
         raise SystemExit(128 + signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -77,8 +77,8 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
     port = 5000 + os.getpid() % 1000
     proc = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri, "--port", str(port)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
     try:
-        base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 120
         while True:
             try:
@@ -96,8 +96,29 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
         assert run_tags["ndebench.regularizer"] == "none" and run_tags["ndebench.status"] == "ok"
         assert urllib.request.urlopen(base, timeout=10).status == 200
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        # SIGTERM to `ndebench ui` alone (as a service manager sends it) must stop the MLflow server too.
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        servers = _processes_with(f"--port {port}")
+        for pid in servers:
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert servers == [], "the MLflow server outlived `ndebench ui`"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{base}/health", timeout=2)
+
+
+def _processes_with(needle: str) -> list[int]:
+    """Ids of live processes whose command line contains ``needle``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and needle in cmdline and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
 
 
 # Hardening probes (issue 14): one line naming the file or key, exit 2, nothing touched.
