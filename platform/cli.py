@@ -190,7 +190,10 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             where = status["source"] if status["available"] else "missing"
             print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
         return 0
-    status = dataset_status(args.name, args.data_dir)
+    try:
+        status = dataset_status(args.name, args.data_dir)
+    except KeyError as exc:  # split_name's unknown-member error
+        raise CommandError(exc.args[0]) from None
     if not status["available"]:
         print(status["problem"], file=sys.stderr)
         return 1
@@ -200,6 +203,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         print(f"  problem: {problem}")
     print(f"{args.name}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
+
+
+def _port(text: str) -> int:
+    if not (text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",
                         description="Serve the MLflow UI on localhost for the tracking URI.")
     _add_tracking(ui)
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     ui.add_argument("--host", default="127.0.0.1")
     ui.set_defaults(func=cmd_ui)
 

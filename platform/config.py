@@ -13,6 +13,7 @@ import inspect
 import json
 import re
 import typing
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ def parse_value(raw: Any, where: str) -> Value:
         (kind, args), = raw.items()
         if kind not in ("loguniform", "uniform", "randint", "choice"):
             raise ConfigError(f"{where}: unknown search space {kind!r}; valid: choice, loguniform, randint, uniform")
-        if not isinstance(args, list) or (kind != "choice" and len(args) != 2):
+        if not isinstance(args, list) or not args or (kind != "choice" and len(args) != 2):
             raise ConfigError(f"{where}.{kind} needs a list{' [low, high]' if kind != 'choice' else ''}, got {args!r}")
         if kind != "choice" and not all(typed.is_number(a) for a in args):
             raise ConfigError(f"{where}.{kind}={args!r}: bounds must be finite numbers")
@@ -403,6 +404,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader itself refuses it as "found unhashable key"
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first on line {seen[key]}); each key may appear once "
@@ -431,6 +434,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         where = f"{path}" + (f" line {mark.line + 1}, column {mark.column + 1}" if mark else "")
         what = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None)))) or str(exc)
         raise ConfigError(f"{where}: not valid YAML: {what}") from None
+    if raw is None:
+        raise ConfigError(f"config file {str(path)!r} is empty; see tune_configs/quickstart.yaml for a sweep config")
     spec = parse_spec(raw)
     return dataclasses.replace(spec, source=str(path.resolve()))
 

@@ -158,6 +158,11 @@ def test_config_file_errors_name_the_file(tmp_path, capsys, monkeypatch):
     ("- just\n- a list\n", "config must be a mapping"),
     ("study: x\nstudy: y\n", "bad.yaml line 2, column 1: not valid YAML: duplicate key 'study' (first on line 1)"),
     ("study: [unclosed\n", "not valid YAML"),
+    ("", "bad.yaml' is empty"),
+    ("study: x\n{a: 1}: 2\n", "bad.yaml line 2, column 1: not valid YAML: while constructing a mapping found unhashable key"),
+    ("study: !!python/object:os.system x\n", "could not determine a constructor for the tag"),
+    ("study: x\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\ntraining: {lr: {choice: []}}\n",
+     "training.lr.choice needs a list, got []"),
 ])
 def test_bad_config_text_is_one_line_exit_2(tmp_path, capsys, monkeypatch, text, needle):
     monkeypatch.chdir(tmp_path)
@@ -176,4 +181,15 @@ def test_report_of_a_missing_study_creates_nothing(tmp_path, capsys, monkeypatch
     assert "study='../up' must be a name" in _error_line(capsys)
     assert main(["report", "--study", "x", "--alpha", "2"]) == 2
     assert "alpha=2" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["ui", "--port", "99999"])
+    assert exc.value.code == 2
+    assert "argument --port: '99999' is not a TCP port (1-65535)" in capsys.readouterr().err
+    assert main(["datasets", "check", "uea/Nope"]) == 2
+    assert "unknown uea dataset 'Nope'" in _error_line(capsys)
     assert list(tmp_path.iterdir()) == []
