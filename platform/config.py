@@ -169,7 +169,8 @@ def _names(raw: Any, where: str) -> tuple[str, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
-        raise ConfigError(f"{where}={raw!r} must be a list of names, e.g. {where}: [{raw if isinstance(raw, str) else 'name'}]")
+        example = raw if isinstance(raw, str) else "name"
+        raise ConfigError(f"{where}={raw!r} must be a list of names, e.g. {where}: [{example}]")
     duplicates = sorted({name for name in raw if raw.count(name) > 1})
     if duplicates:
         raise ConfigError(f"{where}: {', '.join(map(repr, duplicates))} listed more than once; list each once")
@@ -418,13 +419,15 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML file into a :class:`SweepSpec`."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"config file {str(path)!r} is a directory; give a sweep YAML file such as tune_configs/quickstart.yaml")
+        raise ConfigError(f"config file {str(path)!r} is a directory; give a sweep YAML file such as "
+                          "tune_configs/quickstart.yaml")
     if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not a UTF-8 text file (byte {exc.start}); give a sweep YAML file") from None
+        raise ConfigError(f"config file {str(path)!r} is not a UTF-8 text file (byte {exc.start}); "
+                          "give a sweep YAML file") from None
     except OSError as exc:
         raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
     try:

@@ -40,33 +40,29 @@ def _within(value: float, low: float | None, high: float | None, low_open: bool,
     return above and below
 
 
-def integer(low: int | None = None, high: int | None = None, *, null: bool = False) -> Rule:
-    """An integer (never a boolean) in ``[low, high]``; ``null`` also accepts ``None``."""
-    want = " ".join(filter(None, ("an integer", _bounds(low, high, False, False))))
+def _ranged(kind: str, accepts: Callable[[Any], bool], low: float | None, high: float | None, low_open: bool,
+            high_open: bool, null: bool) -> Rule:
+    want = " ".join(filter(None, (kind, _bounds(low, high, low_open, high_open))))
     want = f"null or {want}" if null else want
 
     def rule(value: Any) -> str | None:
         if null and value is None:
             return None
-        ok = is_int(value) and _within(value, low, high, False, False)
+        ok = accepts(value) and _within(value, low, high, low_open, high_open)
         return None if ok else f"must be {want}"
 
     return rule
+
+
+def integer(low: int | None = None, high: int | None = None, *, null: bool = False) -> Rule:
+    """An integer (never a boolean) in ``[low, high]``; ``null`` also accepts ``None``."""
+    return _ranged("an integer", is_int, low, high, False, False, null)
 
 
 def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
            high_open: bool = False, null: bool = False) -> Rule:
     """A finite number (int or float, never a boolean, NaN or infinity) between ``low`` and ``high``."""
-    want = " ".join(filter(None, ("a finite number", _bounds(low, high, low_open, high_open))))
-    want = f"null or {want}" if null else want
-
-    def rule(value: Any) -> str | None:
-        if null and value is None:
-            return None
-        ok = is_number(value) and _within(value, low, high, low_open, high_open)
-        return None if ok else f"must be {want}"
-
-    return rule
+    return _ranged("a finite number", is_number, low, high, low_open, high_open, null)
 
 
 def one_of(*choices: Any) -> Rule:

@@ -218,7 +218,7 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
 
     mlflow_client = client(uri)
     closed = []
-    where = " and ".join([f"tags.`{TAG}phase` = '{phase}'"] + [f"tags.`{TAG}{k}` = '{v}'" for k, v in (tags or {}).items()])
+    where = " and ".join(f"tags.`{TAG}{k}` = '{v}'" for k, v in ({"phase": phase} | (tags or {})).items())
     for run in search(uri, study, where):
         if run_status(run) != "running":
             continue
