@@ -1,18 +1,22 @@
 """Plain functions behind ``ndebench datasets list`` and ``ndebench datasets check NAME`` (they print nothing).
 
-``dataset_status`` only looks for files (cheap enough to run for every dataset); ``check_dataset`` loads
-the dataset through its real loader and compares counts, shapes and labels with the public archive.
+``dataset_status`` only looks for files (cheap enough to run for every dataset); ``preflight_problems``
+also parses what every file must hold (headers, counts, checksums) without loading the data, which is what
+a sweep runs before Ray starts; ``check_dataset`` loads the dataset through its real loader and compares
+counts, shapes and labels with the public archive.
 """
 from __future__ import annotations
 
 import os
+import wave
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from ndebench.datasets import images, sepsis, speech_commands, uea
 from ndebench.datasets.bundle import DatasetBundle, ImageBundle
-from ndebench.datasets.files import CorruptFileError, MissingDataError, resolve_data_dir
+from ndebench.datasets.files import CorruptFileError, MissingDataError, corrupt_file, resolve_data_dir
 from ndebench.datasets.registry import create_dataset, list_datasets, split_name
 
 DataDir = str | os.PathLike | None
@@ -83,6 +87,86 @@ def dataset_status(name: str, data_dir: DataDir = None) -> dict[str, Any]:
 def dataset_statuses(data_dir: DataDir = None) -> list[dict[str, Any]]:
     """:func:`dataset_status` of every registered dataset, in :func:`list_datasets` order."""
     return [dataset_status(name, data_dir) for name in list_datasets()]
+
+
+def _ts_layout(path: Path) -> tuple[int, int]:
+    """``(samples, channels)`` of a ``.ts`` file from its header and one pass over its data lines."""
+    samples, channels, in_data = 0, None, False
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                line = line.strip()
+                if not in_data or not line or line.startswith(("#", "%")):
+                    in_data = in_data or line.lower().startswith("@data")
+                    continue
+                count = line.count(":")  # channels are separated by ':', the label follows the last one
+                if channels is None:
+                    channels = count
+                if count != channels or count == 0:
+                    raise ValueError(f"line {number} has {count} channel(s), the first sample has {channels}")
+                samples += 1
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise corrupt_file(path, error) from error
+    if not samples:
+        raise corrupt_file(path, ValueError("no @data section with samples"))
+    return samples, channels
+
+
+def _probe_uea(member: str, data_dir: DataDir) -> None:
+    train_path, test_path, _ = uea.locate(member, data_dir)
+    (_, train), (_, test) = _ts_layout(train_path), _ts_layout(test_path)
+    if train != test:
+        raise corrupt_file(test_path, ValueError(f"{test} channels, but {train_path.name} has {train}"))
+
+
+def _probe_sepsis(member: str | None, data_dir: DataDir) -> None:
+    for path in sepsis.record_files(data_dir)[1]:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                header = handle.readline().rstrip("\n").split("|")
+        except (OSError, UnicodeDecodeError) as error:
+            raise corrupt_file(path, error) from error
+        if len(header) != sepsis.NUM_COLUMNS or header[sepsis.LABEL] != "SepsisLabel":
+            raise corrupt_file(path, ValueError(f"header has {len(header)} columns, expected {sepsis.NUM_COLUMNS} "
+                                                "ending in ICULOS|SepsisLabel"))
+
+
+def _probe_speech(member: str | None, data_dir: DataDir) -> None:
+    for path, _ in speech_commands.clip_files(data_dir)[1]:
+        try:
+            with wave.open(str(path)) as clip:
+                layout = clip.getnchannels(), clip.getframerate()
+        except (OSError, EOFError, wave.Error) as error:
+            raise corrupt_file(path, error) from error
+        if layout != (1, speech_commands.SAMPLE_RATE):
+            raise CorruptFileError(f"{path}: expected mono {speech_commands.SAMPLE_RATE} Hz audio, got "
+                                   f"{layout[0]} channel(s) at {layout[1]} Hz")
+
+
+# What every dataset family's files must hold, read without loading the data (images: torchvision's MD5s).
+PROBES: dict[str, Callable[[str | None, DataDir], None]] = {
+    "uea": _probe_uea,
+    "sepsis": _probe_sepsis,
+    "speech_commands": _probe_speech,
+    **{
+        name: (lambda member, data_dir, spec=spec: images.find_corrupt_file(spec, images.locate_images(spec, data_dir)))
+        for name, spec in images.SPECS.items()
+    },
+}
+
+
+def preflight_problems(name: str, data_dir: DataDir = None) -> list[str]:
+    """Problems that would stop every trial on dataset ``name``: missing files, or a file whose header, layout
+    or checksum is wrong (named). Parses headers and counts only, so a sweep can run it before Ray starts."""
+    status = dataset_status(name, data_dir)
+    if not status["available"]:
+        return [status["problem"]]
+    family, member = split_name(name)
+    try:
+        PROBES.get(family, lambda member, data_dir: None)(member, data_dir)
+    except (MissingDataError, CorruptFileError) as error:
+        return [str(error)]
+    return []
 
 
 def check_dataset(name: str, data_dir: DataDir = None) -> list[str]:

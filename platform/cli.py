@@ -15,6 +15,10 @@ EPILOG = "Docs: README.md. Every subcommand has --help."
 LISTED_CELLS = 12
 
 
+class CommandError(Exception):
+    """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
+
+
 def _add_tracking(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in the working directory)")
 
@@ -95,15 +99,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, failed: dict[str, str] | None = None) -> None:
     from ndebench.platform.report import build_report, format_console_table
-    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts
+    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts, planned_seeds, study_names
 
+    studies = study_names(uri)
+    if study not in studies:
+        raise CommandError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
     runs = evaluate_runs(uri, study)
     if runs.empty and failed:
         print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
         return
     if runs.empty:
-        raise SystemExit(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    files = build_report(runs, out, study, test=test, alpha=alpha)
+        raise CommandError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
+    files = build_report(runs, out, study, test=test, alpha=alpha, planned_seeds=planned_seeds(uri, study))
     print(format_console_table(runs, test=test, alpha=alpha))
     if failed:
         lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
@@ -117,6 +124,11 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, failed: di
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ndebench.platform.config import check_study_name
+    from ndebench.platform.stats import check_alpha
+
+    check_study_name(args.study)
+    check_alpha(args.alpha)
     _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha)
     return 0
 
@@ -127,7 +139,35 @@ def cmd_ui(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
                "--port", str(args.port), "--workers", "1"]
     print(f"MLflow UI for {uri} at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
-    return subprocess.call(command, env=env)
+    # Its own process group, so that SIGTERM/SIGINT/SIGHUP here stops the server and its workers too.
+    server = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def stop(signum: int, frame: object) -> None:
+        # No waiting here: the interrupted server.wait() holds the Popen lock; `finally` waits instead.
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    try:
+        return server.wait()
+    finally:
+        _stop_group(server)
+
+
+def _stop_group(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to ``process``'s group, then SIGKILL to whatever of it is left after ``grace`` seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
@@ -184,7 +224,10 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             where = status["source"] if status["available"] else "missing"
             print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
         return 0
-    status = dataset_status(args.name, args.data_dir)
+    try:
+        status = dataset_status(args.name, args.data_dir)
+    except KeyError as exc:  # split_name's unknown-member error
+        raise CommandError(exc.args[0]) from None
     if not status["available"]:
         print(status["problem"], file=sys.stderr)
         return 1
@@ -194,6 +237,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         print(f"  problem: {problem}")
     print(f"{args.name}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
+
+
+def _port(text: str) -> int:
+    if not (text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,14 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",
                         description="Serve the MLflow UI on localhost for the tracking URI.")
     _add_tracking(ui)
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     ui.add_argument("--host", default="127.0.0.1")
     ui.set_defaults(func=cmd_ui)
 
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
                            description="Solve the paper's Corollary 3.2 exactly for the renewal rates.")
-    rates.add_argument("--p", type=float, required=True, help="dropout rate, in (0, 1)")
-    rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], > 0")
+    rates.add_argument("--p", type=float, required=True, help="dropout rate, in [1e-6, 1 - 1e-6]")
+    rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], in [1e-6, 1e6]")
     rates.add_argument("--T", type=float, default=1.0, help="time horizon (default 1)")
     rates.add_argument("--json", action="store_true", help="print JSON")
     rates.set_defaults(func=cmd_rates)
@@ -281,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return args.func(args)
-    except (ConfigError, UnknownNameError, ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError) as exc:
         print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,9 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import re
+import typing
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ import yaml
 from ndebench.datasets.registry import split_name
 from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SDE_METHODS, SolverConfig
 from ndebench.models.registry import list_models, model_info
+from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
 from ndebench.regularizers.registry import list_regularizers, regularizer_info
 
@@ -181,6 +185,25 @@ def _unknown(keys: set[str], valid: set[str], where: str) -> None:
         raise ConfigError(f"unknown key(s) {extra} in {where}; valid keys: {sorted(valid)}")
 
 
+def _require(where: str, value: Any, rule: typed.Rule) -> None:
+    issue = typed.problem(where, value, rule)
+    if issue:
+        raise ConfigError(issue)
+
+
+def _names(raw: Any, where: str) -> tuple[str, ...]:
+    """A list of distinct names (a lone string is refused: ``models: neural_cde`` is not a list)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
+        example = raw if isinstance(raw, str) else "name"
+        raise ConfigError(f"{where}={raw!r} must be a list of names, e.g. {where}: [{example}]")
+    duplicates = sorted({name for name in raw if raw.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"{where}: {', '.join(map(repr, duplicates))} listed more than once; list each once")
+    return tuple(raw)
+
+
 def _mapping(raw: Any, where: str) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -201,8 +224,12 @@ def parse_value(raw: Any, where: str) -> Value:
         (kind, args), = raw.items()
         if kind not in ("loguniform", "uniform", "randint", "choice"):
             raise ConfigError(f"{where}: unknown search space {kind!r}; valid: choice, loguniform, randint, uniform")
-        if not isinstance(args, list) or (kind != "choice" and len(args) != 2):
+        if not isinstance(args, list) or not args or (kind != "choice" and len(args) != 2):
             raise ConfigError(f"{where}.{kind} needs a list{' [low, high]' if kind != 'choice' else ''}, got {args!r}")
+        if kind != "choice" and not all(typed.is_number(a) for a in args):
+            raise ConfigError(f"{where}.{kind}={args!r}: bounds must be finite numbers")
+        if kind == "randint" and not all(typed.is_int(a) for a in args):
+            raise ConfigError(f"{where}.randint={args!r}: bounds must be integers")
         if kind != "choice" and not args[0] < args[1]:
             raise ConfigError(f"{where}.{kind}: low {args[0]!r} must be < high {args[1]!r}")
         if kind == "loguniform" and not args[0] > 0:
@@ -215,10 +242,14 @@ def _candidates(value: Value) -> tuple[Any, ...]:
     return value.values_to_check() if isinstance(value, Space) else (value,)
 
 
-def _dataclass_from(cls: type, raw: Any, where: str) -> Any:
+def _dataclass_from(cls: type, raw: Any, where: str, rules: dict[str, typed.Rule] | None = None) -> Any:
+    """``cls(**raw)`` after every given field passed its annotation's type rule and ``rules`` (ranges)."""
     raw = _mapping(raw, where)
     names = {f.name for f in dataclasses.fields(cls)}
     _unknown(set(raw), names, where)
+    for key, rule in (typed.dataclass_rules(cls) | (rules or {})).items():
+        if key in raw:
+            _require(f"{where}.{key}", raw[key], rule)
     try:
         return cls(**raw)
     except TypeError as exc:
@@ -228,27 +259,17 @@ def _dataclass_from(cls: type, raw: Any, where: str) -> Any:
 def _check_training(training: dict[str, Value]) -> None:
     valid = {f.name for f in dataclasses.fields(TrainingConfig)}
     _unknown(set(training), valid, "training")
+    positive = typed.number(0, low_open=True)
+    rules = typed.dataclass_rules(TrainingConfig) | {
+        "epochs": typed.integer(1), "lr_step": typed.integer(1), "patience": typed.integer(1),
+        "min_epochs": typed.integer(0), "batch_size": typed.either(typed.one_of("auto"), typed.integer(1)),
+        "lr": positive, "lr_gamma": positive, "weight_decay_factor": typed.number(0),
+        "grad_clip": typed.number(0, low_open=True, null=True), "optimizer": typed.one_of("adam", "sgd"),
+        "scheduler": typed.one_of("step", "plateau"), "threads": typed.integer(1, null=True),
+    }
     for key, value in training.items():
         for v in _candidates(value):
-            where = f"training.{key}={v!r}"
-            if key in ("epochs", "lr_step", "patience") and not (isinstance(v, int) and v >= 1):
-                raise ConfigError(f"{where} must be an integer >= 1")
-            if key == "min_epochs" and not (isinstance(v, int) and v >= 0):
-                raise ConfigError(f"{where} must be an integer >= 0")
-            if key == "batch_size" and not (v == "auto" or (isinstance(v, int) and v >= 1)):
-                raise ConfigError(f"{where} must be 'auto' or an integer >= 1")
-            if key in ("lr", "lr_gamma") and not (isinstance(v, (int, float)) and v > 0):
-                raise ConfigError(f"{where} must be a number > 0")
-            if key == "weight_decay_factor" and not (isinstance(v, (int, float)) and v >= 0):
-                raise ConfigError(f"{where} must be a number >= 0")
-            if key == "grad_clip" and not (v is None or (isinstance(v, (int, float)) and v > 0)):
-                raise ConfigError(f"{where} must be null or a number > 0")
-            if key == "optimizer" and v not in ("adam", "sgd"):
-                raise ConfigError(f"{where}; valid: adam, sgd")
-            if key == "scheduler" and v not in ("step", "plateau"):
-                raise ConfigError(f"{where}; valid: step, plateau")
-            if key == "threads" and not (v is None or (isinstance(v, int) and v >= 1)):
-                raise ConfigError(f"{where} must be null or an integer >= 1")
+            _require(f"training.{key}", v, rules[key])
 
 
 def _model_params(model: str) -> set[str]:
@@ -261,6 +282,14 @@ def _model_params(model: str) -> set[str]:
     return {name for name in signature.parameters if name not in reserved}
 
 
+def _model_rules(model: str) -> dict[str, typed.Rule]:
+    """Type rules of a model's hyperparameters, from its constructor's annotations."""
+    from ndebench.models.registry import _REGISTRY
+
+    hints = typing.get_type_hints(_REGISTRY.get(model).__init__)
+    return {name: typed.hint_rule(hints.get(name, Any)) for name in _model_params(model)}
+
+
 def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> None:
     valid = list_models()
     for name in models:
@@ -271,10 +300,11 @@ def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> N
         bad = sorted(set(model_section) - params)
         if bad:
             raise ConfigError(f"model: key(s) {bad} are not hyperparameters of model {name!r}; valid: {sorted(params)}")
-    for key, value in model_section.items():
-        for v in _candidates(value):
-            if key in MODEL_COMMON and not (isinstance(v, int) and v >= 1):
-                raise ConfigError(f"model.{key}={v!r} must be an integer >= 1")
+    for name in models:
+        rules = _model_rules(name)
+        for key, value in model_section.items():
+            for v in _candidates(value):
+                _require(f"model.{key}", v, typed.integer(1) if key in MODEL_COMMON else rules[key])
 
 
 def _check_datasets(datasets: tuple[str, ...], models: tuple[str, ...]) -> None:
@@ -294,9 +324,21 @@ def _check_datasets(datasets: tuple[str, ...], models: tuple[str, ...]) -> None:
                 )
 
 
+def _type_of_choices(choices: tuple[Any, ...]) -> typed.Rule:
+    """A hyperparameter takes values of its default choices' type: numbers (finite, never booleans), booleans
+    or strings."""
+    if all(isinstance(c, bool) for c in choices):
+        return typed.boolean
+    if all(typed.is_number(c) for c in choices):
+        return typed.number()
+    if all(isinstance(c, str) for c in choices):
+        return typed.text
+    return lambda value: None
+
+
 def _check_regularizers(raw: Any, models: tuple[str, ...], solvers: dict[str, SolverConfig]) -> dict[str, dict[str, Value]]:
     if isinstance(raw, list):
-        raw = {name: {} for name in raw}
+        raw = {name: {} for name in _names(raw, "regularizers")}
     raw = _mapping(raw, "regularizers")
     if not raw:
         raise ConfigError("regularizers: name at least one regularizer (and 'none' as the baseline)")
@@ -314,6 +356,7 @@ def _check_regularizers(raw: Any, models: tuple[str, ...], solvers: dict[str, So
                 hp.choices[0] if len(hp.choices) == 1 else Space("choice", hp.choices)
             )
             for v in _candidates(value):
+                _require(f"regularizers.{name}.{key}", v, _type_of_choices(hp.choices))
                 problem = hp.check(v)
                 if problem:
                     raise ConfigError(f"regularizers.{name}.{key}={v!r} {problem}")
@@ -342,12 +385,13 @@ def _check_solvers(raw: Any) -> dict[str, SolverConfig]:
         where = "solver" if key == "default" else f"solver.{key}"
         if key != "default" and key not in list_models():
             raise ConfigError(f"{where}: unknown key {key!r}; give solver settings directly or per model name ({', '.join(list_models())})")
-        solver = _dataclass_from(SolverConfig, section, where)
+        solver = _dataclass_from(SolverConfig, section, where, {
+            "step_size": typed.number(0, low_open=True, null=True), "rtol": typed.number(0, low_open=True),
+            "atol": typed.number(0, low_open=True),
+        })
         valid = ODE_FIXED + ODE_ADAPTIVE + tuple(m for m in SDE_METHODS if m not in ODE_FIXED)
         if solver.method not in valid:
             raise ConfigError(f"{where}.method={solver.method!r} is not a solver; valid: {', '.join(valid)}")
-        if solver.step_size is not None and not solver.step_size > 0:
-            raise ConfigError(f"{where}.step_size={solver.step_size!r} must be > 0")
         out[key] = solver
     return out
 
@@ -361,21 +405,67 @@ def _check_dataset_options(raw: Any, datasets: tuple[str, ...]) -> dict[str, Any
         unknown = sorted(set(options) - set(valid))
         if unknown:
             raise ConfigError(f"dataset_options: {unknown} not accepted by dataset {name!r}; valid: {valid or 'none'}")
-    rate = options.get("missing_rate", 0.0)
-    if not (isinstance(rate, (int, float)) and 0.0 <= rate < 1.0):
-        raise ConfigError(f"dataset_options.missing_rate={rate!r} must be a number in [0, 1)")
+    _require("dataset_options.missing_rate", options.get("missing_rate", 0.0), typed.number(0, 1, high_open=True))
     return options
+
+
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_study_name(study: Any) -> str:
+    """A study name is a folder name and an MLflow experiment: letters, digits, ``.``, ``_``, ``-`` (at most 100,
+    starting with a letter or digit, no ``..``), so that it never escapes the report or results folder."""
+    if not (isinstance(study, str) and STUDY_NAME.fullmatch(study) and ".." not in study):
+        raise ConfigError(f"study={study!r} must be a name of letters, digits, '.', '_' and '-' (at most 100, "
+                          "starting with a letter or digit, no '..'), e.g. study: my_sweep-1")
+    return study
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (plain YAML keeps the last silently,
+    which would drop e.g. a whole search grid)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader itself refuses it as "found unhashable key"
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key]}); each key may appear once "
+                    "per mapping", key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep YAML file into a :class:`SweepSpec`."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise ConfigError(f"config file {str(path)!r} is a directory; give a sweep YAML file such as "
+                          "tune_configs/quickstart.yaml")
+    if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not a UTF-8 text file (byte {exc.start}); "
+                          "give a sweep YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}" + (f" line {mark.line + 1}, column {mark.column + 1}" if mark else "")
+        what = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None)))) or str(exc)
+        raise ConfigError(f"{where}: not valid YAML: {what}") from None
+    if raw is None:
+        raise ConfigError(f"config file {str(path)!r} is empty; see tune_configs/quickstart.yaml for a sweep config")
     spec = parse_spec(raw)
     return dataclasses.replace(spec, source=str(path.resolve()))
 
@@ -384,11 +474,9 @@ def parse_spec(raw: Any) -> SweepSpec:
     """Validate a config mapping (as loaded from YAML) into a :class:`SweepSpec`."""
     raw = _mapping(raw, "config")
     _unknown(set(raw), TOP_KEYS, "the config's top level")
-    study = raw.get("study")
-    if not isinstance(study, str) or not study or any(c in study for c in "/\\ "):
-        raise ConfigError(f"study={study!r} must be a non-empty name without spaces or slashes")
-    models = tuple(raw.get("models") or ())
-    datasets = tuple(raw.get("datasets") or ())
+    study = check_study_name(raw.get("study"))
+    models = _names(raw.get("models"), "models")
+    datasets = _names(raw.get("datasets"), "datasets")
     if not models:
         raise ConfigError(f"models: name at least one model; valid models: {', '.join(list_models())}")
     if not datasets:
@@ -405,25 +493,24 @@ def parse_spec(raw: Any) -> SweepSpec:
     solvers = _check_solvers(raw.get("solver"))
     regularizers = _check_regularizers(raw.get("regularizers"), models, solvers)
     tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune"), "tune")
-    if not (isinstance(tune_cfg.num_samples, int) and tune_cfg.num_samples >= 1):
-        raise ConfigError(f"tune.num_samples={tune_cfg.num_samples!r} must be an integer >= 1")
     if tune_cfg.mode not in ("min", "max"):
         raise ConfigError(f"tune.mode={tune_cfg.mode!r} must be 'min' or 'max'")
     if not tune_cfg.metric.startswith("val_"):
         raise ConfigError(f"tune.metric={tune_cfg.metric!r} must be a validation metric (val_loss, val_accuracy, val_auroc, ...)")
-    evaluate = _dataclass_from(EvaluateConfig, raw.get("evaluate"), "evaluate")
+    evaluate = _dataclass_from(EvaluateConfig, raw.get("evaluate"), "evaluate",
+                               {"seeds": typed.sequence_of(typed.integer(0))})
     seeds = tuple(evaluate.seeds)
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
+    if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"evaluate.seeds={list(seeds)!r} must be distinct integers >= 0")
     evaluate = EvaluateConfig(seeds=seeds)
-    resources = _dataclass_from(Resources, raw.get("resources"), "resources")
-    if not resources.cpu > 0 or resources.gpu < 0:
-        raise ConfigError(f"resources: cpu={resources.cpu!r} must be > 0 and gpu={resources.gpu!r} >= 0")
-    report = _dataclass_from(ReportConfig, raw.get("report"), "report")
-    if report.test not in ("student", "welch", "paired"):
-        raise ConfigError(f"report.test={report.test!r}; valid: student, welch, paired")
-    if not 0 < report.alpha < 1:
-        raise ConfigError(f"report.alpha={report.alpha!r} must lie in (0, 1)")
+    resources = _dataclass_from(Resources, raw.get("resources"), "resources",
+                                {"cpu": typed.number(0, low_open=True), "gpu": typed.number(0)})
+    report = _dataclass_from(ReportConfig, raw.get("report"), "report", {
+        "test": typed.one_of("student", "welch", "paired"),
+        "alpha": typed.number(0, 1, low_open=True, high_open=True),
+    })
+    _require("description", raw.get("description", ""), typed.text)
+    _require("data_dir", raw.get("data_dir"), typed.hint_rule(str | None))
     spec = SweepSpec(
         study=study, description=str(raw.get("description", "")), models=models, datasets=datasets,
         regularizers=regularizers, model=model_section, training=training,
@@ -458,22 +545,20 @@ def _split_model_section(raw: Any, models: tuple[str, ...]) -> tuple[dict[str, V
     return shared, overrides
 
 
+SEARCH_RULES: dict[str, typed.Rule] = {
+    "num_samples": typed.integer(1), "seed": typed.integer(0), "max_concurrent": typed.integer(1, null=True),
+    "sampler": typed.one_of(*SAMPLERS), "n_startup_trials": typed.integer(0), "scheduler": typed.one_of(*SCHEDULERS),
+}
+ASHA_RULES: dict[str, typed.Rule] = {
+    "grace_period": typed.integer(1), "reduction_factor": typed.integer(2), "max_epochs": typed.integer(1, null=True),
+}
+
+
 def _check_search(tune: TuneConfig, where: str) -> TuneConfig:
-    """The sampler, start-up, scheduler and ASHA settings of a search stage (``tune`` or ``base``)."""
-    if tune.sampler not in SAMPLERS:
-        raise ConfigError(f"{where}.sampler={tune.sampler!r}; valid: {', '.join(SAMPLERS)}")
-    if not (isinstance(tune.n_startup_trials, int) and tune.n_startup_trials >= 0):
-        raise ConfigError(f"{where}.n_startup_trials={tune.n_startup_trials!r} must be an integer >= 0")
-    if tune.scheduler not in SCHEDULERS:
-        raise ConfigError(f"{where}.scheduler={tune.scheduler!r}; valid: {', '.join(SCHEDULERS)}")
-    if tune.max_concurrent is not None and not (isinstance(tune.max_concurrent, int) and tune.max_concurrent >= 1):
-        raise ConfigError(f"{where}.max_concurrent={tune.max_concurrent!r} must be null or an integer >= 1 (per cell)")
-    asha = tune.asha if isinstance(tune.asha, AshaConfig) else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha")
-    for key in ("grace_period", "reduction_factor", "max_epochs"):
-        value = getattr(asha, key)
-        low = 2 if key == "reduction_factor" else 1
-        if not (value is None and key == "max_epochs") and not (isinstance(value, int) and value >= low):
-            raise ConfigError(f"{where}.asha.{key}={value!r} must be an integer >= {low}")
+    """The budget, sampler, start-up, scheduler and ASHA settings of a search stage (``tune`` or ``base``)."""
+    for key, rule in SEARCH_RULES.items():
+        _require(f"{where}.{key}", getattr(tune, key), rule)
+    asha = tune.asha if isinstance(tune.asha, AshaConfig) else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha", ASHA_RULES)
     return dataclasses.replace(tune, asha=asha)
 
 
@@ -486,13 +571,9 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
     if base_raw and protocol != "paper":
         raise ConfigError("base: the base-stage search settings apply to protocol: paper only")
     epochs = base_raw.pop("epochs", None)
-    if epochs is not None and not (isinstance(epochs, int) and epochs >= 1):
-        raise ConfigError(f"base.epochs={epochs!r} must be an integer >= 1")
+    _require("base.epochs", epochs, typed.integer(1, null=True))
     _unknown(set(base_raw), {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent"}, "base")
-    base = dataclasses.replace(spec.tune, **base_raw)
-    if not (isinstance(base.num_samples, int) and base.num_samples >= 1):
-        raise ConfigError(f"base.num_samples={base.num_samples!r} must be an integer >= 1")
-    base = _check_search(base, "base")
+    base = _check_search(dataclasses.replace(spec.tune, **base_raw), "base")
     variants = dict(_mapping(raw.get("variants"), "variants"))
     for name, mode in variants.items():
         if name not in spec.regularizers:

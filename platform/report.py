@@ -31,6 +31,8 @@ TEST_NAMES = {
     "paired": "paired t-test over the seeds both cells share (scipy.stats.ttest_rel)",
 }
 REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
+# Statuses the statistics count; any other (``running``, ``stopped``) is reported beside the tables.
+STATS_STATUSES = ("ok", "diverged", "error")
 DIGITS = 3
 
 
@@ -73,12 +75,25 @@ def _select_study(runs: pd.DataFrame, study: str) -> pd.DataFrame:
     return runs
 
 
-def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -> pd.DataFrame:
+def _check_runs(runs: pd.DataFrame, test: str, alpha: float) -> None:
     missing = [c for c in REQUIRED if c not in runs.columns]
     if missing:
         raise ValueError(f"runs lack the columns {missing}; required: {', '.join(REQUIRED)}")
     if runs.empty:
         raise ValueError("no evaluate-phase runs to report")
+    stats.check_test(test)
+    stats.check_alpha(alpha)
+
+
+def has_results(runs: pd.DataFrame) -> bool:
+    """Whether some ``ok`` run reports a finite value of some test metric (else there is nothing to tabulate)."""
+    ok = runs[runs["status"] == "ok"]
+    return any(_reported(ok, m) for m in METRICS)
+
+
+def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -> pd.DataFrame:
+    _check_runs(runs, test, alpha)
+    runs = runs[runs["status"].isin(STATS_STATUSES)]
     if not any(m in runs.columns for m in METRICS):
         raise ValueError(f"runs have no metric column; expected some of {', '.join(METRICS)}")
     if metric is not None and metric not in runs.columns:
@@ -90,7 +105,8 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
 
 
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
-                 test: str = "student", alpha: float = 0.05) -> ReportFiles:
+                 test: str = "student", alpha: float = 0.05,
+                 planned_seeds: list[int] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -103,28 +119,130 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     Figures: a reliability diagram per (model, dataset) when runs carry calibration bins, a per-seed
     box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
     with at least two datasets.
+
+    Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
+    statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
+    run yet and its running ones. A study with no ``ok`` result gets a report of its counts and of each
+    failed run's message instead of tables.
     """
-    runs = _validate(_select_study(runs, study), metric, test, alpha)
-    strong = alpha / 5
+    runs = _select_study(runs, study)
+    _check_runs(runs, test, alpha)
     directory = Path(out_dir) / study
     directory.mkdir(parents=True, exist_ok=True)
+    coverage = seed_coverage(runs, planned_seeds)
+    if not has_results(runs):
+        return _report_without_results(runs, directory, study, coverage, test, alpha)
+    pending = runs[~runs["status"].isin(STATS_STATUSES)]
+    runs = _validate(runs, metric, test, alpha)
+    strong = alpha / 5
     primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
-    tables = [_Table.build(runs, primary, "primary", test, alpha)]
+    tables = [_Table.build(runs, primary, "primary", test, alpha, coverage)]
     for extra in ("test_nll", "test_ece"):
         if _reported(runs, extra) and extra not in set(primary.values()):
-            tables.append(_Table.build(runs, {d: extra for d in primary}, LABELS[extra], test, alpha))
+            tables.append(_Table.build(runs, {d: extra for d in primary}, LABELS[extra], test, alpha, coverage))
     across = stats.compare_across_datasets(runs, primary, alpha=alpha)
-    results_csv = directory / "results.csv"
-    runs.drop(columns="calibration", errors="ignore").to_csv(results_csv, index=False)
+    everything = pd.concat([runs, pending], ignore_index=True)
+    results_csv = _write_csv(everything, directory)
     table_md = directory / "table.md"
-    table_md.write_text(_markdown(study, runs, tables, across, alpha))
+    table_md.write_text(_markdown(study, everything, tables, across, alpha, coverage))
     table_tex = directory / "table.tex"
     table_tex.write_text(_latex(study, tables, across, alpha))
+    summary = _summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
     summary_json = directory / "summary.json"
-    summary_json.write_text(json.dumps(_clean(_summary(study, runs, tables, across, primary, test, alpha, strong)),
-                                       indent=2, allow_nan=False))
+    summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     return ReportFiles(directory, results_csv, table_md, table_tex, summary_json,
                        tuple(_figures(runs, primary, directory, alpha)))
+
+
+def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) -> pd.DataFrame:
+    """Per cell (every model x dataset x regularizer combination seen in ``runs``): the planned seeds without
+    any run (``missing_seeds``), the seeds still ``running`` or ``stopped``, and a one-line ``note``.
+
+    ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
+    seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
+    models, datasets, regularizers = (sorted(set(runs[c])) for c in stats.CELL)
+    rows = []
+    for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
+        cell = runs[(runs["model"] == model) & (runs["dataset"] == dataset) & (runs["regularizer"] == regularizer)]
+        if cell.empty and not _cell_planned(runs, model, dataset, regularizer):
+            continue
+        by_status = {status: sorted(int(s) for s in group["seed"]) for status, group in cell.groupby("status")}
+        missing = [seed for seed in seeds if seed not in set(cell["seed"])]
+        notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
+                 if k not in STATS_STATUSES]
+        notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
+        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "missing_seeds": missing,
+                     "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
+                     "note": "; ".join(notes)})
+    return pd.DataFrame(rows, columns=[*stats.CELL, "missing_seeds", "running_seeds", "stopped_seeds", "note"])
+
+
+def _cell_planned(runs: pd.DataFrame, model: str, dataset: str, regularizer: str) -> bool:
+    """A sweep crosses models, datasets and regularizers: a combination is planned when each of its three
+    parts has runs together with the others' (the same model on the dataset, the regularizer on the model)."""
+    pairs = {tuple(p) for p in runs[["model", "dataset"]].itertuples(index=False, name=None)}
+    with_reg = {tuple(p) for p in runs[["model", "regularizer"]].itertuples(index=False, name=None)}
+    return (model, dataset) in pairs and (model, regularizer) in with_reg
+
+
+def _coverage_json(coverage: pd.DataFrame) -> dict[str, Any]:
+    return {"incomplete_cells": _records(coverage[coverage["note"] != ""])}
+
+
+def _write_csv(runs: pd.DataFrame, directory: Path) -> Path:
+    path = directory / "results.csv"
+    runs.drop(columns="calibration", errors="ignore").to_csv(path, index=False)
+    return path
+
+
+def _status_line(runs: pd.DataFrame) -> str:
+    counts = runs["status"].value_counts()
+    others = sorted(set(counts.index) - set(STATS_STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*STATS_STATUSES, *others)]
+    line = f"{len(runs)} evaluate-phase runs: " + ", ".join(parts) + "."
+    if "running" in counts:
+        line += (" Running runs belong to a sweep in progress (or to one that was stopped: "
+                 "`ndebench run --resume` finishes them); the tables cover the finished runs.")
+    return line
+
+
+def _failed_lines(runs: pd.DataFrame, limit: int = 50) -> list[str]:
+    """Markdown list of the runs that did not finish ok, with their messages."""
+    failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
+    if failed.empty:
+        return []
+    lines = ["## Runs that did not finish ok", ""]
+    for row in failed.head(limit).itertuples(index=False):
+        message = str(getattr(row, "message", "") or "").replace("\n", " ")
+        lines.append(f"- {_md_escape(f'{row.model} / {row.dataset} / {row.regularizer}')}, seed {row.seed}: "
+                     f"{row.status}" + (f": {_md_escape(message[:300])}" if message else ""))
+    if len(failed) > limit:
+        lines.append(f"- ... and {len(failed) - limit} more (see results.csv)")
+    return lines + [""]
+
+
+def _report_without_results(runs: pd.DataFrame, directory: Path, study: str, coverage: pd.DataFrame,
+                            test: str, alpha: float) -> ReportFiles:
+    """The report of a study none of whose runs finished ok with a metric: counts, gaps and messages."""
+    results_csv = _write_csv(runs, directory)
+    lines = [f"# Study {study}", "", _status_line(runs), "",
+             "No evaluate-phase run finished ok with a test metric, so there is no table.", ""]
+    gaps = coverage[coverage["note"] != ""]
+    if not gaps.empty:
+        lines += ["## Incomplete cells", ""] + [f"- {_md_escape(f'{r.model} / {r.dataset} / {r.regularizer}')}: "
+                                                 f"{r.note}" for r in gaps.itertuples(index=False)] + [""]
+    lines += _failed_lines(runs)
+    table_md = directory / "table.md"
+    table_md.write_text("\n".join(lines))
+    table_tex = directory / "table.tex"
+    table_tex.write_text(f"% Study {study}: generated by ndebench. No run finished ok; see table.md.\n")
+    summary = {"study": study, "test": test, "alpha": alpha, "results": False,
+               "runs": {str(k): int(v) for k, v in runs["status"].value_counts().items()},
+               "failed": _records(runs.loc[runs["status"] != "ok",
+                                           [c for c in (*REQUIRED, "message") if c in runs.columns]])}
+    summary_json = directory / "summary.json"
+    summary_json.write_text(json.dumps(_clean(summary | _coverage_json(coverage)), indent=2, allow_nan=False))
+    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, ())
 
 
 @dataclass
@@ -151,7 +269,8 @@ class _Table:
     protocols: dict[str, str]
 
     @classmethod
-    def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float) -> _Table:
+    def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
+              coverage: pd.DataFrame | None = None) -> _Table:
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
             part = runs[runs["dataset"].isin([d for d, m in metrics.items() if m == metric])]
@@ -167,13 +286,17 @@ class _Table:
         usual_n = int(ok_n.mode().max()) if len(ok_n) else 0
         by_cell = cell_stats.set_index(stats.CELL)
         tests = comparison.set_index(stats.CELL)
+        gaps = {} if coverage is None else {tuple(k): n for k, n in zip(
+            coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"]) if n}
         cells = {}
         for j, (model, dataset, metric) in enumerate(columns):
             for regularizer in rows:
                 key = (model, dataset, regularizer)
                 if key in by_cell.index:
                     cells[(regularizer, j)] = _cell(by_cell.loc[key], tests.loc[key] if key in tests.index else None,
-                                                    usual_n)
+                                                    usual_n, gaps.get(key, ""))
+                elif key in gaps:
+                    cells[(regularizer, j)] = _Cell("–", note=gaps[key])
             _bold_best(cells, j, rows, by_cell, model, dataset, metric)
         protocols = {}
         if "test_protocol" in runs.columns:
@@ -192,13 +315,14 @@ def _regularizer_order(runs: pd.DataFrame) -> list[str]:
     return [stats.BASELINE] * (stats.BASELINE in names) + sorted(names - {stats.BASELINE})
 
 
-def _cell(row: pd.Series, comparison: pd.Series | None, usual_n: int) -> _Cell:
+def _cell(row: pd.Series, comparison: pd.Series | None, usual_n: int, gap: str = "") -> _Cell:
     notes = []
     n = int(row["n"])
     if n != usual_n:
         notes.append(f"n={n}")
     notes += [f"{int(row[c])} {word}" for c, word in
               (("n_diverged", "diverged"), ("n_error", "error"), ("n_missing", "missing")) if row[c]]
+    notes += [gap] if gap else []
     if comparison is not None and comparison["flag"] and comparison["flag"] != stats.TOO_FEW:
         notes.append(str(comparison["flag"]))
     text = "–" if n == 0 else (f"{row['mean']:.{DIGITS}f}" + (f" ({row['std']:.{DIGITS}f})" if n > 1 else ""))
@@ -273,16 +397,14 @@ def _md_table(table: _Table, alpha: float) -> list[str]:
     return lines + ["", _caption(table, alpha, tex=False)]
 
 
-def _markdown(study: str, runs: pd.DataFrame, tables: list[_Table], across: pd.DataFrame, alpha: float) -> str:
-    counts = runs["status"].value_counts()
-    lines = [f"# Study {study}", "",
-             f"{len(runs)} evaluate-phase runs: " + ", ".join(f"{int(counts.get(s, 0))} {s}"
-                                                              for s in ("ok", "diverged", "error")) + ".", ""]
+def _markdown(study: str, runs: pd.DataFrame, tables: list[_Table], across: pd.DataFrame, alpha: float,
+              coverage: pd.DataFrame) -> str:
+    lines = [f"# Study {study}", "", _status_line(runs), ""]
     for table in tables:
         title = "Primary metric" if table.title == "primary" else table.title
         lines += [f"## {title}", "", *_md_table(table, alpha), ""]
-    lines += ["## Across datasets", "", *_md_across(across, alpha)]
-    return "\n".join(lines) + "\n"
+    lines += ["## Across datasets", "", *_md_across(across, alpha), "", *_failed_lines(runs)]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _md_across(across: pd.DataFrame, alpha: float) -> list[str]:
@@ -415,7 +537,8 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[_Table], across: pd.Da
     return {
         "study": study, "test": test, "test_description": TEST_NAMES[test], "alpha": alpha,
         "strong_alpha": strong, "baseline": stats.BASELINE, "markers": {"*": f"p < {alpha:g}", "**": f"p < {strong:g}"},
-        "runs": {s: int((runs["status"] == s).sum()) for s in ("ok", "diverged", "error")},
+        "runs": {s: int((runs["status"] == s).sum())
+                 for s in (*STATS_STATUSES, *sorted(set(runs["status"]) - set(STATS_STATUSES)))},
         "primary_metric": primary,
         "tables": [{"title": t.title, "cells": _records(t.cell_stats), "comparisons": _records(t.comparisons)}
                    for t in tables],
@@ -468,7 +591,16 @@ def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha
 def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test: str = "student",
                          alpha: float = 0.05) -> str:
     """Plain-text summary printed at the end of a sweep: per cell the metric, n, mean, std, failed runs and,
-    for every regularizer, the difference, t, df and p-value of ``test`` against ``none`` with its marker."""
+    for every regularizer, the difference, t, df and p-value of ``test`` against ``none`` with its marker.
+    Without any ``ok`` result: the run counts and each failed run's message."""
+    _check_runs(runs, test, alpha)
+    if not has_results(runs):
+        failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
+        return "\n".join([_status_line(runs), "No evaluate-phase run finished ok with a test metric:"]
+                         + [f"  {r.model} x {r.dataset} x {r.regularizer} seed {r.seed}: {r.status}"
+                            + (f": {str(r.message)[:200]}" if getattr(r, "message", "") else "")
+                            for r in failed.head(20).itertuples(index=False)])
+    status_line = _status_line(runs)
     runs = _validate(runs, metric, test, alpha)
     primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
     table = _Table.build(runs, primary, "primary", test, alpha)
@@ -492,7 +624,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
         })
     body = pd.DataFrame(rows).to_string(index=False)
     return (f"{body}\n{TEST_NAMES[test]} against none; * p < {alpha:g}, ** p < {alpha / 5:g}; "
-            f"mean (sample std) over the ok runs.")
+            f"mean (sample std) over the ok runs.\n{status_line}")
 
 
 def _console_diff(regularizer: str, comparison: pd.Series | None) -> str:

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ndebench.datasets.check import dataset_status
+from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.config import Space, SweepSpec, config_hash
 from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
 from ndebench.platform.storage import Storage
 from ndebench.platform.tracking import (
-    TAG, TrialRecorder, cell_run, cell_states, ensure_experiment, evaluate_runs, finish_cell, finished_hashes,
+    TAG, TrialRecorder, cell_run, cell_states, close_orphaned_runs, ensure_experiment, evaluate_runs, finish_cell, finished_hashes,
     search, study_run,
 )
 from ndebench.platform.trial import TrialSpec, run_trial
@@ -138,8 +138,7 @@ class Sweep:
     def preflight(self) -> None:
         """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
         only with ``resume`` (nothing is overwritten)."""
-        missing = [status["problem"] for status in (dataset_status(d, self.data_dir) for d in self.spec.datasets)
-                   if not status["available"]]
+        missing = [problem for d in self.spec.datasets for problem in preflight_problems(d, self.data_dir)]
         if missing:
             raise FileNotFoundError("\n".join(missing))
         recorded = search(self.tracking_uri, self.spec.study)
@@ -265,6 +264,7 @@ class Sweep:
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
             max_concurrent_trials=searcher.max_live, trial_dirname_creator=lambda trial: trial.trial_id,
         ), {}, [progress, MarkStopped(self.tracking_uri)])
+        self._close_orphans(stage.name, progress.outcomes)
         for search in run.cells:
             outcomes = progress.outcomes[search.key]
             ok = [o for o in outcomes if self._usable(o["result"], tc.metric)]
@@ -277,6 +277,19 @@ class Sweep:
             finish_cell(self.tracking_uri, parents[search.key], "done", params=chosen[search.key], metrics={
                 f"best_{tc.metric}": best["result"][tc.metric], "n_trials": len(outcomes), "n_ok": len(ok)})
         return chosen
+
+    def _close_orphans(self, phase: str, outcomes: dict[str, list[dict[str, Any]]],
+                       trials: dict[str, dict[str, Any]] | None = None) -> None:
+        """Close as ``error`` the trial runs of ``phase`` whose worker died before recording an outcome, with
+        the reason Ray gave for that trial."""
+        reasons = {}
+        for outcome in (o for group in outcomes.values() for o in group if o["error"]):
+            config = outcome["config"]
+            reasons[config_hash(trials[config["trial"]] if trials and "trial" in config else config)] = outcome["error"]
+        closed = close_orphaned_runs(self.tracking_uri, self.spec.study, phase, reasons, tags={"kind": "trial"})
+        if closed:
+            self.say(f"stage {phase}: {len(closed)} trial(s) lost their worker; their MLflow runs are closed as error "
+                     "with Ray's reason (`ndebench report` lists them)")
 
     @staticmethod
     def _usable(result: dict[str, Any], metric: str) -> bool:
@@ -349,6 +362,7 @@ class Sweep:
             self._fit("evaluate", self._trainable(parents, trials), tune.TuneConfig(
                 reuse_actors=True, trial_dirname_creator=lambda trial: trial.trial_id),
                 {"trial": tune.grid_search(list(trials))}, [progress])
+            self._close_orphans("evaluate", progress.outcomes, trials)
             outcomes.update(progress.outcomes)
         self._aggregate(parents, by_key, outcomes)
         return len(trials), skipped

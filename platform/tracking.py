@@ -1,18 +1,23 @@
 """MLflow layout: experiment = study, one run per trial, tags/params/metrics of design.md section 5."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import pandas as pd
 
 TAG = "ndebench."
 PARENT = "mlflow.parentRunId"
 FINISHED_STATUSES = ("ok", "diverged")
+# ndebench.status of a run without that tag, from MLflow's own run status.
+MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
 T = TypeVar("T")
+_READY: set[str] = set()
 
 
 def default_tracking_uri(cwd: str | Path | None = None) -> str:
@@ -52,21 +57,78 @@ def _retry(call: Callable[[], T], attempts: int = 8) -> T:
     raise AssertionError("unreachable")
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else ``None``."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
 def client(uri: str):
+    """An ``MlflowClient``; the first one per process and sqlite database creates the schema under a lock."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    if sqlite_path(uri) is None or uri in _READY:
+        return MlflowClient(tracking_uri=uri)
+    # Two sweeps started together on a fresh file would both run MLflow's schema migrations (in the
+    # client's constructor) and one would die: each process's first client is made under the lock.
+    with _database_lock(uri):
+        mlflow_client = MlflowClient(tracking_uri=uri)
+    _READY.add(uri)
+    return mlflow_client
+
+
+@contextlib.contextmanager
+def _database_lock(uri: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder of a sqlite database (no lock file to leave behind); a no-op
+    for a tracking server, which serialises its own writes."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)
+
+
+def study_names(uri: str) -> list[str]:
+    """Names of the studies (experiments) in the tracking store; ``[]`` without creating a missing sqlite file."""
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        return []
+    mlflow_client, names, token = client(uri), [], None
+    while True:
+        page = mlflow_client.search_experiments(page_token=token)
+        names += [e.name for e in page if e.name != "Default"]
+        token = page.token
+        if not token:
+            return sorted(names)
 
 
 def ensure_experiment(uri: str, study: str) -> str:
     """Create (on the driver, before any trial) the database and the study's experiment; return its id."""
+    from mlflow.exceptions import MlflowException
+
     mlflow_client = client(uri)
     experiment = mlflow_client.get_experiment_by_name(study)
     if experiment is not None:
         return experiment.experiment_id
     root = artifact_root(uri)
     location = f"{root}/{study}" if root else None
-    return mlflow_client.create_experiment(study, artifact_location=location)
+    with _database_lock(uri):
+        experiment = mlflow_client.get_experiment_by_name(study)
+        if experiment is not None:
+            return experiment.experiment_id
+        try:
+            return mlflow_client.create_experiment(study, artifact_location=location)
+        except MlflowException:
+            # Another driver on the same tracking server created it in between.
+            experiment = mlflow_client.get_experiment_by_name(study)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
 
 def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
@@ -144,9 +206,63 @@ def finished_hashes(uri: str, study: str, phase: str) -> set[str]:
     return {r.data.tags.get(f"{TAG}config_hash") for r in runs if r.data.tags.get(f"{TAG}status") in FINISHED_STATUSES}
 
 
+def run_status(run: Any) -> str:
+    """``ndebench.status`` of a run (``running`` while a trial trains), else one derived from MLflow's status."""
+    return run.data.tags.get(f"{TAG}status") or MLFLOW_STATUS.get(run.info.status, "error")
+
+
+def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,
+                        tags: dict[str, str] | None = None) -> list[str]:
+    """Close as ``error`` the ``phase`` runs of ``study`` (and with ``tags``) still marked running; return
+    their run ids.
+
+    Called when every trial they belong to has ended: a run still running then belonged to a worker that
+    died (killed, out of memory, node lost) before it could record an outcome. ``reasons`` maps config
+    hashes to what Ray reported for that trial (an exception or text; its first line is kept). The message
+    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it.
+    """
+    from mlflow.entities import RunTag
+
+    mlflow_client = client(uri)
+    closed = []
+    where = " and ".join(f"tags.`{TAG}{k}` = '{v}'" for k, v in ({"phase": phase} | (tags or {})).items())
+    for run in search(uri, study, where):
+        if run_status(run) != "running":
+            continue
+        reason = _first_line((reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", "")))
+        message = (f"the worker running this trial died before recording an outcome{': ' + reason if reason else ''}"
+                   f"; closed by the sweep driver at the end of the {phase} phase")
+        tags = [RunTag(f"{TAG}status", "error"), RunTag(f"{TAG}error", message[:4000])]
+        _retry(lambda: mlflow_client.log_batch(run.info.run_id, tags=tags))
+        _retry(lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED"))
+        closed.append(run.info.run_id)
+    return closed
+
+
+def _first_line(reason: Any) -> str:
+    text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason or "")
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def planned_seeds(uri: str, study: str) -> list[int] | None:
+    """The evaluation seeds the study planned: param ``evaluate.seeds`` (a JSON list) of its run tagged
+    ``ndebench.kind=study``; ``None`` when the study has no such run."""
+    for run in search(uri, study, f"tags.`{TAG}kind` = 'study'"):
+        raw = run.data.params.get("evaluate.seeds")
+        if raw:
+            try:
+                seeds = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(seeds, list) and all(isinstance(s, int) for s in seeds):
+                return sorted(seeds)
+    return None
+
+
 def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False) -> pd.DataFrame:
-    """One row per evaluate-phase trial run: identity tags, status, protocol, ``test_*`` metrics, calibration
-    bins. Runs of fixed-parameter variant cells (column ``variant``) only with ``variants=True``."""
+    """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
+    ``stopped``), the error or divergence ``message``, protocol, ``test_*`` metrics, calibration bins. Runs of
+    fixed-parameter variant cells (column ``variant``) only with ``variants=True``."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
@@ -159,8 +275,10 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "variant": tags.get(f"{TAG}variant", ""),
             "run_id": run.info.run_id,
             "study": study,
-            **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "status", "config_hash")},
-            "seed": int(tags.get(f"{TAG}seed", -1)),
+            **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "config_hash")},
+            "status": run_status(run),
+            "message": tags.get(f"{TAG}error") or tags.get(f"{TAG}message") or "",
+            "seed": _seed(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
         }
         row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
@@ -168,6 +286,13 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             row["calibration"] = _load_json(mlflow_client, run.info.run_id, "calibration.json")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _seed(raw: str | None) -> int:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return -1
 
 
 def _load_json(mlflow_client: Any, run_id: str, name: str) -> dict[str, Any] | None:
@@ -178,7 +303,10 @@ def _load_json(mlflow_client: Any, run_id: str, name: str) -> dict[str, Any] | N
             path = mlflow_client.download_artifacts(run_id, name, tmp)
         except Exception:  # noqa: BLE001 - an older run may lack the artifact; the report then omits its bins
             return None
-        return json.loads(Path(path).read_text())
+        try:
+            return json.loads(Path(path).read_text())
+        except ValueError:
+            return None
 
 
 def log_report_artifacts(uri: str, study: str, files: list[Path]) -> str:

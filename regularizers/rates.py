@@ -1,4 +1,9 @@
-"""Exact map from Continuum Dropout's (p, m, T) to the renewal rates (lambda1, lambda2) (paper Corollary 3.2)."""
+"""Exact map from Continuum Dropout's (p, m, T) to the renewal rates (lambda1, lambda2) (paper Corollary 3.2).
+
+Accepted range (:data:`P_RANGE`, :data:`M_RANGE`): ``1e-6 <= p <= 1 - 1e-6`` and ``1e-6 <= m <= 1e6``, any finite
+``T > 0`` whose rates are finite. :func:`solve_rates` is tested to solve both equations to ``rtol`` on the whole
+of it; anything outside is refused with ``ValueError`` before the solver runs.
+"""
 from __future__ import annotations
 
 import functools
@@ -6,6 +11,10 @@ import math
 from dataclasses import dataclass
 
 from scipy.optimize import brentq
+
+
+P_RANGE = (1e-6, 1.0 - 1e-6)
+M_RANGE = (1e-6, 1e6)
 
 
 @dataclass(frozen=True)
@@ -16,13 +25,32 @@ class Rates:
     lambda2: float
 
 
+def check_p(p: float) -> str | None:
+    """``None`` when the solver accepts dropout rate ``p``, else what ``p`` must be."""
+    ok = isinstance(p, (int, float)) and not isinstance(p, bool) and P_RANGE[0] <= p <= P_RANGE[1]
+    return None if ok else f"must lie in [{P_RANGE[0]:g}, 1 - {1 - P_RANGE[1]:.0e}] (a dropout rate in (0, 1))"
+
+
+def check_m(m: float) -> str | None:
+    """``None`` when the solver accepts an expected number of renewals ``m``, else what ``m`` must be."""
+    ok = isinstance(m, (int, float)) and not isinstance(m, bool) and M_RANGE[0] <= m <= M_RANGE[1]
+    return None if ok else f"must lie in [{M_RANGE[0]:g}, {M_RANGE[1]:g}] (expected renewals on [0, T])"
+
+
 def _check(p: float, m: float, T: float) -> None:
-    if not (0.0 < p < 1.0) or math.isnan(p):
-        raise ValueError(f"dropout rate p={p!r} must lie in the open interval (0, 1)")
-    if not m > 0.0 or math.isinf(m):
-        raise ValueError(f"expected number of renewals m={m!r} must be a finite number > 0")
-    if not T > 0.0 or math.isinf(T):
+    for name, value, check in (("dropout rate p", p, check_p), ("expected number of renewals m", m, check_m)):
+        problem = check(value)
+        if problem:
+            raise ValueError(f"{name}={value!r} {problem}")
+    if not (isinstance(T, (int, float)) and T > 0.0 and math.isfinite(T)):
         raise ValueError(f"time horizon T={T!r} must be a finite number > 0")
+
+
+def _phi(x: float) -> float:
+    """``x - 1 + e^{-x}`` without cancellation (its Taylor series ``x^2/2 - x^3/6 + ...`` for small ``x``)."""
+    if x < 0.1:
+        return math.fsum((-x) ** k / math.factorial(k) for k in range(2, 20))
+    return x + math.expm1(-x)
 
 
 def dropout_rate(lambda1: float, lambda2: float, T: float) -> float:
@@ -34,13 +62,13 @@ def dropout_rate(lambda1: float, lambda2: float, T: float) -> float:
 def expected_renewals(lambda1: float, lambda2: float, T: float) -> float:
     """``m = l1 l2/(l1+l2) T - l1 l2/(l1+l2)^2 (1 - exp(-(l1+l2) T))`` (Corollary 3.2)."""
     s = lambda1 + lambda2
-    return lambda1 * lambda2 / s * T - lambda1 * lambda2 / s**2 * -math.expm1(-s * T)
+    return lambda1 / s * (lambda2 / s) * _phi(s * T)
 
 
 def expected_active_time(lambda1: float, lambda2: float, T: float) -> float:
     """``E[int_0^T I(t) dt] = l2/(l1+l2) T + l1/(l1+l2)^2 (1 - exp(-(l1+l2) T))`` for a process starting active."""
     s = lambda1 + lambda2
-    return lambda2 / s * T + lambda1 / s**2 * -math.expm1(-s * T)
+    return lambda2 / s * T + lambda1 / s / s * -math.expm1(-s * T)
 
 
 @functools.lru_cache(maxsize=256)
@@ -48,39 +76,44 @@ def solve_rates(p: float, m: float, T: float = 1.0, *, rtol: float = 1e-9) -> Ra
     """Solve Corollary 3.2 exactly for ``(lambda1, lambda2)``.
 
     With ``x = (lambda1 + lambda2) T`` and ``a = lambda1 / (lambda1 + lambda2)`` the system reads
-    ``p = a (1 - e^{-x})`` and ``m = a (1 - a) (x - 1 + e^{-x})``. The first equation gives
-    ``a(x) = p / (1 - e^{-x})``, which is a valid share (< 1) for ``x > -ln(1 - p)``; on that half-line
-    ``g(x) = a(1-a)(x - 1 + e^{-x}) - m`` runs from ``-m`` to ``+inf``, so a bracketing root finder
-    (scipy's ``brentq``) finds the root. The residuals of both equations are checked against ``rtol``.
+    ``p = a (1 - e^{-x})`` and ``m = a (1 - a) phi(x)``, ``phi(x) = x - 1 + e^{-x}``. The first equation gives
+    ``a(x) = p / (1 - e^{-x})``, a valid share (< 1) for ``x > x0 = -ln(1 - p)``. Writing ``x = x0 + u``,
+    ``1 - a = (1 - p)(1 - e^{-u}) / (1 - e^{-x})`` holds exactly, so no difference of nearly equal numbers is
+    formed even for tiny ``m`` (where ``a`` is close to 1). On ``u > 0``, ``g(u) = a (1 - a) phi(x) - m`` runs
+    from ``-m`` to ``+inf``; a bracketing root finder (scipy's ``brentq``) finds the root and the residuals of
+    both equations are checked against ``rtol``.
 
-    Raises ``ValueError`` for ``p`` outside (0, 1), ``m <= 0`` or ``T <= 0``. Results are cached: Continuum
-    Dropout asks for the same rates on every forward pass.
+    Accepts ``p`` in :data:`P_RANGE`, ``m`` in :data:`M_RANGE` and a finite ``T > 0`` (``ValueError``
+    otherwise, also when ``T`` is so extreme that the rates over- or underflow). The residuals are checked on
+    the dimensionless system, which does not depend on ``T``. Results are cached: Continuum Dropout asks
+    for the same rates on every forward pass.
     """
     _check(p, m, T)
+    x0 = -math.log1p(-p)
 
-    def share(x: float) -> float:
-        return p / -math.expm1(-x)
+    def shares(u: float) -> tuple[float, float]:
+        total = -math.expm1(-(x0 + u))
+        return p / total, (1.0 - p) * -math.expm1(-u) / total
 
-    def g(x: float) -> float:
-        a = share(x)
-        return a * (1.0 - a) * (x - 1.0 + math.exp(-x)) - m
+    def g(u: float) -> float:
+        a, b = shares(u)
+        return a * b * _phi(x0 + u) - m
 
-    lo = -math.log1p(-p)
-    lo = math.nextafter(lo, math.inf)
-    while share(lo) >= 1.0:
-        lo = lo * (1 + 1e-12) + 1e-300
-    hi = max(2.0 * lo, 1.0)
+    hi = 1.0
     while g(hi) <= 0.0:
         hi *= 2.0
-    x = brentq(g, lo, hi, xtol=1e-300, rtol=1e-15, maxiter=500)
-    a = share(x)
-    rates = Rates(lambda1=a * x / T, lambda2=(1.0 - a) * x / T)
-    p_err = abs(dropout_rate(rates.lambda1, rates.lambda2, T) - p) / p
-    m_err = abs(expected_renewals(rates.lambda1, rates.lambda2, T) - m) / m
+    u = brentq(g, 0.0, hi, xtol=1e-300, rtol=1e-15, maxiter=500)
+    a, b = shares(u)
+    x = x0 + u
+    p_err = abs(a * -math.expm1(-x) - p) / p
+    m_err = abs(a * b * _phi(x) - m) / m
     if p_err > rtol or m_err > rtol:
         raise ArithmeticError(
             f"rate solver did not converge for p={p}, m={m}, T={T}: relative residuals {p_err:.2e}, {m_err:.2e}"
         )
+    rates = Rates(lambda1=a * x / T, lambda2=b * x / T)
+    if not all(0.0 < rate < math.inf for rate in (rates.lambda1, rates.lambda2)):
+        raise ValueError(f"time horizon T={T!r} is out of range: the rates for p={p}, m={m} over- or underflow")
     return rates
 
 

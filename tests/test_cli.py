@@ -77,8 +77,8 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
     port = 5000 + os.getpid() % 1000
     proc = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri, "--port", str(port)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
     try:
-        base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 120
         while True:
             try:
@@ -96,5 +96,100 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
         assert run_tags["ndebench.regularizer"] == "none" and run_tags["ndebench.status"] == "ok"
         assert urllib.request.urlopen(base, timeout=10).status == 200
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        # SIGTERM to `ndebench ui` alone (as a service manager sends it) must stop the MLflow server too.
+        proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        servers = _processes_with(f"--port {port}")
+        for pid in servers:
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert servers == [], "the MLflow server outlived `ndebench ui`"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{base}/health", timeout=2)
+
+
+def _processes_with(needle: str) -> list[int]:
+    """Ids of live processes whose command line contains ``needle``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and needle in cmdline and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+# Hardening probes (issue 14): one line naming the file or key, exit 2, nothing touched.
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_config_file_errors_name_the_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00")
+    assert main(["validate", str(binary)]) == 2
+    assert "binary.yaml' is not a UTF-8 text file" in _error_line(capsys)
+    assert main(["validate", str(tmp_path)]) == 2
+    assert f"{str(tmp_path)!r} is a directory" in _error_line(capsys)
+    assert main(["validate", "missing.yaml"]) == 2
+    assert "'missing.yaml' does not exist" in _error_line(capsys)
+    locked = tmp_path / "locked.yaml"
+    locked.write_text("study: x\n")
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert main(["validate", str(locked)]) == 2
+    assert "locked.yaml' cannot be read: Permission denied" in _error_line(capsys)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("study: x\nmodels: neural_cde\ndatasets: [synthetic]\nregularizers: [none]\n",
+     "models='neural_cde' must be a list of names"),
+    ("study: '..'\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\n", "study='..' must be a name"),
+    ("- just\n- a list\n", "config must be a mapping"),
+    ("study: x\nstudy: y\n", "bad.yaml line 2, column 1: not valid YAML: duplicate key 'study' (first on line 1)"),
+    ("study: [unclosed\n", "not valid YAML"),
+    ("", "bad.yaml' is empty"),
+    ("study: x\n{a: 1}: 2\n", "bad.yaml line 2, column 1: not valid YAML: while constructing a mapping found unhashable key"),
+    ("study: !!python/object:os.system x\n", "could not determine a constructor for the tag"),
+    ("study: x\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\ntraining: {lr: {choice: []}}\n",
+     "training.lr.choice needs a list, got []"),
+])
+def test_bad_config_text_is_one_line_exit_2(tmp_path, capsys, monkeypatch, text, needle):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    assert needle in _error_line(capsys)
+
+
+def test_report_of_a_missing_study_creates_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--study", "nonexistent"]) == 2
+    assert "study 'nonexistent' is not in sqlite:///" in _error_line(capsys)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "reports").exists()
+    assert main(["report", "--study", "../up"]) == 2
+    assert "study='../up' must be a name" in _error_line(capsys)
+    assert main(["report", "--study", "x", "--alpha", "2"]) == 2
+    assert "alpha=2" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["ui", "--port", "99999"])
+    assert exc.value.code == 2
+    assert "argument --port: '99999' is not a TCP port (1-65535)" in capsys.readouterr().err
+    assert main(["datasets", "check", "uea/Nope"]) == 2
+    assert "unknown uea dataset 'Nope'" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []

@@ -62,9 +62,9 @@ def test_regularizer_defaults_are_the_papers_search_space():
     (with_(["solver"], {"method": "rk5"}), r"solver.method='rk5' is not a solver; valid: euler"),
     (with_(["tune", "metric"], "test_accuracy"), r"must be a validation metric"),
     (with_(["evaluate", "seeds"], [0, 0]), r"distinct"),
-    (with_(["dataset_options"], {"missing_rate": 1.0}), r"missing_rate=1.0 must be a number in \[0, 1\)"),
+    (with_(["dataset_options"], {"missing_rate": 1.0}), r"missing_rate=1.0 must be a finite number in \[0, 1\)"),
     (with_(["study"], "a b"), r"study='a b'"),
-    (with_(["report", "test"], "wilcoxon"), r"valid: student, welch, paired"),
+    (with_(["report", "test"], "wilcoxon"), r"report.test='wilcoxon' must be one of 'student', 'welch', 'paired'"),
 ])
 def test_bad_configs_name_the_problem(raw, message):
     with pytest.raises(ConfigError, match=message):
@@ -95,3 +95,77 @@ def test_every_shipped_tune_config_validates():
     assert configs
     for path in configs:
         load_spec(path)
+
+
+# Hardening probes (issue 14): each bad value is refused naming the key, the value and what is expected.
+
+@pytest.mark.parametrize("study", ["..", ".", "../up", "a/b", "a\nb", "tab\there", "", "-x", "a..b", "x" * 101, 5, None])
+def test_study_names_are_safe_folder_names(study):
+    with pytest.raises(ConfigError, match=r"study=.* must be a name of letters, digits"):
+        parse_spec(with_(["study"], study))
+
+
+@pytest.mark.parametrize("study", ["a", "paper_table1", "Run-2.v3", "0"])
+def test_safe_study_names_pass(study):
+    assert parse_spec(with_(["study"], study)).study == study
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (["models"], ["neural_cde", "neural_cde"], r"models: 'neural_cde' listed more than once"),
+    (["datasets"], ["synthetic", "synthetic"], r"datasets: 'synthetic' listed more than once"),
+    (["regularizers"], ["none", "continuum_dropout", "none"], r"regularizers: 'none' listed more than once"),
+    (["models"], "neural_cde", r"models='neural_cde' must be a list of names, e.g. models: \[neural_cde\]"),
+    (["datasets"], {"synthetic": 1}, r"datasets=\{'synthetic': 1\} must be a list of names"),
+])
+def test_lists_of_names_refuse_duplicates_and_strings(path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_spec(with_(path, value))
+
+
+def test_duplicate_yaml_keys_are_errors_naming_the_key_and_lines(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("study: t\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\n"
+                    "training:\n  lr: [0.1, 0.01]\n  epochs: 2\n  lr: 0.5\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml line 8, column 3: not valid YAML: duplicate key 'lr' \(first on line 6\)"):
+        load_spec(path)
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("study: t\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\n"
+                    "training:\n  <<: {epochs: 2, lr: 0.1}\n  lr: 0.5\n")
+    training = load_spec(path).training
+    assert training["epochs"] == 2 and training["lr"] == 0.5
+
+
+@pytest.mark.parametrize("path,value,message", [
+    (["training", "epochs"], True, r"training.epochs=True must be an integer >= 1"),
+    (["training", "epochs"], [2, False], r"training.epochs=False must be an integer >= 1"),
+    (["training", "lr"], float("inf"), r"training.lr=inf must be a finite number > 0"),
+    (["training", "lr"], {"loguniform": [1e-4, float("inf")]}, r"training.lr.loguniform=\[0.0001, inf\]: bounds must be finite numbers"),
+    (["training", "lr"], {"uniform": ["a", 1]}, r"training.lr.uniform=\['a', 1\]: bounds must be finite numbers"),
+    (["training", "batch_size"], "big", r"training.batch_size='big' must be one of 'auto' or an integer >= 1"),
+    (["training", "grad_clip"], float("nan"), r"training.grad_clip=nan must be null or a finite number > 0"),
+    (["tune", "num_samples"], True, r"tune.num_samples=True must be an integer >= 1"),
+    (["tune", "seed"], "abc", r"tune.seed='abc' must be an integer"),
+    (["tune", "max_concurrent"], -1, r"tune.max_concurrent=-1 must be null or an integer >= 1"),
+    (["tune", "metric"], 5, r"tune.metric=5 must be a string"),
+    (["evaluate", "seeds"], [0, True], r"evaluate.seeds=\[0, True\] must be a list; its item True must be an integer >= 0"),
+    (["evaluate", "seeds"], 3, r"evaluate.seeds=3 must be a list"),
+    (["data_dir"], 5, r"data_dir=5 must be null or a string"),
+    (["description"], ["x"], r"description=\['x'\] must be a string"),
+    (["resources", "cpu"], "two", r"resources.cpu='two' must be a finite number > 0"),
+    (["resources", "gpu"], float("nan"), r"resources.gpu=nan must be a finite number >= 0"),
+    (["report", "alpha"], "0.05", r"report.alpha='0.05' must be a finite number in \(0, 1\)"),
+    (["solver", "step_size"], "0.1", r"solver.step_size='0.1' must be null or a finite number > 0"),
+    (["solver", "adjoint"], "yes", r"solver.adjoint='yes' must be true or false"),
+    (["model", "hidden_size"], True, r"model.hidden_size=True must be an integer >= 1"),
+    (["model", "interpolation"], "cubic", r"model.interpolation='cubic' must be one of 'hermite', 'natural', 'linear'"),
+    (["regularizers", "continuum_dropout", "m"], True, r"regularizers.continuum_dropout.m=True must be a finite number"),
+    (["regularizers", "continuum_dropout", "n_mc"], False, r"regularizers.continuum_dropout.n_mc=False must be a finite number"),
+    (["regularizers", "continuum_dropout", "m"], float("inf"), r"regularizers.continuum_dropout.m=inf must be a finite number"),
+    (["dataset_options", "missing_rate"], True, r"missing_rate=True must be a finite number in \[0, 1\)"),
+])
+def test_every_field_is_type_checked(path, value, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_spec(with_(path, value))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ndebench.datasets.cache import cache_path, cached
-from ndebench.datasets.check import check_dataset, dataset_statuses, describe_shape
+from ndebench.datasets.check import check_dataset, dataset_statuses, describe_shape, preflight_problems
 from ndebench.datasets.registry import list_datasets
 
 
@@ -70,3 +70,83 @@ def test_unwritable_cache_only_warns(tmp_path):
     with pytest.warns(UserWarning, match="could not write the preprocessing cache"):
         data, hit = cached(blocker / "sub" / "x.pt", lambda: {"x": torch.ones(1)})
     assert not hit and torch.equal(data["x"], torch.ones(1))
+
+
+# The pre-Ray preflight (issue 14): a corrupt file stops the sweep before Ray starts, naming the file.
+
+TS = "@problemName Car\n@univariate true\n@classLabel true 1 2\n@data\n"
+
+
+@pytest.mark.parametrize("test_text,needle", [
+    ("\x00\xff garbage", "no @data section with samples"),
+    (TS + "1.0,2.0:3.0,4.0:1\n", "2 channels, but Car_TRAIN.ts has 1"),
+    (TS + "1.0:1\n1.0:2.0:2\n", "line 6 has 2 channel(s), the first sample has 1"),
+    (TS, "no @data section"),
+])
+def test_preflight_names_a_corrupt_ts_file(tmp_path, test_text, needle):
+    folder = tmp_path / "Car"
+    folder.mkdir()
+    (folder / "Car_TRAIN.ts").write_text(TS + "1.0,2.0:1\n3.0,4.0:2\n")
+    (folder / "Car_TEST.ts").write_text(test_text)
+    problems = preflight_problems("uea/Car", tmp_path)
+    assert len(problems) == 1 and str(folder / "Car_TEST.ts") in problems[0] and needle in problems[0]
+
+
+def test_preflight_passes_intact_and_shipped_files(tmp_path):
+    folder = tmp_path / "Car"
+    folder.mkdir()
+    for split in ("TRAIN", "TEST"):
+        (folder / f"Car_{split}.ts").write_text("% comment\n" + TS + "1.0,2.0:1\n3.0,4.0:2\n")
+    assert preflight_problems("uea/Car", tmp_path) == []
+    assert preflight_problems("uea/BasicMotions", tmp_path) == [] and preflight_problems("synthetic") == []
+
+
+def test_preflight_names_a_sepsis_record_with_a_bad_header(tmp_path):
+    from ndebench.datasets import sepsis
+
+    header = "|".join([f"f{i}" for i in range(sepsis.NUM_COLUMNS - 2)] + ["ICULOS", "SepsisLabel"])
+    for folder, text in (("training_setA", header + "\n"), ("training_setB", "HR|O2Sat\n1|2\n")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "p000001.psv").write_text(text)
+    problems = preflight_problems("sepsis", tmp_path)
+    assert problems == [f"cannot read {tmp_path / 'training_setB' / 'p000001.psv'}: ValueError: header has 2 "
+                        f"columns, expected {sepsis.NUM_COLUMNS} ending in ICULOS|SepsisLabel"]
+
+
+def test_preflight_names_a_speech_clip_that_is_not_16khz_mono(tmp_path):
+    import wave
+
+    from ndebench.datasets import speech_commands
+
+    root = tmp_path / speech_commands.FOLDER
+    for label in speech_commands.CLASSES:
+        (root / label).mkdir(parents=True)
+        with wave.open(str(root / label / "a.wav"), "wb") as clip:
+            clip.setnchannels(1)
+            clip.setsampwidth(2)
+            clip.setframerate(8000 if label == "stop" else 16000)
+            clip.writeframes(b"\x00\x00" * 10)
+    (root / "yes" / "b.wav").write_bytes(b"RIFF")
+    problems = preflight_problems("speech_commands", tmp_path)
+    assert len(problems) == 1 and str(root / "yes" / "b.wav") in problems[0]
+    (root / "yes" / "b.wav").unlink()
+    assert preflight_problems("speech_commands", tmp_path) == [
+        f"{root / 'stop' / 'a.wav'}: expected mono 16000 Hz audio, got 1 channel(s) at 8000 Hz"]
+
+
+def test_sweep_stops_before_ray_naming_the_corrupt_file(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from ndebench.platform.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Car").mkdir()
+    (tmp_path / "Car" / "Car_TRAIN.ts").write_text(TS + "1.0,2.0:1\n")
+    (tmp_path / "Car" / "Car_TEST.ts").write_bytes(b"\x89PNG\x00\xff")
+    config = tmp_path / "car.yaml"
+    config.write_text(yaml.safe_dump({"study": "car", "models": ["neural_cde"], "datasets": ["uea/Car"],
+                                      "regularizers": ["none"], "data_dir": str(tmp_path)}))
+    assert main(["run", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert f"cannot read {tmp_path / 'Car' / 'Car_TEST.ts'}" in captured.err and "Ray cluster" not in captured.out
+    assert not (tmp_path / "mlflow.db").exists()

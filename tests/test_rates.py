@@ -3,8 +3,10 @@ import math
 
 import pytest
 
+from ndebench.platform.cli import main
+from ndebench.regularizers import checks
 from ndebench.regularizers.rates import (
-    asymptotic_rates, dropout_rate, expected_active_time, expected_renewals, solve_rates,
+    M_RANGE, P_RANGE, asymptotic_rates, dropout_rate, expected_active_time, expected_renewals, solve_rates,
 )
 
 GRID = [(p, m, T) for p in (0.01, 0.1, 0.3, 0.5, 0.9, 0.99) for m in (0.01, 1, 5, 10, 50, 100, 1000) for T in (0.5, 1.0, 160.0)]
@@ -47,3 +49,52 @@ def test_expected_active_time_limits():
 def test_invalid_inputs_are_named(p, m, T, word):
     with pytest.raises(ValueError, match=word):
         solve_rates(p, m, T)
+
+
+# The accepted range (issue 14): exactly what the solver handles, and nothing outside it reaches the solver.
+EDGE_P = (P_RANGE[0], 1e-4, 0.5, 1 - 1e-4, P_RANGE[1])
+EDGE_M = (M_RANGE[0], 1e-3, 1.0, 1e3, M_RANGE[1])
+
+
+@pytest.mark.parametrize("p", EDGE_P)
+@pytest.mark.parametrize("m", EDGE_M)
+@pytest.mark.parametrize("T", (1e-3, 1.0, 1e4))
+def test_the_whole_accepted_range_is_solved(p, m, T):
+    r = solve_rates(p, m, T)
+    assert dropout_rate(r.lambda1, r.lambda2, T) == pytest.approx(p, rel=1e-9, abs=0)
+    assert expected_renewals(r.lambda1, r.lambda2, T) == pytest.approx(m, rel=1e-9, abs=0)
+
+
+@pytest.mark.parametrize("p,m,T,message", [
+    (1e-300, 10, 1.0, r"dropout rate p=1e-300 must lie in \[1e-06, 1 - 1e-06\]"),
+    (P_RANGE[0] / 2, 10, 1.0, "dropout rate p="),
+    (math.nextafter(P_RANGE[1], 1), 10, 1.0, "dropout rate p="),
+    (0.3, 1e-12, 1.0, r"expected number of renewals m=1e-12 must lie in \[1e-06, 1e\+06\]"),
+    (0.3, M_RANGE[1] * 2, 1.0, "expected number of renewals m="),
+    (0.3, math.nan, 1.0, "m=nan"),
+    (True, 10, 1.0, "p=True"),
+    (0.3, 10, math.inf, "time horizon T=inf"),
+    (0.3, 10, 1e-320, r"time horizon T=1e-320 is out of range"),
+])
+def test_outside_the_range_is_a_value_error_never_an_internal_one(p, m, T, message):
+    with pytest.raises(ValueError, match=message):
+        solve_rates(p, m, T)
+
+
+def test_shared_checks_accept_exactly_the_solver_range():
+    assert checks.dropout_rate(P_RANGE[0]) is None and checks.dropout_rate(P_RANGE[1]) is None
+    assert checks.dropout_rate(P_RANGE[0] / 2) and checks.dropout_rate(True) and checks.dropout_rate("0.3")
+    assert checks.expected_renewals(M_RANGE[0]) is None and checks.expected_renewals(M_RANGE[1]) is None
+    assert checks.expected_renewals(1e-12) and checks.expected_renewals(math.inf) and checks.expected_renewals(True)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--p", "0.3", "--m", "1e-12"], "m=1e-12 must lie in [1e-06, 1e+06]"),
+    (["--p", "1e-300", "--m", "10"], "p=1e-300 must lie in [1e-06, 1 - 1e-06]"),
+    (["--p", "nan", "--m", "10"], "p=nan"),
+    (["--p", "0.3", "--m", "10", "--T", "-1"], "T=-1.0 must be a finite number > 0"),
+])
+def test_rates_command_refuses_with_exit_2(capsys, argv, needle):
+    assert main(["rates", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err

@@ -39,7 +39,7 @@ def _frame() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     runs = _frame()
-    return runs, build_report(runs, tmp_path_factory.mktemp("reports"), "demo")
+    return runs, build_report(runs, tmp_path_factory.mktemp("reports"), "demo", planned_seeds=[0, 1, 2, 3, 4])
 
 
 def _md_rows(text: str, section: str) -> dict[str, list[str]]:
@@ -186,3 +186,64 @@ def test_model_column_groups_and_critical_difference_figure(tmp_path):
     assert {p.name for p in files.figures} >= {"cd_neural-cde.png", "cd_neural-ode.png"}
     pct = np.mean([100 * 0.10 / (BASE.mean() + 0.01 * i) for i in range(3)])
     assert f"| neural_cde | continuum_dropout | 3 | +0.100 (0.000) | {pct:+.2f} | 3/3 | 0.2500 |" in files.table_md.read_text()
+
+
+# Partial failures (issue 14): running, stopped, diverged and errored runs never break a report.
+
+def _partial_frame() -> pd.DataFrame:
+    rows = []
+    for regularizer, shift in SHIFT.items():
+        for seed, value in enumerate(BASE + shift):
+            rows.append({"run_id": f"{regularizer}-{seed}", "study": "live", "model": "neural_cde",
+                         "dataset": "BasicMotions", "regularizer": regularizer, "seed": seed, "status": "ok",
+                         "message": "", "test_accuracy": value})
+    frame = pd.DataFrame(rows)
+    frame.loc[frame["run_id"] == "continuum_dropout-4", ["status", "test_accuracy"]] = ["running", np.nan]
+    frame.loc[frame["run_id"] == "naive_dropout-3", ["status", "test_accuracy"]] = ["stopped", np.nan]
+    return frame[frame["run_id"] != "none-4"].reset_index(drop=True)
+
+
+def test_report_during_a_sweep_tables_what_finished_and_names_the_gaps(tmp_path):
+    runs = _partial_frame()
+    files = build_report(runs, tmp_path, "live", planned_seeds=[0, 1, 2, 3, 4])
+    text = files.table_md.read_text()
+    assert "14 evaluate-phase runs: 12 ok, 0 diverged, 0 error, 1 running, 1 stopped." in text
+    rows = _md_rows(text, "Primary metric")
+    assert rows["none"] == ["0.815 (0.013) [no run for seed 4]"]
+    assert rows["continuum_dropout"][0].endswith("[1 running (seed 4)]")
+    assert rows["naive_dropout"][0].endswith("[1 stopped (seed 3)]")
+    summary = json.loads(files.summary_json.read_text())
+    assert summary["runs"] == {"ok": 12, "diverged": 0, "error": 0, "running": 1, "stopped": 1}
+    gaps = {c["regularizer"]: c for c in summary["incomplete_cells"]}
+    assert gaps["none"]["missing_seeds"] == [4] and gaps["continuum_dropout"]["running_seeds"] == [4]
+    assert len(pd.read_csv(files.results_csv)) == 14
+    console = format_console_table(runs)
+    assert "1 running" in console and "neural_cde" in console
+
+
+def test_planned_seeds_default_to_the_seeds_recorded_in_the_study(tmp_path):
+    files = build_report(_partial_frame(), tmp_path, "live")
+    assert "[no run for seed 4]" in _md_rows(files.table_md.read_text(), "Primary metric")["none"][0]
+
+
+def test_a_study_whose_runs_all_failed_gets_a_report_with_counts_and_messages(tmp_path):
+    runs = pd.DataFrame([
+        {"run_id": f"r{seed}-{reg}", "study": "dead", "model": "neural_cde", "dataset": "synthetic",
+         "regularizer": reg, "seed": seed, "status": "diverged" if reg == "none" else "error",
+         "message": "loss is nan at epoch 2" if reg == "none" else "WorkerCrashedError: the worker died"}
+        for seed in range(3) for reg in ("none", "continuum_dropout")
+    ] + [{"run_id": "r", "study": "dead", "model": "neural_cde", "dataset": "synthetic",
+          "regularizer": "none", "seed": 3, "status": "running", "message": ""}])
+    files = build_report(runs, tmp_path, "dead", planned_seeds=[0, 1, 2, 3, 4])
+    text = files.table_md.read_text()
+    assert "7 evaluate-phase runs: 0 ok, 3 diverged, 3 error, 1 running." in text
+    assert "No evaluate-phase run finished ok with a test metric" in text
+    assert "neural_cde / synthetic / none, seed 0: diverged: loss is nan at epoch 2" in text
+    assert "seed 2: error: WorkerCrashedError: the worker died" in text
+    assert "neural_cde / synthetic / continuum_dropout: no run for seed 3, 4" in text
+    summary = json.loads(files.summary_json.read_text())
+    assert summary["results"] is False and summary["runs"] == {"diverged": 3, "error": 3, "running": 1}
+    assert len(summary["failed"]) == 7 and files.figures == ()
+    console = format_console_table(runs)
+    assert console.splitlines()[1] == "No evaluate-phase run finished ok with a test metric:"
+    assert "seed 0: error: WorkerCrashedError: the worker died" in console

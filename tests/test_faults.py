@@ -1,0 +1,89 @@
+"""A worker killed mid-trial (retries exhausted): its run ends as ``error`` with the reason, the sweep exits 1,
+and the study's report works and shows the error. A real local Ray, a real SIGKILL."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from ndebench.platform.cli import main
+from ndebench.platform.tracking import TAG, client, search
+
+CONFIG = {
+    "study": "fault", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
+    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
+    # Long enough that the trial is still training when it is killed.
+    "training": {"epochs": 500, "min_epochs": 500, "patience": 500, "lr": 0.01},
+}
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Command lines of the live descendants of process ``root`` (from /proc)."""
+    parents, commands = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+    found = {}
+    for pid in commands:
+        ancestor = parents.get(pid)
+        while ancestor and ancestor != root:
+            ancestor = parents.get(ancestor)
+        if ancestor == root:
+            found[pid] = commands[pid]
+    return found
+
+
+def _epochs_logged(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+            return connection.execute("select count(*) from metrics where key = 'train_loss'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fault.yaml").write_text(yaml.safe_dump(CONFIG))
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "fault.yaml"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    killed = 0
+    try:
+        deadline = time.time() + 240
+        while driver.poll() is None:
+            assert time.time() < deadline, "the sweep did not end after its worker was killed"
+            if _epochs_logged(tmp_path / "mlflow.db"):
+                # Every attempt of the trial is killed, so any retries the sweep allows are exhausted.
+                for pid, command in _descendants(driver.pid).items():
+                    if "ImplicitFunc" in command:
+                        os.kill(pid, signal.SIGKILL)
+                        killed += 1
+            time.sleep(0.5)
+        output = driver.stdout.read()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert killed >= 1
+    assert driver.returncode == 1, output
+    assert "1 evaluate trial(s) failed (1 on a worker that died, closed as error)" in output
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = search(uri, "fault", f"tags.`{TAG}phase` = 'evaluate'")
+    assert len(runs) == 1
+    run = client(uri).get_run(runs[0].info.run_id)
+    assert run.info.status == "FAILED" and run.data.tags[f"{TAG}status"] == "error"
+    assert run.data.tags[f"{TAG}error"].startswith("the worker running this trial died before recording an outcome: ")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--study", "fault"]) == 0
+    assert "1 evaluate-phase runs: 0 ok, 0 diverged, 1 error." in capsys.readouterr().out
+    text = (tmp_path / "reports" / "fault" / "table.md").read_text()
+    assert "neural_cde / synthetic / none, seed 0: error: the worker running this trial died" in text

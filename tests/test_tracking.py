@@ -1,0 +1,98 @@
+"""MLflow bookkeeping under partial failure: orphaned runs, reports while a sweep runs, concurrent creation."""
+import subprocess
+import sys
+
+import pytest
+
+from ndebench.platform.cli import main
+from ndebench.platform.tracking import (
+    TAG, TrialRecorder, client, close_orphaned_runs, evaluate_runs, planned_seeds,
+)
+
+STUDY = "crafted"
+
+
+def _record(uri, regularizer, seed, status=None, metrics=None, tags=None, phase="evaluate"):
+    """One trial's MLflow run; ``status=None`` leaves it running, as a worker killed mid-trial does."""
+    identity = {"study": STUDY, "phase": phase, "model": "neural_cde", "dataset": "synthetic",
+                "regularizer": regularizer, "seed": str(seed)}
+    recorder = TrialRecorder(uri, STUDY, {"regularizer": regularizer, "seed": seed}, f"{phase}-{regularizer}-{seed}",
+                             identity)
+    recorder.log_metrics({"train_loss": 1.0}, step=1)
+    if status is not None:
+        recorder.finish(status, metrics or {}, tags or {}, {})
+    return recorder.run_id
+
+
+@pytest.fixture
+def crafted(tmp_path, monkeypatch):
+    """A study mid-sweep: seeds 0-1 of both cells ok, ``none`` seed 2 running (its worker died), the
+    Continuum Dropout seed 2 diverged, seed 3 of both never opened a run; four seeds planned."""
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for seed in (0, 1):
+        for regularizer, accuracy in (("none", 0.6), ("continuum_dropout", 0.7)):
+            _record(uri, regularizer, seed, "ok", {"test_accuracy": accuracy + 0.01 * seed})
+    orphan = _record(uri, "none", 2)
+    _record(uri, "continuum_dropout", 2, "diverged", tags={"message": "loss is nan at epoch 1"})
+    tune_orphan = _record(uri, "none", 0, phase="tune")
+    mlflow_client = client(uri)
+    experiment = mlflow_client.get_experiment_by_name(STUDY).experiment_id
+    study_run = mlflow_client.create_run(experiment, tags={f"{TAG}kind": "study"}, run_name="study")
+    mlflow_client.log_param(study_run.info.run_id, "evaluate.seeds", "[0, 1, 2, 3]")
+    return uri, orphan, tune_orphan
+
+
+def test_report_while_running_then_orphans_closed_as_error_with_the_reason(crafted, tmp_path, capsys):
+    uri, orphan, tune_orphan = crafted
+    runs = evaluate_runs(uri, STUDY)
+    assert runs.set_index("run_id").loc[orphan, "status"] == "running"
+    assert planned_seeds(uri, STUDY) == [0, 1, 2, 3]
+    assert main(["report", "--study", STUDY, "--tracking-uri", uri]) == 0
+    assert "1 running" in capsys.readouterr().out
+    table_md = tmp_path / "reports" / STUDY / "table.md"
+    text = table_md.read_text()
+    assert "6 evaluate-phase runs: 4 ok, 1 diverged, 0 error, 1 running." in text
+    assert "[1 running (seed 2); no run for seed 3]" in text
+    assert "[1 diverged; no run for seed 3]" in text
+
+    # The end of the phase: the dead worker's run is closed with what Ray said about the trial.
+    reason = RuntimeError("The actor died unexpectedly before finishing this task.\n(more detail)")
+    assert close_orphaned_runs(uri, STUDY, "evaluate", {"evaluate-none-2": reason}) == [orphan]
+    run = client(uri).get_run(orphan)
+    assert run.info.status == "FAILED" and run.data.tags[f"{TAG}status"] == "error"
+    assert run.data.tags[f"{TAG}error"].startswith(
+        "the worker running this trial died before recording an outcome: RuntimeError: The actor died "
+        "unexpectedly before finishing this task.; closed by the sweep driver at the end of the evaluate phase")
+    assert close_orphaned_runs(uri, STUDY, "evaluate") == []
+    assert close_orphaned_runs(uri, STUDY, "tune", tags={"regularizer": "continuum_dropout"}) == []
+    assert close_orphaned_runs(uri, STUDY, "tune", tags={"regularizer": "none"}) == [tune_orphan]
+    assert main(["report", "--study", STUDY, "--tracking-uri", uri]) == 0
+    capsys.readouterr()
+    text = table_md.read_text()
+    assert "4 ok, 1 diverged, 1 error." in text
+    assert "neural_cde / synthetic / none, seed 2: error: the worker running this trial died" in text
+
+
+def test_a_study_whose_runs_all_diverged_gets_a_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for seed in range(2):
+        for regularizer in ("none", "continuum_dropout"):
+            _record(uri, regularizer, seed, "diverged", tags={"message": f"loss is nan at epoch {seed + 1}"})
+    assert main(["report", "--study", STUDY]) == 0
+    out = capsys.readouterr().out
+    assert "0 ok, 4 diverged, 0 error." in out and "seed 1: diverged: loss is nan at epoch 2" in out
+    text = (tmp_path / "reports" / STUDY / "table.md").read_text()
+    assert "No evaluate-phase run finished ok with a test metric" in text
+
+
+def test_fresh_database_created_by_concurrent_processes(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = ("import sys; from ndebench.platform.tracking import ensure_experiment; "
+            "print(ensure_experiment(sys.argv[1], 'race'))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
+    assert len({out.strip() for out, _ in results}) == 1
