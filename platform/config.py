@@ -492,7 +492,7 @@ def parse_spec(raw: Any) -> SweepSpec:
     _check_training(training)
     solvers = _check_solvers(raw.get("solver"))
     regularizers = _check_regularizers(raw.get("regularizers"), models, solvers)
-    tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune"), "tune")
+    tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune", SEARCH_RULES), "tune")
     if tune_cfg.mode not in ("min", "max"):
         raise ConfigError(f"tune.mode={tune_cfg.mode!r} must be 'min' or 'max'")
     if not tune_cfg.metric.startswith("val_"):

@@ -73,8 +73,8 @@ def test_base_stage_settings_and_epochs():
 
 @pytest.mark.parametrize("change, message", [
     ({"protocol": "staged"}, "valid: paper, joint"),
-    ({"tune": {"sampler": "cmaes"}}, "valid: tpe, random, grid"),
-    ({"tune": {"scheduler": "hyperband"}}, "valid: fifo, asha"),
+    ({"tune": {"sampler": "cmaes"}}, "tune.sampler='cmaes' must be one of 'tpe', 'random', 'grid'"),
+    ({"tune": {"scheduler": "hyperband"}}, "tune.scheduler='hyperband' must be one of 'fifo', 'asha'"),
     ({"tune": {"asha": {"reduction_factor": 1}}}, "tune.asha.reduction_factor"),
     ({"training": {"lr": {"loguniform": [1e-4, 1e-2]}}}, "continuous ['training.lr']"),
     ({"variants": {"steer": "grid"}}, "not one of the sweep's regularizers"),
