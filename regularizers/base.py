@@ -9,7 +9,8 @@ same function.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -19,13 +20,41 @@ Role = Literal["drift", "diffusion"]
 TestTime = Literal["deterministic", "mc"]
 
 
+class StepClock:
+    """The index of the fixed-grid step a solver is in, counted rather than looked up.
+
+    :func:`ndebench.models.integrate.integrate` advances ``counted`` from torchdiffeq's step callbacks:
+    forward steps count up from 0 (across the calls of a piecewise pass), adjoint backward steps count down
+    from the last forward step; ``None`` where steps cannot be counted (torchsde, adaptive solvers, adjoint
+    grids that do not line up with the forward grid). ``step`` is set to ``counted`` only while the field
+    is being evaluated, so outside a solve a mask stays a pure function of ``t`` (looked up by time).
+    """
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.counted: int | None = None
+        self._forward = 0
+        self._backward = 0
+
+    def forward_step(self) -> None:
+        self.counted, self._forward, self._backward = self._forward, self._forward + 1, 0
+
+    def backward_step(self) -> None:
+        # A second backward pass over the same forward graph starts again from the last step.
+        self._backward %= max(self._forward, 1)
+        self.counted, self._backward = self._forward - 1 - self._backward, self._backward + 1
+
+    def stop(self) -> None:
+        self.counted = None
+
+
 @dataclass(frozen=True)
 class PassSpec:
     """What a regularizer needs to know to draw the randomness of one forward pass.
 
     ``batch_size`` B and ``latent_size`` H give the latent state shape ``(B, H)``; ``t0`` and ``t1`` the
     integration interval; ``grid`` the solver's step grid ``(S+1,)`` for fixed-step solvers (``None`` for
-    adaptive ones).
+    adaptive ones); ``generator`` lives on ``device`` (the model's device), so draws need no transfer.
     """
 
     batch_size: int
@@ -37,17 +66,26 @@ class PassSpec:
     device: torch.device
     dtype: torch.dtype
     step_tol: float = 0.0
+    clock: StepClock = field(default_factory=StepClock, compare=False)
 
-    def step_index(self, t: torch.Tensor) -> torch.Tensor:
+    @functools.cached_property
+    def _boundaries(self) -> torch.Tensor:
+        assert self.grid is not None
+        return self.grid[1:-1] - self.step_tol
+
+    def step_index(self, t: torch.Tensor) -> int | torch.Tensor:
         """Index ``k`` of the solver step ``[grid[k], grid[k+1])`` that the evaluation time ``t`` belongs to.
 
-        torchdiffeq's fixed-grid solvers are run with ``perturb=True``, so a step's first stage arrives just
-        after ``grid[k]`` and its last stage just before ``grid[k+1]``: every stage of step ``k`` maps to
-        ``k``. torchsde accumulates its step times, so ``step_tol`` absorbs that rounding.
+        The step counted by ``clock`` (a Python int, free) when known; otherwise a 0-dim tensor on the grid's
+        device found by time, without host synchronisation. torchdiffeq's fixed-grid solvers are run with
+        ``perturb=True``, so a step's first stage arrives just after ``grid[k]`` and its last stage just
+        before ``grid[k+1]``: every stage of step ``k`` maps to ``k``. torchsde accumulates its step times,
+        so ``step_tol`` absorbs that rounding.
         """
-        assert self.grid is not None
-        k = torch.searchsorted(self.grid, t.reshape(1).to(self.grid.dtype) + self.step_tol, right=True) - 1
-        return k.clamp(0, self.grid.numel() - 2)[0]
+        if self.clock.step is not None:
+            return self.clock.step
+        bounds = self._boundaries
+        return torch.searchsorted(bounds, t.reshape(1).to(bounds.dtype), right=True)[0]
 
 
 class Regularizer(nn.Module):
@@ -71,6 +109,7 @@ class Regularizer(nn.Module):
     test_time: ClassVar[TestTime] = "deterministic"
     stochastic: ClassVar[bool] = False
     head_dropout: float | None = None
+    step_clock: StepClock | None = None
 
     def active(self) -> bool:
         """Whether the latent-dynamics hooks apply in the current mode."""

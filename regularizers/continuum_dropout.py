@@ -59,8 +59,8 @@ def sample_renewal_paths(
 
     Durations are drawn in chunks sized from the expected number of renewals plus six standard deviations;
     a further chunk is drawn only while some path is still short of ``t1``, so there is no truncation.
-    They are drawn on the generator's device (the trial's generators live on the CPU, so the same seed gives
-    the same mask on any accelerator) and then moved to ``device``.
+    They are drawn in float64 on the generator's device and then moved to ``device``. Used for adaptive
+    solvers and the occupancy mask; the left-endpoint grid mask uses :func:`sample_grid_states`.
     """
     horizon = t1 - t0
     cycle = 1.0 / rates.lambda1 + 1.0 / rates.lambda2
@@ -83,16 +83,68 @@ def sample_renewal_paths(
     return RenewalPaths(switches=switches, t0=t0)
 
 
+_LANES = 2**31
+
+
+def sample_grid_states(
+    points: torch.Tensor,
+    batch_size: int,
+    latent_size: int,
+    rates: Rates,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The indicator ``I(points[k])`` ``(K, B, H)`` (bool) of ``(B, H)`` processes that start active at ``points[0]``.
+
+    Exact without switching times: the alternating renewal process with exponential periods is the
+    two-state Markov chain active -> inactive at rate lambda1, inactive -> active at rate lambda2. By
+    uniformization at rate ``s = lambda1 + lambda2``, over an interval of length ``dt`` an event happens with
+    probability ``q = 1 - exp(-s dt)`` and sets the state to a fresh draw, inactive with probability
+    ``a = lambda1 / s``, whatever the state was. So per interval and path one uniform ``u`` decides:
+    ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 31-bit
+    integers (``random_`` on int32), compared with ``round(prob * 2^31)``: per-interval probabilities are
+    exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
+    generator on a GPU), with no host synchronisation; the scan over intervals is two bitwise ops each.
+    """
+    device = generator.device
+    s = rates.lambda1 + rates.lambda2
+    dt = (points[1:] - points[:-1]).to(device=device, dtype=torch.float64)
+    q = -torch.expm1(-s * dt)
+    keep_at = (q * _LANES).round().to(torch.int64).clamp(max=_LANES).view(-1, 1, 1)
+    on_below = (q * (rates.lambda2 / s) * _LANES).round().to(torch.int64).view(-1, 1, 1)
+    states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
+    states[0] = True
+    if points.numel() > 1:
+        u = torch.empty(points.numel() - 1, batch_size, latent_size, dtype=torch.int32, device=device)
+        u.random_(generator=generator)
+        keep, on = u >= keep_at, u < on_below
+        del u
+        words = _words(states)
+        keep_w, on_w = _words(keep), _words(on)
+        for k in range(1, points.numel()):
+            torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
+            words[k].bitwise_or_(on_w[k - 1])
+    return states
+
+
+def _words(flags: torch.Tensor) -> torch.Tensor:
+    """``(K, B, H)`` bool as ``(K, n)`` machine words (bitwise ops then act on 8 flags at once)."""
+    flat = flags.view(flags.shape[0], -1)
+    return flat.view(torch.int64) if flat.shape[1] % 8 == 0 else flat.view(torch.uint8)
+
+
 @dataclass
 class _Draw:
-    paths: RenewalPaths
+    """One pass's mask: per-step masks ``(S, B, H)`` on a fixed grid, else the switching times."""
+
+    paths: RenewalPaths | None
     step_masks: torch.Tensor | None
     spec: PassSpec
 
     def mask(self, t: torch.Tensor) -> torch.Tensor:
         if self.step_masks is None:
             return self.paths.indicator(t)
-        return self.step_masks[self.spec.step_index(t)]
+        k = self.spec.step_index(t)
+        return self.step_masks[k] if isinstance(k, int) else self.step_masks.index_select(0, k.reshape(1))[0]
 
 
 def _check_p(value: Any) -> str | None:
@@ -128,12 +180,14 @@ class ContinuumDropout(Regularizer):
     Exp(lambda1), inactive periods Exp(lambda2), with ``(lambda1, lambda2)`` solved exactly from the dropout
     rate ``p = P(I(T) = 0)`` and the expected number of renewals ``m = E[N(T)]`` on the pass's interval
     (``T = t1 - t0``). While inactive the whole increment is zero (drift and diffusion alike), so the
-    component is paused. The switching times are drawn once per forward pass; ``I`` is a deterministic
-    function of ``t``.
+    component is paused. The mask is drawn once per forward pass, on the model's device from the trial's
+    generator; the vector field then reads it as a deterministic function of ``t``.
 
     With a fixed-step solver the mask is held for all stages of a step: ``mask="left"`` uses ``I(t_k)`` at
-    the step's left end, ``mask="occupancy"`` the fraction of ``[t_k, t_{k+1}]`` spent active. With an
-    adaptive solver ``I(t)`` is used as is. At test time the model averages ``z(T)`` over ``n_mc`` passes
+    the step's left end, drawn directly on the grid (:func:`sample_grid_states`, a bool ``(S, B, H)``
+    applied with ``torch.where``, so paused components get exactly zero); ``mask="occupancy"`` uses the
+    fraction of ``[t_k, t_{k+1}]`` spent active, from switching times (:func:`sample_renewal_paths`). With
+    an adaptive solver ``I(t)`` is evaluated from the switching times. At test time the model averages ``z(T)`` over ``n_mc`` passes
     (Algorithm 1).
     """
 
@@ -150,23 +204,23 @@ class ContinuumDropout(Regularizer):
         return solve_rates(self.p, self.m, horizon)
 
     def draw(self, spec: PassSpec) -> _Draw:
+        rates = self.rates(spec.t1 - spec.t0)
+        if spec.grid is not None and self.mask_mode == "left":
+            masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
+            return _Draw(paths=None, step_masks=masks, spec=spec)
         paths = sample_renewal_paths(
-            spec.batch_size, spec.latent_size, self.rates(spec.t1 - spec.t0), spec.t0, spec.t1,
-            spec.generator, spec.device, torch.float64,
+            spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )
         step_masks = None
         if spec.grid is not None:
             grid = spec.grid.to(device=paths.switches.device, dtype=torch.float64)
-            if self.mask_mode == "left":
-                step_masks = paths.indicator(grid[:-1])
-            else:
-                active = torch.stack([paths.active_time(t) for t in grid])
-                step_masks = (active[1:] - active[:-1]) / (grid[1:] - grid[:-1]).view(-1, 1, 1)
-            step_masks = step_masks.to(spec.dtype)
+            active = torch.stack([paths.active_time(t) for t in grid])
+            step_masks = ((active[1:] - active[:-1]) / (grid[1:] - grid[:-1]).view(-1, 1, 1)).to(spec.dtype)
         return _Draw(paths=paths, step_masks=step_masks, spec=spec)
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
-        return out * draw.mask(t).to(out.dtype)
+        mask = draw.mask(t)
+        return torch.where(mask, out, 0.0) if mask.dtype == torch.bool else out * mask.to(out.dtype)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "n_mc": self.n_mc, "mask": self.mask_mode}
