@@ -232,3 +232,47 @@ def test_step_clock_counts_forward_then_backward_and_restarts_for_a_second_backw
         clock.backward_step()
         seen.append(clock.counted)
     assert seen == [0, 1, 2, 2, 1, 0, 2, 1, 0]
+
+
+def _tiny_ncde(reg):
+    from ndebench.models.registry import create_model
+
+    torch.manual_seed(0)
+    times = torch.linspace(0, 1, 12)
+    model = create_model("neural_cde", in_channels=2, num_classes=3, times=times, hidden_size=8, regularizer=reg)
+    model.eval()
+    values = torch.randn(6, 12, 2, generator=torch.Generator().manual_seed(1))
+    return model, model.prepare(times, values)
+
+
+def test_mc_prediction_in_chunks_is_the_mean_over_separate_passes():
+    model, inputs = _tiny_ncde(ContinuumDropout(p=0.3, m=10, n_mc=4))
+    pred = model.predict(inputs, TrialRNG.from_seed(9), passes_per_chunk=1)
+    rng = TrialRNG.from_seed(9)
+    with torch.no_grad():
+        z = torch.stack([model.latent(inputs, rng) for _ in range(4)])
+    assert torch.equal(pred.z_mean, z.mean(0)) and torch.equal(pred.z_var, z.var(0))
+    assert torch.equal(pred.logits, model.head(z.mean(0)))
+    assert torch.allclose(pred.probs, torch.softmax(model.head(z.reshape(24, -1)).view(4, 6, -1), -1).mean(0))
+    batched = model.predict(inputs, TrialRNG.from_seed(9))
+    assert batched.z_mean.shape == (6, 8) and not torch.equal(batched.z_mean, pred.z_mean)
+
+
+def test_mc_prediction_halves_the_chunk_when_memory_runs_out(monkeypatch):
+    model, inputs = _tiny_ncde(ContinuumDropout(p=0.3, m=10, n_mc=5))
+    real = type(model).latent
+    sizes = []
+
+    def limited(self, batch, rng):
+        sizes.append(batch.shape[0])
+        if batch.shape[0] > 12:
+            raise torch.OutOfMemoryError("simulated: more than 2 passes of 6 rows")
+        return real(self, batch, rng)
+
+    monkeypatch.setattr(type(model), "latent", limited)
+    pred = model.predict(inputs, TrialRNG.from_seed(0))
+    assert sizes == [30, 18, 12, 12, 6] and model.mc_chunk == 2
+    assert pred.z_mean.shape == (6, 8) and torch.all(pred.z_var > 0)
+    sizes.clear()
+    model.predict(inputs, TrialRNG.from_seed(0))
+    assert sizes == [12, 12, 6]
