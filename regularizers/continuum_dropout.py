@@ -1,6 +1,7 @@
 """Continuum Dropout (Lee et al., AAAI 2026): an alternating-renewal on/off mask on the latent dynamics."""
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -83,7 +84,41 @@ def sample_renewal_paths(
     return RenewalPaths(switches=switches, t0=t0)
 
 
-_LANES = 2**31
+_PARALLEL_WORDS = 2**19
+_CHUNKS = 8
+_pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def random_words(count: int, generator: torch.Generator) -> torch.Tensor:
+    """``count`` uniform 64-bit words (int64) on the generator's device.
+
+    On a CPU with several torch threads, large draws are split into ``_CHUNKS`` chunks filled in parallel
+    (torch's CPU generator is serial), each from a generator seeded from ``generator``. The chunking does
+    not depend on the thread count, so the words depend only on the seed and ``count``.
+    """
+    words = torch.empty(count, dtype=torch.int64, device=generator.device)
+    if generator.device.type != "cpu" or count < _PARALLEL_WORDS:
+        return words.random_(-(2**63), None, generator=generator)
+    seeds = torch.randint(0, 2**62, (_CHUNKS,), generator=generator).tolist()
+
+    def fill(job: tuple[torch.Tensor, int]) -> None:
+        job[0].random_(-(2**63), None, generator=torch.Generator().manual_seed(job[1]))
+
+    jobs = list(zip(words.chunk(_CHUNKS), seeds))
+    threads = torch.get_num_threads()
+    if threads == 1:
+        for job in jobs:
+            fill(job)
+    else:
+        if threads not in _pools:
+            _pools[threads] = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="ndebench-rng")
+        list(_pools[threads].map(fill, jobs))
+    return words
+
+
+def _threshold(prob: torch.Tensor) -> torch.Tensor:
+    """``c`` (int32) with ``P(u < c) = prob`` (to 2^-32) for ``u`` uniform on the signed 32-bit integers."""
+    return ((prob * 2.0**32).round() - 2.0**31).clamp(-(2**31), 2**31 - 1).to(torch.int32)
 
 
 def sample_grid_states(
@@ -100,29 +135,29 @@ def sample_grid_states(
     uniformization at rate ``s = lambda1 + lambda2``, over an interval of length ``dt`` an event happens with
     probability ``q = 1 - exp(-s dt)`` and sets the state to a fresh draw, inactive with probability
     ``a = lambda1 / s``, whatever the state was. So per interval and path one uniform ``u`` decides:
-    ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 31-bit
-    integers (``random_`` on int32), compared with ``round(prob * 2^31)``: per-interval probabilities are
+    ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
+    integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
     exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
-    generator on a GPU), with no host synchronisation; the scan over intervals is two bitwise ops each.
+    generator on a GPU) without host synchronisation; the scan over intervals is two bitwise ops per
+    interval on 8 flags per machine word.
     """
     device = generator.device
+    states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
+    states[0] = True
+    if points.numel() == 1:
+        return states
     s = rates.lambda1 + rates.lambda2
     dt = (points[1:] - points[:-1]).to(device=device, dtype=torch.float64)
     q = -torch.expm1(-s * dt)
-    keep_at = (q * _LANES).round().to(torch.int64).clamp(max=_LANES).view(-1, 1, 1)
-    on_below = (q * (rates.lambda2 / s) * _LANES).round().to(torch.int64).view(-1, 1, 1)
-    states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
-    states[0] = True
-    if points.numel() > 1:
-        u = torch.empty(points.numel() - 1, batch_size, latent_size, dtype=torch.int32, device=device)
-        u.random_(generator=generator)
-        keep, on = u >= keep_at, u < on_below
-        del u
-        words = _words(states)
-        keep_w, on_w = _words(keep), _words(on)
-        for k in range(1, points.numel()):
-            torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
-            words[k].bitwise_or_(on_w[k - 1])
+    size = (points.numel() - 1) * batch_size * latent_size
+    u = random_words((size + 1) // 2, generator).view(torch.int32)[:size].view(-1, batch_size, latent_size)
+    keep = u >= _threshold(q).view(-1, 1, 1)
+    on = u < _threshold(q * (rates.lambda2 / s)).view(-1, 1, 1)
+    del u
+    words, keep_w, on_w = _words(states), _words(keep), _words(on)
+    for k in range(1, points.numel()):
+        torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
+        words[k].bitwise_or_(on_w[k - 1])
     return states
 
 
@@ -184,8 +219,8 @@ class ContinuumDropout(Regularizer):
     generator; the vector field then reads it as a deterministic function of ``t``.
 
     With a fixed-step solver the mask is held for all stages of a step: ``mask="left"`` uses ``I(t_k)`` at
-    the step's left end, drawn directly on the grid (:func:`sample_grid_states`, a bool ``(S, B, H)``
-    applied with ``torch.where``, so paused components get exactly zero); ``mask="occupancy"`` uses the
+    the step's left end, drawn directly on the grid (:func:`sample_grid_states`) as ``(S, B, H)`` zeros and
+    ones in the model's dtype, so paused components get exactly zero; ``mask="occupancy"`` uses the
     fraction of ``[t_k, t_{k+1}]`` spent active, from switching times (:func:`sample_renewal_paths`). With
     an adaptive solver ``I(t)`` is evaluated from the switching times. At test time the model averages ``z(T)`` over ``n_mc`` passes
     (Algorithm 1).
@@ -207,7 +242,7 @@ class ContinuumDropout(Regularizer):
         rates = self.rates(spec.t1 - spec.t0)
         if spec.grid is not None and self.mask_mode == "left":
             masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
-            return _Draw(paths=None, step_masks=masks, spec=spec)
+            return _Draw(paths=None, step_masks=masks.to(spec.dtype), spec=spec)
         paths = sample_renewal_paths(
             spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )
@@ -219,8 +254,7 @@ class ContinuumDropout(Regularizer):
         return _Draw(paths=paths, step_masks=step_masks, spec=spec)
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
-        mask = draw.mask(t)
-        return torch.where(mask, out, 0.0) if mask.dtype == torch.bool else out * mask.to(out.dtype)
+        return out * draw.mask(t).to(out.dtype)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "n_mc": self.n_mc, "mask": self.mask_mode}

@@ -6,7 +6,7 @@ import torch
 
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.regularizers.base import PassSpec, StepClock
-from ndebench.regularizers.continuum_dropout import ContinuumDropout, sample_grid_states, sample_renewal_paths
+from ndebench.regularizers.continuum_dropout import ContinuumDropout, random_words, sample_grid_states, sample_renewal_paths
 from ndebench.regularizers.rates import expected_active_time, solve_rates
 from ndebench.regularizers.registry import create_regularizer
 
@@ -276,3 +276,19 @@ def test_mc_prediction_halves_the_chunk_when_memory_runs_out(monkeypatch):
     sizes.clear()
     model.predict(inputs, TrialRNG.from_seed(0))
     assert sizes == [12, 12, 6]
+
+
+def test_random_words_depend_on_the_seed_only_not_on_the_thread_count():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = random_words(2**20, torch.Generator().manual_seed(4))
+        torch.set_num_threads(2)
+        two = random_words(2**20, torch.Generator().manual_seed(4))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    bits = one.view(torch.int32)
+    # every bit of the 32-bit lanes is a fair coin: 2^21 lanes, 5 SE of a proportion 1/2 is 0.0017
+    for bit in (0, 15, 31):
+        assert abs(((bits >> bit) & 1).double().mean().item() - 0.5) < 5 * 0.5 / math.sqrt(bits.numel())
