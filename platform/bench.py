@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from ndebench.models.integrate import SolverConfig, TrialRNG, begin_pass
+from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SDE_METHODS, SolverConfig, TrialRNG, begin_pass
 from ndebench.models.registry import create_model, list_models, model_info
 from ndebench.regularizers.registry import create_regularizer
 
@@ -147,11 +147,14 @@ def bench_models(cases: list[ModelCase], reps: int, on_row: Callable[[dict[str, 
 
 
 def model_cases(models: list[str], hiddens: list[int], batches: list[int], **common: Any) -> list[ModelCase]:
-    """Every (model, hidden, batch) combination."""
+    """Every (model, hidden, batch) combination; unknown models or solver methods raise ``ValueError``."""
     valid = timeseries_models()
     for name in models:
         if name not in valid:
             raise ValueError(f"unknown or non-time-series model {name!r} for bench; valid: {', '.join(valid)}")
+    methods = sorted(set(ODE_FIXED + ODE_ADAPTIVE + SDE_METHODS))
+    if common.get("solver", "euler") not in methods:
+        raise ValueError(f"unknown solver method {common['solver']!r}; valid: {', '.join(methods)}")
     return [ModelCase(model, h, b, **common) for model, h, b in itertools.product(models, hiddens, batches)]
 
 

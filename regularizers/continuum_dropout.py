@@ -87,17 +87,26 @@ def sample_renewal_paths(
 _PARALLEL_WORDS = 2**19
 _CHUNKS = 8
 _pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_scratch: dict[str, torch.Tensor] = {}
 
 
-def random_words(count: int, generator: torch.Generator) -> torch.Tensor:
+def random_words(count: int, generator: torch.Generator, *, scratch: bool = False) -> torch.Tensor:
     """``count`` uniform 64-bit words (int64) on the generator's device.
 
     On a CPU with several torch threads, large draws are split into ``_CHUNKS`` chunks filled in parallel
     (torch's CPU generator is serial), each from a generator seeded from ``generator``. The chunking does
-    not depend on the thread count, so the words depend only on the seed and ``count``.
+    not depend on the thread count, so the words depend only on the seed and ``count``. ``scratch``: the
+    words live in a CPU buffer kept for the next call (a fresh buffer of this size costs more in page
+    faults than the draw itself); the caller must be done with them before the next call.
     """
-    words = torch.empty(count, dtype=torch.int64, device=generator.device)
-    if generator.device.type != "cpu" or count < _PARALLEL_WORDS:
+    device = generator.device
+    if scratch and device.type == "cpu":
+        if _scratch.get("words") is None or _scratch["words"].numel() < count:
+            _scratch["words"] = torch.empty(count, dtype=torch.int64)
+        words = _scratch["words"][:count]
+    else:
+        words = torch.empty(count, dtype=torch.int64, device=device)
+    if device.type != "cpu" or count < _PARALLEL_WORDS:
         return words.random_(-(2**63), None, generator=generator)
     seeds = torch.randint(0, 2**62, (_CHUNKS,), generator=generator).tolist()
 
@@ -138,8 +147,8 @@ def sample_grid_states(
     ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
     integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
     exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
-    generator on a GPU) without host synchronisation; the scan over intervals is two bitwise ops per
-    interval on 8 flags per machine word.
+    generator on a GPU) without host synchronisation; per interval, two comparisons and two bitwise ops
+    on 8 flags per machine word.
     """
     device = generator.device
     states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
@@ -147,17 +156,20 @@ def sample_grid_states(
     if points.numel() == 1:
         return states
     s = rates.lambda1 + rates.lambda2
-    dt = (points[1:] - points[:-1]).to(device=device, dtype=torch.float64)
-    q = -torch.expm1(-s * dt)
-    size = (points.numel() - 1) * batch_size * latent_size
-    u = random_words((size + 1) // 2, generator).view(torch.int32)[:size].view(-1, batch_size, latent_size)
-    keep = u >= _threshold(q).view(-1, 1, 1)
-    on = u < _threshold(q * (rates.lambda2 / s)).view(-1, 1, 1)
-    del u
-    words, keep_w, on_w = _words(states), _words(keep), _words(on)
+    q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
+    keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
+    if device.type == "cpu":  # Python ints: no tensor indexing per interval
+        keep_at, on_below = keep_at.tolist(), on_below.tolist()
+    size = batch_size * latent_size
+    u = random_words(((points.numel() - 1) * size + 1) // 2, generator, scratch=True).view(torch.int32)
+    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool, device=device) for _ in range(2))
+    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
     for k in range(1, points.numel()):
-        torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
-        words[k].bitwise_or_(on_w[k - 1])
+        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
+        torch.ge(lanes, keep_at[k - 1], out=keep)
+        torch.lt(lanes, on_below[k - 1], out=on)
+        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
+        words[k].bitwise_or_(on_w)
     return states
 
 
@@ -242,7 +254,7 @@ class ContinuumDropout(Regularizer):
         rates = self.rates(spec.t1 - spec.t0)
         if spec.grid is not None and self.mask_mode == "left":
             masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
-            return _Draw(paths=None, step_masks=masks.to(spec.dtype), spec=spec)
+            return _Draw(paths=None, step_masks=masks, spec=spec)
         paths = sample_renewal_paths(
             spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )
