@@ -7,10 +7,12 @@ noise hits each variant alike; medians over the repetitions are reported.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -179,7 +181,7 @@ def _tiny_trial_config(seed: int, epochs: int) -> dict[str, Any]:
             "training.batch_size": 32, "training.threads": 1}
 
 
-def bench_platform(*, trials: int = 4, epochs: int = 2, say: Callable[[str], None] = print) -> dict[str, Any]:
+def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
     """The per-trial cost the platform adds, and the speed-up of 2 concurrent 1-CPU trials.
 
     The same tiny trial (Neural CDE on ``synthetic``, 1 thread) runs ``trials`` times through
@@ -220,11 +222,12 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, say: Callable[[str], Non
             for concurrent in (1, 2):
                 tuner = tune.Tuner(
                     fn, param_space={"trial": tune.grid_search([str(i) for i in range(trials)])},
-                    tune_config=tune.TuneConfig(max_concurrent_trials=concurrent),
+                    tune_config=tune.TuneConfig(max_concurrent_trials=concurrent, reuse_actors=reuse_actors),
                     run_config=tune.RunConfig(name=f"bench{concurrent}", storage_path=os.path.join(tmp, "ray"), verbose=0),
                 )
                 start = time.perf_counter()
-                results = tuner.fit()
+                with contextlib.redirect_stdout(sys.stderr):  # Tune's tables; stdout is for the result
+                    results = tuner.fit()
                 walls[concurrent] = time.perf_counter() - start
                 errors = [r.error for r in results if r.error is not None]
                 if errors:
@@ -235,7 +238,7 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, say: Callable[[str], Non
                 ray.shutdown()
     per_direct = statistics.median(direct)
     per_platform = walls[1] / trials
-    return {"trials": trials, "epochs": epochs, "direct_s_per_trial": round(per_direct, 3),
+    return {"trials": trials, "epochs": epochs, "reuse_actors": reuse_actors, "direct_s_per_trial": round(per_direct, 3),
             "platform_s_per_trial": round(per_platform, 3), "overhead_s": round(per_platform - per_direct, 3),
             "ray_start_s": round(ray_start, 3), "wall_s_one_at_a_time": round(walls[1], 3),
             "wall_s_two_at_a_time": round(walls[2], 3), "concurrency_speedup": round(walls[1] / walls[2], 3)}

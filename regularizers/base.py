@@ -102,6 +102,9 @@ class Regularizer(nn.Module):
         time-dependent batch norm here, naive drift dropout its per-pass unit mask;
       * ``head_dropout`` -> dropout probability on the classifier input (``None`` keeps the model's own).
 
+    ``step_clock`` is the :class:`StepClock` of the latest pass (set by ``begin_pass``); ``PassSpec.step_index``
+    reads it, so per-step draws need no search.
+
     ``test_time`` states the evaluation protocol: ``"deterministic"`` (regularizer off in eval mode) or
     ``"mc"`` (kept on in eval mode; predictions average ``n_mc`` passes).
     """
