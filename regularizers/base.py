@@ -9,6 +9,7 @@ same function.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -73,17 +74,24 @@ class PassSpec:
         assert self.grid is not None
         return self.grid[1:-1] - self.step_tol
 
+    @functools.cached_property
+    def _boundary_list(self) -> list[float]:
+        return self._boundaries.tolist()
+
     def step_index(self, t: torch.Tensor) -> int | torch.Tensor:
         """Index ``k`` of the solver step ``[grid[k], grid[k+1])`` that the evaluation time ``t`` belongs to.
 
-        The step counted by ``clock`` (a Python int, free) when known; otherwise a 0-dim tensor on the grid's
-        device found by time, without host synchronisation. torchdiffeq's fixed-grid solvers are run with
+        The step counted by ``clock`` (a Python int, free) when known; otherwise found by time: with a Python
+        binary search for a CPU ``t``, else as a 0-dim tensor on the grid's device (no host synchronisation).
+        torchdiffeq's fixed-grid solvers are run with
         ``perturb=True``, so a step's first stage arrives just after ``grid[k]`` and its last stage just
         before ``grid[k+1]``: every stage of step ``k`` maps to ``k``. torchsde accumulates its step times,
         so ``step_tol`` absorbs that rounding.
         """
         if self.clock.step is not None:
             return self.clock.step
+        if t.device.type == "cpu":
+            return bisect.bisect_right(self._boundary_list, float(t.detach()))
         bounds = self._boundaries
         return torch.searchsorted(bounds, t.reshape(1).to(bounds.dtype), right=True)[0]
 

@@ -85,6 +85,7 @@ def sample_renewal_paths(
 
 
 _PARALLEL_WORDS = 2**19
+_CAST_AT_DRAW = 2**22
 _CHUNKS = 8
 _pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
 _scratch: dict[str, torch.Tensor] = {}
@@ -232,10 +233,10 @@ class ContinuumDropout(Regularizer):
 
     With a fixed-step solver the mask is held for all stages of a step: ``mask="left"`` uses ``I(t_k)`` at
     the step's left end, drawn directly on the grid (:func:`sample_grid_states`) as ``(S, B, H)`` zeros and
-    ones in the model's dtype, so paused components get exactly zero; ``mask="occupancy"`` uses the
-    fraction of ``[t_k, t_{k+1}]`` spent active, from switching times (:func:`sample_renewal_paths`). With
-    an adaptive solver ``I(t)`` is evaluated from the switching times. At test time the model averages ``z(T)`` over ``n_mc`` passes
-    (Algorithm 1).
+    ones, multiplied in the model's dtype, so paused components get exactly zero; ``mask="occupancy"`` uses
+    the fraction of ``[t_k, t_{k+1}]`` spent active, from switching times (:func:`sample_renewal_paths`).
+    With an adaptive solver ``I(t)`` is evaluated from the switching times. At test time the model averages
+    ``z(T)`` over ``n_mc`` passes (Algorithm 1).
     """
 
     test_time = "mc"
@@ -254,7 +255,9 @@ class ContinuumDropout(Regularizer):
         rates = self.rates(spec.t1 - spec.t0)
         if spec.grid is not None and self.mask_mode == "left":
             masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
-            return _Draw(paths=None, step_masks=masks, spec=spec)
+            # Small masks are cast once here; large ones stay bool (a quarter of the memory, no page faults
+            # for a fresh float buffer) and each step's slice is cast when the field reads it.
+            return _Draw(paths=None, step_masks=masks.to(spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks, spec=spec)
         paths = sample_renewal_paths(
             spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )
