@@ -181,20 +181,32 @@ def _tiny_trial_config(seed: int, epochs: int) -> dict[str, Any]:
             "training.batch_size": 32, "training.threads": 1}
 
 
+def _timed_trainable(config: dict[str, Any], *, log_path: str, **kwargs: Any) -> None:
+    """The sweep's trainable, with its own run time (MLflow logging + run_trial) appended to ``log_path``."""
+    from ndebench.platform.sweep import trainable
+
+    start = time.perf_counter()
+    trainable(config, **kwargs)
+    with open(log_path, "a") as log:
+        log.write(f"{time.perf_counter() - start}\n")
+
+
 def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
     """The per-trial cost the platform adds, and the speed-up of 2 concurrent 1-CPU trials.
 
     The same tiny trial (Neural CDE on ``synthetic``, 1 thread) runs ``trials`` times through
     :func:`ndebench.platform.trial.run_trial` directly, then ``trials`` times through the sweep's Ray Tune
-    trainable (Ray scheduling, a worker process per trial, MLflow logging to a temporary sqlite store),
+    trainable (Ray scheduling, worker processes, MLflow logging to a temporary sqlite store),
     one at a time and then two at a time. ``overhead_s`` = platform seconds per trial (one at a time) minus
-    direct seconds per trial; ``concurrency_speedup`` = wall time one at a time / two at a time. Starting
-    Ray is a once-per-sweep cost, reported as ``ray_start_s`` and not counted per trial.
+    direct seconds per trial, split into ``in_trial_overhead_s`` (inside the worker: MLflow logging and
+    reporting, the trainable's median run time minus the direct one) and ``scheduling_s`` (the rest: Ray
+    scheduling, worker start and imports, Tune's bookkeeping); ``concurrency_speedup`` = wall time one at a
+    time / two at a time. Starting Ray is a once-per-sweep cost, reported as ``ray_start_s`` and not counted
+    per trial.
     """
     import ray
     from ray import tune
 
-    from ndebench.platform.sweep import trainable
     from ndebench.platform.trial import TrialSpec, run_trial
 
     if trials < 2:
@@ -217,8 +229,10 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
         try:
             walls = {}
             # The trainable looks fixed configs up by key, as the sweep's evaluate phase does.
+            log_path = os.path.join(tmp, "in_trial.txt")
             fn = tune.with_resources(tune.with_parameters(
-                trainable, tracking_uri=uri, evaluate_configs={str(i): c for i, c in enumerate(configs)}), {"cpu": 1})
+                _timed_trainable, log_path=log_path, tracking_uri=uri,
+                evaluate_configs={str(i): c for i, c in enumerate(configs)}), {"cpu": 1})
             for concurrent in (1, 2):
                 tuner = tune.Tuner(
                     fn, param_space={"trial": tune.grid_search([str(i) for i in range(trials)])},
@@ -233,6 +247,8 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
                 if errors:
                     raise RuntimeError(f"bench platform: a trial failed under Ray: {errors[0]}")
                 say(f"{trials} trial(s) through Ray + MLflow, {concurrent} at a time: {walls[concurrent]:.2f} s")
+            with open(log_path) as log:
+                in_trial = statistics.median(float(line) for line in log.read().split()[:trials])
         finally:
             if started_here:
                 ray.shutdown()
@@ -240,5 +256,6 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
     per_platform = walls[1] / trials
     return {"trials": trials, "epochs": epochs, "reuse_actors": reuse_actors, "direct_s_per_trial": round(per_direct, 3),
             "platform_s_per_trial": round(per_platform, 3), "overhead_s": round(per_platform - per_direct, 3),
+            "in_trial_overhead_s": round(in_trial - per_direct, 3), "scheduling_s": round(per_platform - in_trial, 3),
             "ray_start_s": round(ray_start, 3), "wall_s_one_at_a_time": round(walls[1], 3),
             "wall_s_two_at_a_time": round(walls[2], 3), "concurrency_speedup": round(walls[1] / walls[2], 3)}
