@@ -141,6 +141,7 @@ class NDEClassifier(nn.Module):
         num_outputs = 1 if binary else num_classes
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
         self.head = ClassifierHead(hidden_size, num_outputs, dropout, head_grad_scale)
+        self.mc_chunk: int | None = None
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         raise NotImplementedError
@@ -160,13 +161,36 @@ class NDEClassifier(nn.Module):
         return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1
 
     @torch.no_grad()
-    def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None) -> Prediction:
-        """Algorithm 1's test phase, batched: ``n_mc`` passes of the inputs stacked along the batch dimension."""
+    def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None, passes_per_chunk: int | None = None) -> Prediction:
+        """Algorithm 1's test phase, batched: ``n_mc`` passes of the inputs stacked along the batch dimension.
+
+        All passes run as one batch of ``n_mc * B`` rows (on a GPU, N passes cost about one), split into
+        chunks of ``passes_per_chunk`` passes when given. When the device runs out of memory the chunk is
+        halved and the prediction retried; the chunk that fitted is kept for later calls. Chunking changes
+        only how the passes are grouped: each pass still draws its own randomness from ``rng``.
+        """
         n = n_mc or self.n_mc()
         batch = batch_size(inputs)
-        z = self.latent(repeat_batch(inputs, n), rng).view(n, batch, -1)
+        chunk = requested = min(n, passes_per_chunk or self.mc_chunk or n)
+        while True:
+            try:
+                z = torch.cat([self.latent(repeat_batch(inputs, c), rng).view(c, batch, -1) for c in _chunks(n, chunk)])
+                break
+            except torch.OutOfMemoryError:
+                if chunk == 1:
+                    raise
+                chunk = (chunk + 1) // 2
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        if chunk < requested:
+            self.mc_chunk = chunk
         z_mean = z.mean(0)
         z_var = z.var(0) if n > 1 else torch.zeros_like(z_mean)
         per_pass = self.head(z.reshape(n * batch, -1)).view(n, batch, -1)
         probs = torch.sigmoid(per_pass) if per_pass.shape[-1] == 1 else torch.softmax(per_pass, -1)
         return Prediction(logits=self.head(z_mean), probs=probs.mean(0), z_mean=z_mean, z_var=z_var)
+
+
+def _chunks(total: int, size: int) -> list[int]:
+    """``total`` split into parts of ``size`` (the last one smaller)."""
+    return [min(size, total - start) for start in range(0, total, size)]

@@ -6,7 +6,7 @@ to the vector field(s) and runs the solver. Regularizers therefore never see mod
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -14,7 +14,7 @@ import torchdiffeq
 import torchsde
 from torch import nn
 
-from ndebench.regularizers.base import PassSpec, Regularizer
+from ndebench.regularizers.base import PassSpec, Regularizer, StepClock
 
 ODE_FIXED = ("euler", "midpoint", "heun2", "heun3", "rk4")
 ODE_ADAPTIVE = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
@@ -47,14 +47,31 @@ class SolverConfig:
 
 @dataclass
 class TrialRNG:
-    """The generators of one trial: ``regularizer`` feeds regularizer draws, ``noise`` seeds Brownian motion."""
+    """The generators of one trial: ``regularizer`` feeds regularizer draws, ``noise`` seeds Brownian motion.
+
+    Both are CPU generators. Regularizer draws for a model on an accelerator come from a generator on that
+    device (:meth:`regularizer_on`), seeded once from ``regularizer``: the same trial seed gives the same
+    draws run to run on one device, and the draw never crosses the host-device boundary.
+    """
 
     regularizer: torch.Generator
     noise: torch.Generator
+    _on_device: dict[str, torch.Generator] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_seed(cls, seed: int) -> "TrialRNG":
         return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 7919))
+
+    def regularizer_on(self, device: torch.device | str) -> torch.Generator:
+        """The regularizer generator for ``device``: ``regularizer`` itself on the CPU."""
+        device = torch.device(device)
+        if device.type == "cpu":
+            return self.regularizer
+        key = str(device)
+        if key not in self._on_device:
+            seed = int(torch.randint(0, 2**62, (1,), generator=self.regularizer))
+            self._on_device[key] = torch.Generator(device=device).manual_seed(seed)
+        return self._on_device[key]
 
 
 def step_grid(t0: torch.Tensor, t1: torch.Tensor, step_size: float) -> torch.Tensor:
@@ -130,10 +147,11 @@ def begin_pass(
     grid = pass_grid(times, solver, kind, piecewise)
     spec = PassSpec(
         batch_size=z0.shape[0], latent_size=part.stop - part.start, t0=float(times[0]), t1=float(times[-1]),
-        grid=grid, generator=rng.regularizer, device=z0.device, dtype=z0.dtype,
+        grid=grid, generator=rng.regularizer_on(z0.device), device=z0.device, dtype=z0.dtype,
         # torchsde accumulates its step times in the state's dtype (float32 drifts ~1e-5 over 100 steps).
         step_tol=0.0 if kind == "ode" else 1e-2 * float(grid[1] - grid[0]),
     )
+    regularizer.step_clock = spec.clock
     return regularizer.draw(spec)
 
 
@@ -164,6 +182,35 @@ class _Field(nn.Module):
                 dX = torch.where(t <= self.control_end, dX, torch.zeros_like(dX))
             out = (out @ dX.unsqueeze(-1)).squeeze(-1)
         return self.modulate(t, z, out, "drift")
+
+
+class _SteppedField(_Field):
+    """A field for torchdiffeq's fixed-grid solvers that counts steps on the pass's :class:`StepClock`.
+
+    torchdiffeq calls ``callback_step`` before every step and, in an adjoint backward pass,
+    ``callback_step_adjoint`` before every backward step. ``backward_aligned``: the backward steps retrace
+    the forward grid (no ``step_size``: the grid is the output times), so they can be counted too.
+    """
+
+    def __init__(self, *args: Any, clock: StepClock, backward_aligned: bool, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.clock, self.backward_aligned = clock, backward_aligned
+
+    def modulate(self, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: str) -> torch.Tensor:
+        self.clock.step = self.clock.counted
+        try:
+            return super().modulate(t, z, out, role)
+        finally:
+            self.clock.step = None
+
+    def callback_step(self, t0: torch.Tensor, y0: torch.Tensor, dt: torch.Tensor) -> None:
+        self.clock.forward_step()
+
+    def callback_step_adjoint(self, t0: torch.Tensor, y0: Any, dt: torch.Tensor) -> None:
+        if self.backward_aligned:
+            self.clock.backward_step()
+        else:
+            self.clock.stop()
 
 
 class _SDE(nn.Module):
@@ -228,7 +275,14 @@ def integrate(
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
             control_end = float(t1) if end > float(t1) else None
-    field = _Field(drift, control, regularizer, draw, control_end, part)
+    clock = regularizer.step_clock if draw is not None else None
+    if kind == "ode" and solver.method in ODE_FIXED and clock is not None:
+        field: _Field = _SteppedField(drift, control, regularizer, draw, control_end, part, clock=clock,
+                                      backward_aligned=solver.step_size is None)
+    else:
+        if clock is not None:
+            clock.stop()
+        field = _Field(drift, control, regularizer, draw, control_end, part)
     if kind == "ode":
         options: dict[str, Any] = {}
         if solver.method in ODE_FIXED:

@@ -245,6 +245,75 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from ndebench.platform import bench
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
+    if args.target == "platform":
+        result = bench.bench_platform(trials=args.trials, reuse_actors=args.reuse_actors, say=say)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for key, value in result.items():
+                print(f"{key:24s} {value}")
+        return 0
+    if args.target == "draw":
+        points = args.length or 161
+        result = bench.bench_draw(batch=args.batch[0] if args.batch else 256, hidden=args.hidden[0] if args.hidden else 512,
+                                  points=points, horizon=args.horizon or points - 1.0, p=args.p, m=args.m if args.m is not None else 100.0,
+                                  device=args.device, reps=args.reps)
+        print(json.dumps(result) if args.json else
+              f"mask draw, batch {result['batch']} x hidden {result['hidden']}, {points} grid points over "
+              f"[0, {result['horizon']:g}], p {args.p:g}, m {result['m']:g}, {result['device']}: {result['draw_ms']:.1f} ms")
+        return 0
+    cases = bench.model_cases(
+        args.models.split(","), args.hidden or [16, 128], args.batch or [64, 128], length=args.length or 100,
+        solver=args.solver, device=str(bench.check_device(args.device)), n_mc=args.n_mc, p=args.p,
+        m=args.m if args.m is not None else 10.0,
+    )
+    if not args.json:
+        print(f"{'model':14s} {'hidden':>6s} {'batch':>5s} {'len':>4s}  train ms none / CD (ratio)   "
+              f"eval ms one / MC{args.n_mc} (ratio)   draw ms", flush=True)
+
+    def show(row: dict) -> None:
+        if not args.json:
+            print(f"{row['model']:14s} {row['hidden']:6d} {row['batch']:5d} {row['length']:4d}  "
+                  f"{row['train_ms_none']:8.1f} / {row['train_ms_cd']:8.1f} ({row['train_ratio']:.3f})   "
+                  f"{row['eval_ms_one']:8.1f} / {row['eval_ms_mc']:8.1f} ({row['mc_ratio']:.3f})   {row['draw_ms']:7.2f}",
+                  flush=True)
+        else:
+            say(f"[bench] {row['model']} hidden {row['hidden']} batch {row['batch']}: done")
+
+    rows = bench.bench_models(cases, args.reps, on_row=show)
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ndebench",
@@ -312,6 +381,35 @@ def build_parser() -> argparse.ArgumentParser:
     datasets.add_argument("name", nargs="?", help="dataset to check (with 'check')")
     datasets.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data)")
     datasets.set_defaults(func=cmd_datasets)
+
+    bench = sub.add_parser(
+        "bench", help="what Continuum Dropout and the platform cost: train step, MC evaluation, mask draw, per trial",
+        description="Time, on random data, one training step (forward + backward) without and with Continuum "
+                    "Dropout, N-pass MC evaluation against one deterministic pass, and the mask draw, for every "
+                    "(model, hidden, batch) combination; medians over --reps rounds that interleave the variants. "
+                    "'bench draw' times the mask draw alone (default: the paper's Speech Commands scale); "
+                    "'bench platform' measures the per-trial cost of Ray scheduling and MLflow logging against "
+                    "run_trial called directly, and the throughput of 2 concurrent 1-CPU trials against one.",
+    )
+    bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform"],
+                       help="what to time (default: models)")
+    bench.add_argument("--models", default="neural_cde", help="comma-separated time-series models (default: neural_cde)")
+    bench.add_argument("--hidden", type=_int_list, help="comma-separated latent sizes (default: 16,128; draw: 512)")
+    bench.add_argument("--batch", type=_int_list, help="comma-separated batch sizes (default: 64,128; draw: 256)")
+    bench.add_argument("--length", type=_positive_int, help="points per series (default: 100; draw: 161 grid points)")
+    bench.add_argument("--horizon", type=float, help="draw: time horizon T of the grid (default: points - 1)")
+    bench.add_argument("--solver", default="euler", help="solver method (default: euler; the model's adjoint setting is kept)")
+    bench.add_argument("--n-mc", type=_positive_int, default=5, help="Monte-Carlo passes at evaluation (default: 5)")
+    bench.add_argument("--p", type=float, default=0.3, help="Continuum Dropout rate (default: 0.3)")
+    bench.add_argument("--m", type=float, help="expected renewals (default: 10; draw: 100)")
+    bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    bench.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's own)")
+    bench.add_argument("--reps", type=_positive_int, default=15, help="timed rounds after one warm-up round (default: 15)")
+    bench.add_argument("--trials", type=_positive_int, default=4, help="platform: trials per measurement (default: 4)")
+    bench.add_argument("--reuse-actors", action="store_true",
+                       help="platform: let Tune keep worker processes between trials (TuneConfig(reuse_actors=True))")
+    bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")
+    bench.set_defaults(func=cmd_bench)
 
     lister = sub.add_parser("list", help="list registered models, regularizers or datasets")
     lister.add_argument("what", choices=["models", "regularizers", "datasets"])

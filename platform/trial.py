@@ -158,7 +158,8 @@ def run_trial(
     StepLR (or reduce-on-plateau),
     gradient-norm clipping after ``backward``, early stopping on validation loss (after ``min_epochs``, once
     ``patience`` epochs pass without improvement) and the best weights restored. ``on_epoch`` receives
-    ``train_loss``, ``val_loss``, ``val_<metric>`` and ``epoch_time_s`` per epoch. A non-finite training
+    ``train_loss``, ``val_loss``, ``val_<metric>``, ``epoch_time_s`` and ``train_time_s`` (the training
+    batches only, without the validation passes) per epoch. A non-finite training
     loss ends the trial with status ``diverged``. The test split is only touched when ``evaluate_test``.
     """
     seed_everything(spec.seed)
@@ -219,9 +220,10 @@ def run_trial(
             optimizer.step()
             total += loss.item() * targets.shape[0]
             count += targets.shape[0]
+        train_time = time.perf_counter() - start
         val, _ = evaluate(model, feeds["val"], batch_size, spec.seed, top5=top5)
         record = {"train_loss": total / count, "val_loss": val["nll"], f"val_{metric_name}": val[metric_name],
-                  "epoch_time_s": time.perf_counter() - start}
+                  "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time}
         if on_epoch is not None:
             on_epoch(record)
         if not math.isfinite(val["nll"]):

@@ -9,7 +9,9 @@ same function.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+import functools
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -19,13 +21,41 @@ Role = Literal["drift", "diffusion"]
 TestTime = Literal["deterministic", "mc"]
 
 
+class StepClock:
+    """The index of the fixed-grid step a solver is in, counted rather than looked up.
+
+    :func:`ndebench.models.integrate.integrate` advances ``counted`` from torchdiffeq's step callbacks:
+    forward steps count up from 0 (across the calls of a piecewise pass), adjoint backward steps count down
+    from the last forward step; ``None`` where steps cannot be counted (torchsde, adaptive solvers, adjoint
+    grids that do not line up with the forward grid). ``step`` is set to ``counted`` only while the field
+    is being evaluated, so outside a solve a mask stays a pure function of ``t`` (looked up by time).
+    """
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.counted: int | None = None
+        self._forward = 0
+        self._backward = 0
+
+    def forward_step(self) -> None:
+        self.counted, self._forward, self._backward = self._forward, self._forward + 1, 0
+
+    def backward_step(self) -> None:
+        # A second backward pass over the same forward graph starts again from the last step.
+        self._backward %= max(self._forward, 1)
+        self.counted, self._backward = self._forward - 1 - self._backward, self._backward + 1
+
+    def stop(self) -> None:
+        self.counted = None
+
+
 @dataclass(frozen=True)
 class PassSpec:
     """What a regularizer needs to know to draw the randomness of one forward pass.
 
     ``batch_size`` B and ``latent_size`` H give the latent state shape ``(B, H)``; ``t0`` and ``t1`` the
     integration interval; ``grid`` the solver's step grid ``(S+1,)`` for fixed-step solvers (``None`` for
-    adaptive ones).
+    adaptive ones); ``generator`` lives on ``device`` (the model's device), so draws need no transfer.
     """
 
     batch_size: int
@@ -37,17 +67,33 @@ class PassSpec:
     device: torch.device
     dtype: torch.dtype
     step_tol: float = 0.0
+    clock: StepClock = field(default_factory=StepClock, compare=False)
 
-    def step_index(self, t: torch.Tensor) -> torch.Tensor:
+    @functools.cached_property
+    def _boundaries(self) -> torch.Tensor:
+        assert self.grid is not None
+        return self.grid[1:-1] - self.step_tol
+
+    @functools.cached_property
+    def _boundary_list(self) -> list[float]:
+        return self._boundaries.tolist()
+
+    def step_index(self, t: torch.Tensor) -> int | torch.Tensor:
         """Index ``k`` of the solver step ``[grid[k], grid[k+1])`` that the evaluation time ``t`` belongs to.
 
-        torchdiffeq's fixed-grid solvers are run with ``perturb=True``, so a step's first stage arrives just
-        after ``grid[k]`` and its last stage just before ``grid[k+1]``: every stage of step ``k`` maps to
-        ``k``. torchsde accumulates its step times, so ``step_tol`` absorbs that rounding.
+        The step counted by ``clock`` (a Python int, free) when known; otherwise found by time: with a Python
+        binary search for a CPU ``t``, else as a 0-dim tensor on the grid's device (no host synchronisation).
+        torchdiffeq's fixed-grid solvers are run with
+        ``perturb=True``, so a step's first stage arrives just after ``grid[k]`` and its last stage just
+        before ``grid[k+1]``: every stage of step ``k`` maps to ``k``. torchsde accumulates its step times,
+        so ``step_tol`` absorbs that rounding.
         """
-        assert self.grid is not None
-        k = torch.searchsorted(self.grid, t.reshape(1).to(self.grid.dtype) + self.step_tol, right=True) - 1
-        return k.clamp(0, self.grid.numel() - 2)[0]
+        if self.clock.step is not None:
+            return self.clock.step
+        if t.device.type == "cpu":
+            return bisect.bisect_right(self._boundary_list, float(t.detach()))
+        bounds = self._boundaries
+        return torch.searchsorted(bounds, t.reshape(1).to(bounds.dtype), right=True)[0]
 
 
 class Regularizer(nn.Module):
@@ -64,6 +110,9 @@ class Regularizer(nn.Module):
         time-dependent batch norm here, naive drift dropout its per-pass unit mask;
       * ``head_dropout`` -> dropout probability on the classifier input (``None`` keeps the model's own).
 
+    ``step_clock`` is the :class:`StepClock` of the latest pass (set by ``begin_pass``); ``PassSpec.step_index``
+    reads it, so per-step draws need no search.
+
     ``test_time`` states the evaluation protocol: ``"deterministic"`` (regularizer off in eval mode) or
     ``"mc"`` (kept on in eval mode; predictions average ``n_mc`` passes).
     """
@@ -71,6 +120,7 @@ class Regularizer(nn.Module):
     test_time: ClassVar[TestTime] = "deterministic"
     stochastic: ClassVar[bool] = False
     head_dropout: float | None = None
+    step_clock: StepClock | None = None
 
     def active(self) -> bool:
         """Whether the latent-dynamics hooks apply in the current mode."""

@@ -1,6 +1,7 @@
 """Continuum Dropout (Lee et al., AAAI 2026): an alternating-renewal on/off mask on the latent dynamics."""
 from __future__ import annotations
 
+import concurrent.futures
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -59,8 +60,8 @@ def sample_renewal_paths(
 
     Durations are drawn in chunks sized from the expected number of renewals plus six standard deviations;
     a further chunk is drawn only while some path is still short of ``t1``, so there is no truncation.
-    They are drawn on the generator's device (the trial's generators live on the CPU, so the same seed gives
-    the same mask on any accelerator) and then moved to ``device``.
+    They are drawn in float64 on the generator's device and then moved to ``device``. Used for adaptive
+    solvers and the occupancy mask; the left-endpoint grid mask uses :func:`sample_grid_states`.
     """
     horizon = t1 - t0
     cycle = 1.0 / rates.lambda1 + 1.0 / rates.lambda2
@@ -83,16 +84,115 @@ def sample_renewal_paths(
     return RenewalPaths(switches=switches, t0=t0)
 
 
+_PARALLEL_WORDS = 2**19
+_CAST_AT_DRAW = 2**22
+_CHUNKS = 8
+_pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_scratch: dict[str, torch.Tensor] = {}
+
+
+def random_words(count: int, generator: torch.Generator, *, scratch: bool = False) -> torch.Tensor:
+    """``count`` uniform 64-bit words (int64) on the generator's device.
+
+    On a CPU with several torch threads, large draws are split into ``_CHUNKS`` chunks filled in parallel
+    (torch's CPU generator is serial), each from a generator seeded from ``generator``. The chunking does
+    not depend on the thread count, so the words depend only on the seed and ``count``. ``scratch``: the
+    words live in a CPU buffer kept for the next call (a fresh buffer of this size costs more in page
+    faults than the draw itself); the caller must be done with them before the next call.
+    """
+    device = generator.device
+    if scratch and device.type == "cpu":
+        if _scratch.get("words") is None or _scratch["words"].numel() < count:
+            _scratch["words"] = torch.empty(count, dtype=torch.int64)
+        words = _scratch["words"][:count]
+    else:
+        words = torch.empty(count, dtype=torch.int64, device=device)
+    if device.type != "cpu" or count < _PARALLEL_WORDS:
+        return words.random_(-(2**63), None, generator=generator)
+    seeds = torch.randint(0, 2**62, (_CHUNKS,), generator=generator).tolist()
+
+    def fill(job: tuple[torch.Tensor, int]) -> None:
+        job[0].random_(-(2**63), None, generator=torch.Generator().manual_seed(job[1]))
+
+    jobs = list(zip(words.chunk(_CHUNKS), seeds))
+    threads = torch.get_num_threads()
+    if threads == 1:
+        for job in jobs:
+            fill(job)
+    else:
+        if threads not in _pools:
+            _pools[threads] = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="ndebench-rng")
+        list(_pools[threads].map(fill, jobs))
+    return words
+
+
+def _threshold(prob: torch.Tensor) -> torch.Tensor:
+    """``c`` (int32) with ``P(u < c) = prob`` (to 2^-32) for ``u`` uniform on the signed 32-bit integers."""
+    return ((prob * 2.0**32).round() - 2.0**31).clamp(-(2**31), 2**31 - 1).to(torch.int32)
+
+
+def sample_grid_states(
+    points: torch.Tensor,
+    batch_size: int,
+    latent_size: int,
+    rates: Rates,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The indicator ``I(points[k])`` ``(K, B, H)`` (bool) of ``(B, H)`` processes that start active at ``points[0]``.
+
+    Exact without switching times: the alternating renewal process with exponential periods is the
+    two-state Markov chain active -> inactive at rate lambda1, inactive -> active at rate lambda2. By
+    uniformization at rate ``s = lambda1 + lambda2``, over an interval of length ``dt`` an event happens with
+    probability ``q = 1 - exp(-s dt)`` and sets the state to a fresh draw, inactive with probability
+    ``a = lambda1 / s``, whatever the state was. So per interval and path one uniform ``u`` decides:
+    ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
+    integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
+    exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
+    generator on a GPU) without host synchronisation; per interval, two comparisons and two bitwise ops
+    on 8 flags per machine word.
+    """
+    device = generator.device
+    states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
+    states[0] = True
+    if points.numel() == 1:
+        return states
+    s = rates.lambda1 + rates.lambda2
+    q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
+    keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
+    if device.type == "cpu":  # Python ints: no tensor indexing per interval
+        keep_at, on_below = keep_at.tolist(), on_below.tolist()
+    size = batch_size * latent_size
+    u = random_words(((points.numel() - 1) * size + 1) // 2, generator, scratch=True).view(torch.int32)
+    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool, device=device) for _ in range(2))
+    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
+    for k in range(1, points.numel()):
+        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
+        torch.ge(lanes, keep_at[k - 1], out=keep)
+        torch.lt(lanes, on_below[k - 1], out=on)
+        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
+        words[k].bitwise_or_(on_w)
+    return states
+
+
+def _words(flags: torch.Tensor) -> torch.Tensor:
+    """``(K, B, H)`` bool as ``(K, n)`` machine words (bitwise ops then act on 8 flags at once)."""
+    flat = flags.view(flags.shape[0], -1)
+    return flat.view(torch.int64) if flat.shape[1] % 8 == 0 else flat.view(torch.uint8)
+
+
 @dataclass
 class _Draw:
-    paths: RenewalPaths
+    """One pass's mask: per-step masks ``(S, B, H)`` on a fixed grid, else the switching times."""
+
+    paths: RenewalPaths | None
     step_masks: torch.Tensor | None
     spec: PassSpec
 
     def mask(self, t: torch.Tensor) -> torch.Tensor:
         if self.step_masks is None:
             return self.paths.indicator(t)
-        return self.step_masks[self.spec.step_index(t)]
+        k = self.spec.step_index(t)
+        return self.step_masks[k] if isinstance(k, int) else self.step_masks.index_select(0, k.reshape(1))[0]
 
 
 def _check_p(value: Any) -> str | None:
@@ -128,13 +228,15 @@ class ContinuumDropout(Regularizer):
     Exp(lambda1), inactive periods Exp(lambda2), with ``(lambda1, lambda2)`` solved exactly from the dropout
     rate ``p = P(I(T) = 0)`` and the expected number of renewals ``m = E[N(T)]`` on the pass's interval
     (``T = t1 - t0``). While inactive the whole increment is zero (drift and diffusion alike), so the
-    component is paused. The switching times are drawn once per forward pass; ``I`` is a deterministic
-    function of ``t``.
+    component is paused. The mask is drawn once per forward pass, on the model's device from the trial's
+    generator; the vector field then reads it as a deterministic function of ``t``.
 
     With a fixed-step solver the mask is held for all stages of a step: ``mask="left"`` uses ``I(t_k)`` at
-    the step's left end, ``mask="occupancy"`` the fraction of ``[t_k, t_{k+1}]`` spent active. With an
-    adaptive solver ``I(t)`` is used as is. At test time the model averages ``z(T)`` over ``n_mc`` passes
-    (Algorithm 1).
+    the step's left end, drawn directly on the grid (:func:`sample_grid_states`) as ``(S, B, H)`` zeros and
+    ones, multiplied in the model's dtype, so paused components get exactly zero; ``mask="occupancy"`` uses
+    the fraction of ``[t_k, t_{k+1}]`` spent active, from switching times (:func:`sample_renewal_paths`).
+    With an adaptive solver ``I(t)`` is evaluated from the switching times. At test time the model averages
+    ``z(T)`` over ``n_mc`` passes (Algorithm 1).
     """
 
     test_time = "mc"
@@ -150,19 +252,20 @@ class ContinuumDropout(Regularizer):
         return solve_rates(self.p, self.m, horizon)
 
     def draw(self, spec: PassSpec) -> _Draw:
+        rates = self.rates(spec.t1 - spec.t0)
+        if spec.grid is not None and self.mask_mode == "left":
+            masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
+            # Small masks are cast once here; large ones stay bool (a quarter of the memory, no page faults
+            # for a fresh float buffer) and each step's slice is cast when the field reads it.
+            return _Draw(paths=None, step_masks=masks.to(spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks, spec=spec)
         paths = sample_renewal_paths(
-            spec.batch_size, spec.latent_size, self.rates(spec.t1 - spec.t0), spec.t0, spec.t1,
-            spec.generator, spec.device, torch.float64,
+            spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )
         step_masks = None
         if spec.grid is not None:
             grid = spec.grid.to(device=paths.switches.device, dtype=torch.float64)
-            if self.mask_mode == "left":
-                step_masks = paths.indicator(grid[:-1])
-            else:
-                active = torch.stack([paths.active_time(t) for t in grid])
-                step_masks = (active[1:] - active[:-1]) / (grid[1:] - grid[:-1]).view(-1, 1, 1)
-            step_masks = step_masks.to(spec.dtype)
+            active = torch.stack([paths.active_time(t) for t in grid])
+            step_masks = ((active[1:] - active[:-1]) / (grid[1:] - grid[:-1]).view(-1, 1, 1)).to(spec.dtype)
         return _Draw(paths=paths, step_masks=step_masks, spec=spec)
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:

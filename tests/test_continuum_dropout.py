@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
-from ndebench.regularizers.base import PassSpec
-from ndebench.regularizers.continuum_dropout import ContinuumDropout, sample_renewal_paths
+from ndebench.regularizers.base import PassSpec, StepClock
+from ndebench.regularizers.continuum_dropout import ContinuumDropout, random_words, sample_grid_states, sample_renewal_paths
 from ndebench.regularizers.rates import expected_active_time, solve_rates
 from ndebench.regularizers.registry import create_regularizer
 
@@ -116,3 +116,179 @@ def test_invalid_hyperparameters_are_named():
         create_regularizer("continuum_dropout", m=0)
     with pytest.raises(ValueError, match="valid: .*'m'"):
         create_regularizer("continuum_dropout", q=0.1)
+
+
+def _grid_chain_moments(rates, grid):
+    """Exact P(active at grid[k]) and E[#on->off], E[#off->on] between consecutive grid points."""
+    s = rates.lambda1 + rates.lambda2
+    t = grid - grid[0]
+    active = rates.lambda2 / s + rates.lambda1 / s * torch.exp(-s * t)
+    jump = -torch.expm1(-s * (grid[1:] - grid[:-1]))
+    offs = (active[:-1] * jump * rates.lambda1 / s).sum().item()
+    ons = ((1 - active[:-1]) * jump * rates.lambda2 / s).sum().item()
+    return active, offs, ons
+
+
+@pytest.mark.parametrize("p,m,T,points", [(0.3, 10, 1.0, 101), (0.5, 100, 160.0, 161), (0.1, 5, 2.0, 7), (0.4, 50, 1.0, 1001)])
+def test_grid_sampler_matches_the_markov_chain_on_the_grid(p, m, T, points):
+    rates = solve_rates(p, m, T)
+    grid = torch.linspace(0.0, T, points, dtype=torch.float64)
+    states = sample_grid_states(grid, 100, 100, rates, torch.Generator().manual_seed(11)).double()
+    n = states.shape[1] * states.shape[2]
+    active, offs, ons = _grid_chain_moments(rates, grid)
+    assert torch.all(states[0] == 1)
+    # P(I(T) = 0) = p, the defining property, exactly at the grid's end.
+    assert abs((1 - states[-1]).mean().item() - p) < N_SIGMA * math.sqrt(p * (1 - p) / n)
+    # Every grid marginal P(I(t_k) = 1) = l2/s + l1/s e^{-s t_k} (within 5 SE, plus a Bonferroni margin).
+    se = torch.sqrt(active * (1 - active) / n).clamp(min=1e-12)
+    assert torch.all((states.mean((1, 2)) - active).abs() <= (N_SIGMA + 1) * se)
+    # Expected active time of the left-endpoint mask: sum_k P(I(t_k) = 1) dt_k.
+    dt = (grid[1:] - grid[:-1]).view(-1, 1, 1)
+    active_time = (states[:-1] * dt).sum(0).flatten()
+    expected = (active[:-1] * dt.flatten()).sum().item()
+    assert abs(active_time.mean().item() - expected) < N_SIGMA * active_time.std().item() / math.sqrt(n)
+    # Observed on->off and off->on transitions between grid points: exact chain expectations.
+    flips = states[1:] - states[:-1]
+    for observed, mean in (((flips < 0).sum(0).flatten().double(), offs), ((flips > 0).sum(0).flatten().double(), ons)):
+        assert abs(observed.mean().item() - mean) < N_SIGMA * observed.std().item() / math.sqrt(n)
+
+
+def test_grid_renewal_count_tends_to_m_and_expected_active_time_to_the_integral():
+    # The grid chain is the continuous process observed at the grid: as dt -> 0 the observed off->on count
+    # (completed cycles) tends to E[N(T)] = m and the left Riemann sum of P(active) to the expected active time.
+    p, m, T = 0.3, 10.0, 1.0
+    rates = solve_rates(p, m, T)
+    active, _, ons = _grid_chain_moments(rates, torch.linspace(0.0, T, 20001, dtype=torch.float64))
+    assert ons == pytest.approx(m, rel=2e-3)
+    assert (active[:-1].sum().item() * T / 20000) == pytest.approx(expected_active_time(rates.lambda1, rates.lambda2, T), rel=1e-3)
+
+
+@pytest.mark.parametrize("p,m,T", [(0.3, 10, 1.0), (0.5, 100, 160.0)])
+def test_grid_sampler_agrees_with_the_switching_time_sampler_on_the_grid(p, m, T):
+    rates = solve_rates(p, m, T)
+    grid = torch.linspace(0.0, T, 41, dtype=torch.float64)
+    fast = sample_grid_states(grid, 100, 100, rates, torch.Generator().manual_seed(1)).double()
+    slow = sample_renewal_paths(100, 100, rates, 0.0, T, torch.Generator().manual_seed(2), dtype=torch.float64).indicator(grid)
+    n = 100 * 100
+    pooled = (fast.mean((1, 2)) + slow.mean((1, 2))) / 2
+    se = torch.sqrt(2 * pooled * (1 - pooled) / n).clamp(min=1e-12)
+    assert torch.all((fast.mean((1, 2)) - slow.mean((1, 2))).abs() <= (N_SIGMA + 1) * se)
+    flips_fast = (fast[1:] - fast[:-1]).abs().sum(0).flatten()
+    flips_slow = (slow[1:] - slow[:-1]).abs().sum(0).flatten()
+    se_diff = math.sqrt((flips_fast.var().item() + flips_slow.var().item()) / n)
+    assert abs(flips_fast.mean().item() - flips_slow.mean().item()) < N_SIGMA * se_diff
+
+
+def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
+    rates = solve_rates(0.3, 10, 1.0)
+    grid = torch.linspace(0.0, 1.0, 11)
+    a = sample_grid_states(grid, 8, 16, rates, torch.Generator().manual_seed(7))
+    b = sample_grid_states(grid, 8, 16, rates, torch.Generator().manual_seed(7))
+    c = sample_grid_states(grid, 8, 16, rates, torch.Generator().manual_seed(8))
+    assert a.dtype == torch.bool and a.shape == (11, 8, 16)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.all(a[0])
+
+
+class MatrixField(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.net = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, t, z):
+        return torch.tanh(self.net(z))
+
+
+@pytest.mark.parametrize("method,adjoint,step_size", [("euler", True, None), ("rk4", True, None), ("euler", False, None),
+                                                       ("rk4", True, 0.03), ("midpoint", False, 0.07)])
+def test_counted_steps_give_the_same_masks_as_lookup_by_time(monkeypatch, method, adjoint, step_size):
+    # The step clock must reproduce the time lookup exactly: forward values and adjoint gradients agree bit for bit.
+    times = torch.linspace(0, 1, 21, dtype=torch.float64)
+    z0 = torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def run():
+        torch.manual_seed(0)
+        field = MatrixField(6).double()
+        reg = ContinuumDropout(p=0.4, m=20)
+        solver = SolverConfig(method, step_size=step_size, adjoint=adjoint)
+        zT = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), regularizer=reg)
+        zT.square().sum().backward()
+        return zT.detach(), field.net.weight.grad
+
+    counted = run()
+    monkeypatch.setattr(StepClock, "forward_step", StepClock.stop)
+    monkeypatch.setattr(StepClock, "backward_step", StepClock.stop)
+    looked_up = run()
+    assert torch.equal(counted[0], looked_up[0]) and torch.equal(counted[1], looked_up[1])
+
+
+def test_step_clock_counts_forward_then_backward_and_restarts_for_a_second_backward():
+    clock = StepClock()
+    seen = []
+    for _ in range(3):
+        clock.forward_step()
+        seen.append(clock.counted)
+    for _ in range(6):
+        clock.backward_step()
+        seen.append(clock.counted)
+    assert seen == [0, 1, 2, 2, 1, 0, 2, 1, 0]
+
+
+def _tiny_ncde(reg):
+    from ndebench.models.registry import create_model
+
+    torch.manual_seed(0)
+    times = torch.linspace(0, 1, 12)
+    model = create_model("neural_cde", in_channels=2, num_classes=3, times=times, hidden_size=8, regularizer=reg)
+    model.eval()
+    values = torch.randn(6, 12, 2, generator=torch.Generator().manual_seed(1))
+    return model, model.prepare(times, values)
+
+
+def test_mc_prediction_in_chunks_is_the_mean_over_separate_passes():
+    model, inputs = _tiny_ncde(ContinuumDropout(p=0.3, m=10, n_mc=4))
+    pred = model.predict(inputs, TrialRNG.from_seed(9), passes_per_chunk=1)
+    rng = TrialRNG.from_seed(9)
+    with torch.no_grad():
+        z = torch.stack([model.latent(inputs, rng) for _ in range(4)])
+    assert torch.equal(pred.z_mean, z.mean(0)) and torch.equal(pred.z_var, z.var(0))
+    assert torch.equal(pred.logits, model.head(z.mean(0)))
+    assert torch.allclose(pred.probs, torch.softmax(model.head(z.reshape(24, -1)).view(4, 6, -1), -1).mean(0))
+    batched = model.predict(inputs, TrialRNG.from_seed(9))
+    assert batched.z_mean.shape == (6, 8) and not torch.equal(batched.z_mean, pred.z_mean)
+
+
+def test_mc_prediction_halves_the_chunk_when_memory_runs_out(monkeypatch):
+    model, inputs = _tiny_ncde(ContinuumDropout(p=0.3, m=10, n_mc=5))
+    real = type(model).latent
+    sizes = []
+
+    def limited(self, batch, rng):
+        sizes.append(batch.shape[0])
+        if batch.shape[0] > 12:
+            raise torch.OutOfMemoryError("simulated: more than 2 passes of 6 rows")
+        return real(self, batch, rng)
+
+    monkeypatch.setattr(type(model), "latent", limited)
+    pred = model.predict(inputs, TrialRNG.from_seed(0))
+    assert sizes == [30, 18, 12, 12, 6] and model.mc_chunk == 2
+    assert pred.z_mean.shape == (6, 8) and torch.all(pred.z_var > 0)
+    sizes.clear()
+    model.predict(inputs, TrialRNG.from_seed(0))
+    assert sizes == [12, 12, 6]
+
+
+def test_random_words_depend_on_the_seed_only_not_on_the_thread_count():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = random_words(2**20, torch.Generator().manual_seed(4))
+        torch.set_num_threads(2)
+        two = random_words(2**20, torch.Generator().manual_seed(4))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    bits = one.view(torch.int32)
+    # every bit of the 32-bit lanes is a fair coin: 2^21 lanes, 5 SE of a proportion 1/2 is 0.0017
+    for bit in (0, 15, 31):
+        assert abs(((bits >> bit) & 1).double().mean().item() - 0.5) < 5 * 0.5 / math.sqrt(bits.numel())

@@ -33,7 +33,8 @@ def test_epoch_callback_and_best_weights_restored():
     records = []
     result = run_trial(spec(regularizer="none", regularizer_params={}), on_epoch=records.append)
     assert len(records) == result.epochs
-    assert set(records[0]) == {"train_loss", "val_loss", "val_accuracy", "epoch_time_s"}
+    assert set(records[0]) == {"train_loss", "val_loss", "val_accuracy", "epoch_time_s", "train_time_s"}
+    assert all(0 < r["train_time_s"] < r["epoch_time_s"] for r in records)
     losses = [r["val_loss"] for r in records]
     assert result.best_epoch == 1 + losses.index(min(losses))
     assert result.val["val_loss"] == min(losses)
