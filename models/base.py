@@ -155,6 +155,11 @@ class NDEClassifier(nn.Module):
     def penalty(self) -> torch.Tensor:
         return self.regularizer.penalty()
 
+    @property
+    def stochastic_latent(self) -> bool:
+        """Whether ``z(T)`` is random even with the regularizer off: an SDE, whose Brownian noise stays on at test."""
+        return getattr(self, "diffusion", None) is not None
+
     def n_mc(self) -> int:
         """Passes per prediction in eval mode: the regularizer's ``n_mc`` if it stays on at test time, else 1."""
         return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1

@@ -64,7 +64,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, evaluate_configs: di
     except Exception as exc:
         recorder.finish("error", {}, {"error": f"{type(exc).__name__}: {exc}"[:4000]}, {})
         raise
-    protocol = "mc{}".format(result.protocol["n_mc"]) if result.protocol["n_mc"] > 1 else "deterministic"
+    protocol = result.protocol["test_protocol"]
     tags = {"test_protocol": protocol, "epochs": result.epochs, "best_epoch": result.best_epoch}
     if result.message:
         tags["message"] = result.message
