@@ -16,12 +16,15 @@ class Split:
 
     ``values`` ``(N, L, C)`` float32, z-scored with train statistics, NaN where not observed;
     ``targets`` ``(N,)`` int64 class indices in ``0..K-1`` (0/1 for binary tasks); ``static`` ``(N, S)``
-    optional time-invariant features (e.g. Sepsis demographics) that models feed into the initial state.
+    optional time-invariant features (e.g. Sepsis demographics) that models feed into the initial state;
+    ``final_index`` ``(N,)`` optional int64 index into ``times`` of each sample's last observation time
+    (sequences of different lengths padded to L): models read the latent there, not at ``times[-1]``.
     """
 
     values: torch.Tensor
     targets: torch.Tensor
     static: torch.Tensor | None = None
+    final_index: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])

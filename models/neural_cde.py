@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
@@ -61,5 +61,10 @@ class NeuralCDE(NDEClassifier):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        inputs, final = split_readout(inputs)
         X, z0 = self.encoder.encode(self.times, inputs)
-        return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer)
+        path = integrate(
+            self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer,
+            output=readout_output(final),
+        )
+        return read_at(path, final)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ndebench.datasets.registry import create_dataset
-from ndebench.models.base import NDEClassifier, index_batch
+from ndebench.models.base import NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.platform.config import TrainingConfig
@@ -103,7 +103,8 @@ def resolve_batch_size(setting: int | str, bundle: Any) -> int:
 
 
 class _Feed:
-    """Mini-batches of one split: prepared tensors for time series, a DataLoader for image datasets."""
+    """Mini-batches of one split: prepared tensors for time series (with each sample's final observation
+    index where the split has one), a DataLoader for image datasets."""
 
     def __init__(self, model: NDEClassifier, bundle: Any, split: Any, device: torch.device):
         self.device = device
@@ -111,7 +112,9 @@ class _Feed:
             self.dataset, self.inputs, self.targets = split, None, None
         else:
             inputs = model.prepare(bundle.times, split.values, split.static)
-            self.inputs = tuple(x.to(device) for x in inputs) if isinstance(inputs, tuple) else inputs.to(device)
+            if split.final_index is not None:
+                inputs = TimedInputs(inputs, split.final_index)
+            self.inputs = inputs_to(inputs, device)
             self.targets = split.targets.to(device)
 
     def __len__(self) -> int:
