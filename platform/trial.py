@@ -121,16 +121,21 @@ class _Feed:
         return len(self.dataset) if self.inputs is None else int(self.targets.shape[0])
 
     def batches(self, batch_size: int, generator: torch.Generator | None) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Mini-batches in shuffled order when ``generator`` is given (training), else in order. A shuffled
+        pass skips a last batch of one sample: the head's BatchNorm cannot train on it."""
+        training = generator is not None
         if self.inputs is None:
-            loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=generator is not None, generator=generator)
+            loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=training, generator=generator)
             for x, y in loader:
-                yield x.to(self.device), y.to(self.device)
+                if not (training and len(y) == 1):
+                    yield x.to(self.device), y.to(self.device)
             return
         n = len(self)
-        order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+        order = torch.randperm(n, generator=generator) if training else torch.arange(n)
         for start in range(0, n, batch_size):
             index = order[start:start + batch_size].to(self.device)
-            yield index_batch(self.inputs, index), self.targets[index]
+            if not (training and len(index) == 1):
+                yield index_batch(self.inputs, index), self.targets[index]
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor, pos_weight: float | None) -> torch.Tensor:

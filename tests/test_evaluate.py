@@ -120,3 +120,12 @@ def test_batch_size_rule_on_the_table_2_sets(name, tmp_path):
     assert bundle.num_samples == n_train + n_test
     assert resolve_batch_size("auto", bundle) == 128
     assert resolve_batch_size(32, bundle) == 32
+
+
+def test_training_skips_a_last_batch_of_one_sample():
+    """The head's BatchNorm cannot train on one sample; evaluation still sees every sample."""
+    model, feed = fixed_model("neural_cde", "none", num_classes=3)
+    n = len(feed)
+    sizes = [len(y) for _, y in feed.batches(n - 1, torch.Generator().manual_seed(0))]
+    assert sizes == [n - 1]
+    assert [len(y) for _, y in feed.batches(n - 1, None)] == [n - 1, 1]

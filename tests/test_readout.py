@@ -9,6 +9,7 @@ from ndebench.datasets.registry import create_dataset
 from ndebench.models.base import TimedInputs, repeat_batch
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
+from ndebench.models.timeseries import spline_coefficients
 from test_datasets_sepsis import make_stays
 
 MODELS = ["neural_cde", "ancde", "gru_ode", "ode_rnn", "neural_ode"]
@@ -87,3 +88,20 @@ def test_sde_reads_each_sample_at_its_own_index(bundle):
         assert torch.allclose(z[b], everyone[b][b])
     repeated = repeat_batch(TimedInputs(prepared, final), 2)
     assert torch.equal(repeated.final_index, final.repeat(2))
+
+
+@pytest.mark.parametrize("interpolation", ["hermite", "linear"])
+def test_missing_values_filled_exactly_as_torchcde(interpolation):
+    """The vectorized NaN fill gives torchcde's coefficients: interior gaps, leading/trailing gaps, empty channels."""
+    import torchcde
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 9, 4)
+    x[torch.rand_like(x) < 0.5] = float("nan")
+    x[0, :, 2] = float("nan")
+    x[1, :3, 1] = float("nan")
+    x[2, -3:, 0] = float("nan")
+    t = torch.linspace(1.0, 9.0, 9) ** 1.2
+    reference = {"hermite": torchcde.hermite_cubic_coefficients_with_backward_differences,
+                 "linear": torchcde.linear_interpolation_coeffs}[interpolation](x, t=t)
+    assert torch.equal(spline_coefficients(t, x, interpolation), reference)
