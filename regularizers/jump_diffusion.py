@@ -63,10 +63,7 @@ JUMP_HYPERPARAMS = {
 
 @register_regularizer(
     "jump_diffusion",
-    summary=(
-        "Jump diffusion (Liu et al. 2020, their repo's form): z -> z + scale*z*Z*Bernoulli(rate*dt) per fixed step; "
-        "the paper's dropout rate p is the jump rate; off at test"
-    ),
+    summary="Jump diffusion (Liu et al.'s repo): z -> z + scale*z*Z*Bernoulli(rate*dt) per step; paper's p = rate; off at test",
     hyperparams=JUMP_HYPERPARAMS,
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
