@@ -16,12 +16,15 @@ class Split:
 
     ``values`` ``(N, L, C)`` float32, z-scored with train statistics, NaN where not observed;
     ``targets`` ``(N,)`` int64 class indices in ``0..K-1`` (0/1 for binary tasks); ``static`` ``(N, S)``
-    optional time-invariant features (e.g. Sepsis demographics) that models feed into the initial state.
+    optional time-invariant features (e.g. Sepsis demographics) that models feed into the initial state;
+    ``final_index`` ``(N,)`` optional int64 index into ``times`` of each sample's last observation time
+    (sequences of different lengths padded to L): models read the latent there, not at ``times[-1]``.
     """
 
     values: torch.Tensor
     targets: torch.Tensor
     static: torch.Tensor | None = None
+    final_index: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.targets.shape[0])
@@ -52,6 +55,11 @@ class DatasetBundle:
         return float(self.times[-1])
 
     @property
+    def num_samples(self) -> int:
+        """N of the whole data set before the train/val/test split (for UEA: the archive's train + test)."""
+        return len(self.train) + len(self.val) + len(self.test)
+
+    @property
     def input_kind(self) -> str:
         return "timeseries"
 
@@ -63,7 +71,7 @@ class ImageBundle:
     ``train``, ``val``, ``test`` are ``torch.utils.data.Dataset``s yielding ``(image (C, H, W) float32,
     label int)``, already augmented (train) and normalized; the trial loop wraps them in DataLoaders, so a
     whole image set is never held as one tensor. ``image_size`` is ``(H, W)``; ``extra["metric"]`` is
-    ``top5_accuracy`` or ``accuracy``.
+    ``top5_accuracy`` or ``accuracy``; ``extra["batch_size"]`` the paper's batch size for the set (App. E.3).
     """
 
     name: str
@@ -76,6 +84,11 @@ class ImageBundle:
     source: str
     task: Task = "classification"
     extra: dict = field(default_factory=dict)
+
+    @property
+    def num_samples(self) -> int:
+        """N of the whole data set: the archive's training images (train + val) and test images."""
+        return len(self.train) + len(self.val) + len(self.test)
 
     @property
     def input_kind(self) -> str:

@@ -24,7 +24,7 @@ class ImageSpec:
     """How to open one torchvision dataset: its class, how to ask for a split, and its statistics.
 
     ``sizes`` are the archive's (train, test) image counts; ``mean``/``std`` the usual per-channel
-    statistics of the training images on ``[0, 1]``.
+    statistics of the training images on ``[0, 1]``; ``batch_size`` the paper's (App. E.3: 128, STL-10 64).
     """
 
     name: str
@@ -38,6 +38,7 @@ class ImageSpec:
     flip: bool
     metric: str
     origin: str
+    batch_size: int = 128
 
     @property
     def cls(self) -> type:
@@ -76,7 +77,7 @@ SPECS = {
         ImageSpec("stl10", "STL10", lambda train: {"split": "train" if train else "test"}, 10, (96, 96),
                   (5000, 8000),
                   (0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713), True, "accuracy",
-                  "http://ai.stanford.edu/~acoates/stl10/stl10_binary.tar.gz (extract it here)"),
+                  "http://ai.stanford.edu/~acoates/stl10/stl10_binary.tar.gz (extract it here)", batch_size=64),
     )
 }
 
@@ -131,14 +132,20 @@ def open_split(spec: ImageSpec, root: Path, train: bool) -> Dataset:
         raise corrupt_file(root, error) from error
 
 
+CROP_PADDING = 4
+
+
 def transforms(spec: ImageSpec, augment: bool) -> tuple[Callable, Callable]:
-    """``(train, eval)`` transforms: RandomResizedCrop at the original size (+ horizontal flip except
-    SVHN) for training, then ``ToTensor`` and per-dataset mean/std normalization for both.
+    """``(train, eval)`` transforms. Training: the standard CIFAR recipe, ``RandomCrop`` at the original size
+    after zero-padding ``CROP_PADDING`` = 4 pixels per side, plus a horizontal flip except on SVHN (digits are
+    not mirror-symmetric); App. E.3's "random resizing, cropping and flipping" does not give scales, and
+    ``RandomResizedCrop``'s default 0.08-1 area range is an ImageNet recipe far harsher on 32 px images.
+    Both then apply ``ToTensor`` and per-dataset mean/std normalization; images keep their native size.
     """
     from torchvision import transforms as T
 
     finish = [T.ToTensor(), T.Normalize(spec.mean, spec.std)]
-    train = [T.RandomResizedCrop(spec.image_size)] + ([T.RandomHorizontalFlip()] if spec.flip else [])
+    train = [T.RandomCrop(spec.image_size, padding=CROP_PADDING)] + ([T.RandomHorizontalFlip()] if spec.flip else [])
     return T.Compose((train if augment else []) + finish), T.Compose(finish)
 
 
@@ -166,7 +173,7 @@ def load_images(
         val=TransformedSubset(train_base, val_index, eval_tf),
         test=TransformedSubset(test_base, torch.arange(len(test_base)), eval_tf),
         num_classes=spec.num_classes, channels=3, image_size=spec.image_size, source=f"local files ({root})",
-        extra={"metric": spec.metric, "mean": spec.mean, "std": spec.std,
+        extra={"metric": spec.metric, "batch_size": spec.batch_size, "mean": spec.mean, "std": spec.std,
                "indices": {"train": train_index, "val": val_index}, "train_labels": labels},
     )
 

@@ -133,6 +133,7 @@ def build_bundle(
     task: Task = "classification",
     static: torch.Tensor | None = None,
     intensity: bool = False,
+    final_index: torch.Tensor | None = None,
     extra: dict | None = None,
 ) -> DatasetBundle:
     """Normalize ``values`` ``(N, L, C)`` with train statistics and cut it into a :class:`DatasetBundle`.
@@ -140,7 +141,8 @@ def build_bundle(
     ``split`` holds the train/val/test row indices; ``static`` ``(N, S)`` is passed through unchanged
     (callers normalize it themselves where the reference does). With ``intensity`` the C observation-count
     channels of :func:`observation_intensity` are appended after normalization (unnormalized, as the
-    reference), giving ``2C`` channels. The normalization statistics and the split indices are recorded
+    reference), giving ``2C`` channels. ``final_index`` ``(N,)`` (each sample's last observation index,
+    for padded sequences) is cut like the targets. The normalization statistics and the split indices are recorded
     in ``extra`` (``mean``, ``std``, ``indices``).
     """
     normalized, mean, std = zscore(values, split[0])
@@ -148,7 +150,9 @@ def build_bundle(
     if intensity:
         normalized = torch.cat([normalized, observation_intensity(normalized)], dim=-1)
     splits = [
-        Split(normalized[idx], targets[idx], None if static is None else static[idx].float()) for idx in split
+        Split(normalized[idx], targets[idx], None if static is None else static[idx].float(),
+              None if final_index is None else final_index[idx].long())
+        for idx in split
     ]
     info = dict(extra or {})
     info.update(mean=mean.float(), std=std.float(), indices=dict(zip(("train", "val", "test"), split)))

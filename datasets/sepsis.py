@@ -39,10 +39,10 @@ def record_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, list[
     return root, files
 
 
-def read_record(path: Path) -> tuple[np.ndarray, np.ndarray, float, int]:
+def read_record(path: Path) -> tuple[np.ndarray, np.ndarray, float, int, int]:
     """One stay: ``values`` ``(72, 34)`` (row ``h - 1`` holds ICU hour ``h``, NaN where no row), the raw
     static row ``(5,)`` (Age, Gender, Unit1, Unit2, HospAdmTime), the label (max SepsisLabel over the kept
-    hours) and the number of kept hours (rows with ``1 <= ICULOS <= 72``).
+    hours), the number of kept hours (rows with ``1 <= ICULOS <= 72``) and the last kept hour (0 if none).
     """
     try:
         lines = path.read_text().splitlines()
@@ -60,24 +60,27 @@ def read_record(path: Path) -> tuple[np.ndarray, np.ndarray, float, int]:
     values[kept[:, ICULOS].astype(int) - 1] = kept[:, :NUM_FEATURES]
     static = kept[0, NUM_FEATURES:ICULOS] if len(kept) else np.full(len(STATIC), np.nan)
     label = float(np.nanmax(kept[:, LABEL])) if len(kept) else 0.0
-    return values, static, label, len(kept)
+    last = int(kept[:, ICULOS].max()) if len(kept) else 0
+    return values, static, label, len(kept), last
 
 
 def _records(files: list[Path]) -> dict[str, torch.Tensor]:
     """Parse every file, keeping stays with more than 2 hours in the first 72 (as the reference)."""
-    values, static, labels = [], [], []
+    values, static, labels, final = [], [], [], []
     for path in files:
-        v, s, label, hours = read_record(path)
+        v, s, label, hours, last = read_record(path)
         if hours > 2:
             values.append(v)
             static.append(s)
             labels.append(label > 0)
+            final.append(last - 1)
     if not values:
         raise CorruptFileError(f"no stay with more than 2 hours among {len(files)} files")
     return {
         "values": torch.from_numpy(np.stack(values)).float(),
         "static": torch.from_numpy(np.stack(static)).float(),
         "targets": torch.tensor(labels, dtype=torch.long),
+        "final_index": torch.tensor(final, dtype=torch.long),
     }
 
 
@@ -100,14 +103,16 @@ def sepsis(
     """Binary task (sepsis at any of the first 72 ICU hours; AUROC is the metric).
 
     ``values`` ``(N, 72, 34)`` on the hourly grid ``times = 1, ..., 72`` (NaN where not measured, stays
-    shorter than 72 hours padded with NaN), z-scored with train statistics; with ``oi`` the 34 cumulative
+    shorter than 72 hours padded with NaN), z-scored with train statistics; ``final_index`` holds each
+    stay's last hour minus 1 (its last row's ``ICULOS``, as the reference's ``final_index = len - 1``), where
+    models read the prediction, so a short stay is not extrapolated to hour 72; with ``oi`` the 34 cumulative
     observation counts are appended (``(N, 72, 68)``). ``static`` ``(N, 5)`` (``(N, 7)`` with ``oi``, see
     :func:`static_features`). Stratified 70/15/15 split with the fixed random states 0 and 1 of the
     reference, so ``seed`` does not change the split. ``extra["pos_weight"]`` is ``pos_weight`` if given
     (the reference uses 10), else negatives / positives in the train split. Parsed records are cached.
     """
     root, files = record_files(data_dir)
-    params = {"dataset": "sepsis", "version": 1, "hours": HOURS, "files": fingerprint(root, files)}
+    params = {"dataset": "sepsis", "version": 2, "hours": HOURS, "files": fingerprint(root, files)}
     path = cache_path(root, "sepsis", params)
     data, hit = cached(path, lambda: _records(files))
     targets = data["targets"]
@@ -117,7 +122,7 @@ def sepsis(
     return build_bundle(
         "sepsis", data["values"], targets, times=torch.arange(1, HOURS + 1, dtype=torch.float32), split=split,
         source=f"local files ({root / FOLDERS[0]}, {root / FOLDERS[1]})", num_classes=2, task="binary",
-        static=static_features(data["static"], split[0], bool(oi)), intensity=bool(oi),
+        static=static_features(data["static"], split[0], bool(oi)), intensity=bool(oi), final_index=data["final_index"],
         extra={"classes": ["no sepsis", "sepsis"], "metric": "auroc", "pos_weight": weight, "oi": bool(oi),
                "cache": {"path": str(path), "hit": hit}},
     )

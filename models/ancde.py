@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.neural_cde import FinalTanh
 from ndebench.models.registry import register_model
@@ -117,6 +117,7 @@ class ANCDE(NDEClassifier):
         return self.static.pack(coeffs, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        inputs, final = split_readout(inputs)
         coeffs, static = self.static.unpack(inputs)
         X = control_path(self.times, coeffs, self.interpolation)
         x0 = X.evaluate(self.times[0])
@@ -127,5 +128,6 @@ class ANCDE(NDEClassifier):
         state = integrate(
             field, torch.cat([a0, z0], dim=-1), self.times, solver=self.solver, rng=rng, control=X,
             regularizer=self.regularizer, regularized=None if self.mask_attention else slice(self.channels, None),
+            output=readout_output(final),
         )
-        return state[..., self.channels :]
+        return read_at(state, final)[..., self.channels :]

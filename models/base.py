@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, Literal, NamedTuple, Union
 
 import torch
 from torch import nn
@@ -12,23 +12,65 @@ from ndebench.regularizers.base import Regularizer
 from ndebench.regularizers.none import NoRegularizer
 
 
-Inputs = Union[torch.Tensor, tuple[torch.Tensor, ...]]
+class TimedInputs(NamedTuple):
+    """A model's prepared ``inputs`` plus each sample's ``final_index`` ``(N,)`` int64: the index into the
+    model's ``times`` of the sample's last observation, where its latent is read (per-stay lengths, e.g.
+    Sepsis) instead of at ``times[-1]``."""
+
+    inputs: "Inputs"
+    final_index: torch.Tensor
+
+
+Inputs = Union[torch.Tensor, tuple[torch.Tensor, ...], TimedInputs]
 
 
 def batch_size(inputs: Inputs) -> int:
+    if isinstance(inputs, TimedInputs):
+        return int(inputs.final_index.shape[0])
     return int((inputs[0] if isinstance(inputs, tuple) else inputs).shape[0])
 
 
 def index_batch(inputs: Inputs, index: torch.Tensor | slice) -> Inputs:
     """Rows ``index`` of every tensor in ``inputs``."""
+    if isinstance(inputs, TimedInputs):
+        return TimedInputs(index_batch(inputs.inputs, index), inputs.final_index[index])
     return tuple(x[index] for x in inputs) if isinstance(inputs, tuple) else inputs[index]
 
 
 def repeat_batch(inputs: Inputs, n: int) -> Inputs:
     """``n`` copies stacked along the batch dimension: row ``j * B + b`` is sample ``b`` of pass ``j``."""
+    if isinstance(inputs, TimedInputs):
+        return TimedInputs(repeat_batch(inputs.inputs, n), inputs.final_index.repeat(n))
     if isinstance(inputs, tuple):
         return tuple(repeat_batch(x, n) for x in inputs)
     return inputs.repeat(n, *([1] * (inputs.dim() - 1)))
+
+
+def inputs_to(inputs: Inputs, device: torch.device) -> Inputs:
+    """``inputs`` with every tensor moved to ``device``."""
+    if isinstance(inputs, TimedInputs):
+        return TimedInputs(inputs_to(inputs.inputs, device), inputs.final_index.to(device))
+    return tuple(x.to(device) for x in inputs) if isinstance(inputs, tuple) else inputs.to(device)
+
+
+def split_readout(inputs: Inputs) -> tuple[Inputs, torch.Tensor | None]:
+    """``(model inputs, final_index or None)``; with an index a model solves with ``output="times"`` and
+    reads its latent with :func:`read_at`."""
+    return (inputs.inputs, inputs.final_index) if isinstance(inputs, TimedInputs) else (inputs, None)
+
+
+def readout_output(final_index: torch.Tensor | None) -> Literal["final", "times"]:
+    """The ``integrate`` output a model needs: the whole path when it reads each sample at its own index."""
+    return "final" if final_index is None else "times"
+
+
+def read_at(path: torch.Tensor, final_index: torch.Tensor | None) -> torch.Tensor:
+    """``z(T)`` ``(B, H)`` from ``integrate``'s output: as is for ``final_index=None``, else
+    ``path[final_index[b], b]`` of the path ``(L, B, H)`` at the model's times (the reference pipelines'
+    gather at each sample's final time)."""
+    if final_index is None:
+        return path
+    return path[final_index.to(path.device), torch.arange(path.shape[1], device=path.device)]
 
 
 @dataclass
@@ -119,7 +161,9 @@ class NDEClassifier(nn.Module):
     Subclasses implement ``prepare(times, values, static=None) -> inputs`` (run once per split; inputs are
     a tensor or a tuple of tensors whose first dimension is the sample dimension) and
     ``latent(inputs, rng) -> z(T)`` of shape ``(B, H)`` (which calls
-    :func:`ndebench.models.integrate.integrate`). Image models take image batches as inputs directly.
+    :func:`ndebench.models.integrate.integrate`). Time-series inputs may come wrapped in :class:`TimedInputs`
+    (per-sample final observation indices): ``latent`` then returns ``z`` at each sample's own final time
+    (:func:`split_readout`, :func:`readout_output`, :func:`read_at`). Image models take image batches directly.
     ``head_grad_scale`` multiplies the head's last-layer gradients (100 in the time-series pipeline).
     """
 
@@ -155,6 +199,11 @@ class NDEClassifier(nn.Module):
 
     def penalty(self) -> torch.Tensor:
         return self.regularizer.penalty()
+
+    @property
+    def stochastic_latent(self) -> bool:
+        """Whether ``z(T)`` is random even with the regularizer off: an SDE, whose Brownian noise stays on at test."""
+        return getattr(self, "diffusion", None) is not None
 
     def n_mc(self) -> int:
         """Passes per prediction in eval mode: the regularizer's ``n_mc`` if it stays on at test time, else 1."""

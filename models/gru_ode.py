@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import Inputs, NDEClassifier
+from ndebench.models.base import Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.control import ReadsControl
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
@@ -88,8 +88,12 @@ class GRUODE(NDEClassifier):
         return self.static.pack(coeffs, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        inputs, final = split_readout(inputs)
         coeffs, static = self.static.unpack(inputs)
         X = control_path(self.times, coeffs, self.interpolation)
         h0 = self.static(coeffs.new_zeros(coeffs.shape[0], self.hidden_size), static)
         field = ReadsControl(self.field, X, origin=X.evaluate(self.times[0]))
-        return integrate(field, h0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer)
+        path = integrate(
+            field, h0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer, output=readout_output(final)
+        )
+        return read_at(path, final)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.snsde import snsde_readout
@@ -62,5 +62,9 @@ class NeuralODE(NDEClassifier):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        inputs, final = split_readout(inputs)
         _, z0 = self.encoder.encode(self.times, inputs)
-        return integrate(self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer)
+        path = integrate(
+            self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer, output=readout_output(final)
+        )
+        return read_at(path, final)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, begin_pass, integrate, moved_times
 from ndebench.models.registry import register_model
 from ndebench.models.static import StaticInput
@@ -19,7 +19,8 @@ from ndebench.regularizers.base import Regularizer
 )
 class ODERNN(NDEClassifier):
     """``h(t_0^-) = 0 [+ MLP(static)]``; at each grid time ``t_i``: ``h(t_i^-) = ODESolve(f, h(t_{i-1}), [t_{i-1}, t_i])``,
-    then ``h(t_i) = GRUCell(u_i, h(t_i^-))`` for samples with an observation at ``t_i``; logits = head(h(T)).
+    then ``h(t_i) = GRUCell(u_i, h(t_i^-))`` for samples with an observation at ``t_i``; logits = head(h(T)), or
+    head(h(t_f)) at each sample's final observation index ``f`` for :class:`TimedInputs`.
 
     ``f`` is ``Linear(H, H) -> Tanh -> ... -> Linear(H, H)`` (``num_layers`` hidden layers, no time input).
     With ``intensity=True`` (the pipeline's default for ODE-RNN) ``u_i = [dt_i, o_i, x_i]``: ``o_i`` the
@@ -66,6 +67,7 @@ class ODERNN(NDEClassifier):
         return self.static.pack(torch.cat([flags, filled], dim=-1), static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        inputs, final = split_readout(inputs)
         features, static = self.static.unpack(inputs)
         flags, values = features.split(self.in_channels, dim=-1)
         times = self.times
@@ -74,7 +76,10 @@ class ODERNN(NDEClassifier):
         t0, t1 = float(times[0]), float(times[-1])
         end = self.regularizer.end_time(draw, t0, t1) if self.regularizer.active() else t1
         grid, observations = (times, times.numel()) if end == t1 else (moved_times(times, end), int((times < end).sum()))
+        if final is not None and end != t1:
+            raise ValueError("reading each sample at its final observation needs a fixed end time (no STEER)")
         last_update = features.new_full((features.shape[0],), t0)
+        read = h
         for i in range(grid.numel()):
             if i > 0:
                 h = integrate(self.field, h, grid[i - 1 : i + 1], solver=self.solver, rng=rng, regularizer=self.regularizer, draw=draw)
@@ -85,4 +90,6 @@ class ODERNN(NDEClassifier):
                     u = torch.cat([(times[i] - last_update).unsqueeze(-1), flags[:, i], u], dim=-1)
                 h = torch.where(observed.unsqueeze(-1), self.cell(u, h), h)
                 last_update = torch.where(observed, times[i], last_update)
-        return h
+            if final is not None:
+                read = torch.where((final == i).unsqueeze(-1), h, read)
+        return h if final is None else read

@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier
+from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.control import ReadsControl
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
@@ -133,11 +133,14 @@ class SNSDEClassifier(NDEClassifier):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
+        inputs, final = split_readout(inputs)
         X, z0 = self.encoder.encode(self.times, inputs)
         drift = ReadsControl(self.drift, X) if self.drift.control else self.drift
-        return integrate(
-            drift, z0, self.times, solver=self.solver, rng=rng, diffusion=self.diffusion, regularizer=self.regularizer
+        path = integrate(
+            drift, z0, self.times, solver=self.solver, rng=rng, diffusion=self.diffusion, regularizer=self.regularizer,
+            output=readout_output(final),
         )
+        return read_at(path, final)
 
 
 @register_model(

@@ -1,9 +1,13 @@
 """Test-split metrics of a classifier: accuracy, NLL, ECE, top-5 accuracy, AUROC and reliability bins.
 
-Inputs are numpy arrays or torch tensors. ``probs`` is the predictive distribution: ``(N, K)`` class
-probabilities, or ``(N,)`` / ``(N, 1)`` for a binary task, holding P(class 1). The predicted labels used for
-accuracy are passed separately because Continuum Dropout predicts with the head on the MC-mean latent
-(Algorithm 1) while NLL, ECE and the reliability bins use the MC predictive distribution.
+Inputs are numpy arrays or torch tensors. Two predictors of one model enter, as in the paper:
+
+- the **point predictor** (``scores``): Algorithm 1's ``head(mean_j z_j(T))`` logits, ``(N, K)`` or
+  ``(N,)`` / ``(N, 1)`` for a binary task. The headline metrics (accuracy, top-5 accuracy, AUROC) come
+  from it; all three depend only on the ranking of the scores, so logits and their softmax/sigmoid agree.
+- the **MC predictive distribution** (``probs``): the mean over passes of the per-pass probabilities,
+  ``(N, K)`` or ``(N,)`` / ``(N, 1)`` holding P(class 1). NLL, ECE and the reliability bins come from it
+  (App. E.4 applies the head per sample).
 """
 from __future__ import annotations
 
@@ -41,17 +45,16 @@ def _labels(targets: Any, n: int) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def predicted_labels(predicted: Any) -> np.ndarray:
-    """Labels ``(N,)`` from integer labels ``(N,)``, class logits ``(N, K)`` (argmax) or binary logits
-    ``(N,)`` / ``(N, 1)`` (class 1 where the logit is positive). Integer dtype means labels, float means logits."""
-    x = _numpy(predicted)
-    if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
-        if x.ndim != 1:
-            raise ValueError(f"predicted labels must have shape (N,); got {x.shape}")
-        return x.astype(np.int64)
-    if x.ndim == 2 and x.shape[1] > 1:
-        return x.argmax(axis=1)
-    return (x.reshape(len(x)) > 0).astype(np.int64)
+def _scores(scores: Any, num_classes: int) -> np.ndarray:
+    """Point-predictor scores as ``(N, K)``; a binary ``(N,)`` / ``(N, 1)`` score ``s`` becomes ``[-s, s]``."""
+    x = _numpy(scores).astype(np.float64)
+    if x.ndim == 2 and x.shape[1] == 1:
+        x = x[:, 0]
+    if x.ndim == 1:
+        x = np.stack([-x, x], axis=1)
+    if x.ndim != 2 or x.shape[1] != num_classes:
+        raise ValueError(f"scores must have shape (N, {num_classes}) (or (N,) for a binary task); got {x.shape}")
+    return x
 
 
 def calibration_bins(probs: Any, targets: Any, n_bins: int = DEFAULT_BINS) -> dict[str, Any]:
@@ -100,37 +103,58 @@ def merge_calibration_bins(all_bins: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def classification_metrics(
-    probs: Any, targets: Any, predicted: Any | None = None, *, top5: bool = False, n_bins: int = DEFAULT_BINS
+    probs: Any, targets: Any, scores: Any | None = None, *, top5: bool = False, n_bins: int = DEFAULT_BINS
 ) -> dict[str, float]:
     """Metrics of N test examples.
 
-    - ``accuracy``: mean of ``predicted == targets`` (``predicted`` as in :func:`predicted_labels`; when it
-      is None, the argmax of ``probs``).
-    - ``nll``: ``-mean_i log max(probs[i, y_i], 1e-12)``.
+    Headline metrics, from the point predictor ``scores`` (``probs`` when it is None):
+
+    - ``accuracy``: mean of ``argmax_k scores[i, k] == y_i`` (binary: ``scores > 0``, or ``> 0.5`` for
+      probabilities);
+    - ``top5_accuracy`` when ``top5`` (the design reports it for 100-class tasks): ``y_i`` is among the five
+      largest scores; needs K >= 5;
+    - ``auroc`` for two-class tasks: ``sklearn.metrics.roc_auc_score`` of the class-1 score (rank-based, so a
+      logit and its sigmoid agree); NaN when the targets hold a single class, where it is undefined.
+
+    MC-predictive metrics, from ``probs``:
+
+    - ``nll``: ``-mean_i log max(probs[i, y_i], 1e-12)``;
     - ``ece``: :func:`expected_calibration_error` of :func:`calibration_bins` with ``n_bins`` bins.
-    - ``top5_accuracy`` when ``top5`` (the design reports it for 100-class tasks): the target is among the
-      five largest probabilities; needs K >= 5.
-    - ``auroc`` for two-class tasks: ``sklearn.metrics.roc_auc_score`` of P(class 1); NaN when the targets
-      hold a single class, where it is undefined.
     """
     p = _class_probs(probs)
     y = _labels(targets, len(p))
     num_classes = p.shape[1]
     if y.size and (y.min() < 0 or y.max() >= num_classes):
         raise ValueError(f"targets must lie in [0, {num_classes - 1}]; got range [{y.min()}, {y.max()}]")
-    labels = p.argmax(axis=1) if predicted is None else predicted_labels(predicted)
-    if labels.shape != y.shape:
-        raise ValueError(f"predicted must give {len(y)} labels; got {labels.shape}")
+    point = p if scores is None else _scores(scores, num_classes)
+    if len(point) != len(y):
+        raise ValueError(f"scores must hold {len(y)} rows to match probs; got {len(point)}")
     out = {
-        "accuracy": float(np.mean(labels == y)),
+        "accuracy": float(np.mean(point.argmax(axis=1) == y)),
         "nll": float(-np.mean(np.log(np.maximum(p[np.arange(len(y)), y], NLL_FLOOR)))),
         "ece": expected_calibration_error(calibration_bins(p, y, n_bins)),
     }
     if top5:
         if num_classes < 5:
             raise ValueError(f"top-5 accuracy needs at least 5 classes; got {num_classes}")
-        top = np.argpartition(-p, 4, axis=1)[:, :5]
+        top = np.argpartition(-point, 4, axis=1)[:, :5]
         out["top5_accuracy"] = float(np.mean((top == y[:, None]).any(axis=1)))
     if num_classes == 2:
-        out["auroc"] = float(roc_auc_score(y, p[:, 1])) if len(np.unique(y)) == 2 else float("nan")
+        out["auroc"] = float(roc_auc_score(y, point[:, 1] - point[:, 0])) if len(np.unique(y)) == 2 else float("nan")
     return out
+
+
+def uncertainty_metrics(probs: Any, z_var: Any) -> dict[str, float]:
+    """Section 3.3's uncertainty of N test examples from the MC passes.
+
+    - ``z_cov_trace``: ``mean_i tr Cov_j(z_j(T))_i = mean_i sum_h Var_j(z_jh(T))_i``, the mean trace of the
+      sample covariance of ``z(T)`` over passes (``z_var`` ``(N, H)``: per-component unbiased variances; the
+      trace needs only the diagonal); 0 for a single pass.
+    - ``predictive_entropy``: ``mean_i -sum_k p_ik log p_ik`` of the MC predictive distribution ``probs``.
+    """
+    p = _class_probs(probs)
+    v = _numpy(z_var).astype(np.float64)
+    if v.ndim != 2 or len(v) != len(p):
+        raise ValueError(f"z_var must have shape ({len(p)}, H) to match probs; got {v.shape}")
+    entropy = -np.sum(np.where(p > 0, p * np.log(np.maximum(p, NLL_FLOOR)), 0.0), axis=1)
+    return {"z_cov_trace": float(v.sum(axis=1).mean()), "predictive_entropy": float(entropy.mean())}

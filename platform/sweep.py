@@ -80,7 +80,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         recorder.finish("error", {}, {"error": message}, {})
         tune.report({"status": "error", "message": message, "run_id": recorder.run_id})
         return
-    protocol = "mc{}".format(result.protocol["n_mc"]) if result.protocol["n_mc"] > 1 else "deterministic"
+    protocol = result.protocol["test_protocol"]
     tags = {"test_protocol": protocol, "epochs": result.epochs, "best_epoch": result.best_epoch}
     if result.message:
         tags["message"] = result.message

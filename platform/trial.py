@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from ndebench.datasets.registry import create_dataset
-from ndebench.models.base import NDEClassifier, index_batch
+from ndebench.models.base import NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.platform.config import TrainingConfig
-from ndebench.platform.metrics import calibration_bins, classification_metrics
+from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
 from ndebench.regularizers.registry import create_regularizer
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -81,17 +81,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def auto_batch_size(n_train: int) -> int:
-    """The reference pipeline's rule: the largest ``2^i``, ``i`` in 4..7, with ``2^i <= N/2`` (at least 16)."""
+def auto_batch_size(n_total: int) -> int:
+    """The reference pipeline's rule: the largest ``2^i``, ``i`` in 4..7, with ``2^i <= N/2`` (at least 16).
+
+    ``N`` is the size of the whole data set before the split (torch-ists' ``model_run.py`` takes
+    ``X.shape[0]`` after concatenating the archive's train and test files), not the training split.
+    """
     size = 16
     for i in range(4, 8):
-        if 2**i <= n_train / 2:
+        if 2**i <= n_total / 2:
             size = 2**i
     return size
 
 
+def resolve_batch_size(setting: int | str, bundle: Any) -> int:
+    """``training.batch_size``: an integer as is; ``auto``: the data set's own batch size from the paper
+    (``extra["batch_size"]``, e.g. 64 for STL-10) where it has one, else :func:`auto_batch_size` of N."""
+    if setting != "auto":
+        return int(setting)
+    return int(bundle.extra.get("batch_size") or auto_batch_size(bundle.num_samples))
+
+
 class _Feed:
-    """Mini-batches of one split: prepared tensors for time series, a DataLoader for image datasets."""
+    """Mini-batches of one split: prepared tensors for time series (with each sample's final observation
+    index where the split has one), a DataLoader for image datasets."""
 
     def __init__(self, model: NDEClassifier, bundle: Any, split: Any, device: torch.device):
         self.device = device
@@ -99,23 +112,30 @@ class _Feed:
             self.dataset, self.inputs, self.targets = split, None, None
         else:
             inputs = model.prepare(bundle.times, split.values, split.static)
-            self.inputs = tuple(x.to(device) for x in inputs) if isinstance(inputs, tuple) else inputs.to(device)
+            if split.final_index is not None:
+                inputs = TimedInputs(inputs, split.final_index)
+            self.inputs = inputs_to(inputs, device)
             self.targets = split.targets.to(device)
 
     def __len__(self) -> int:
         return len(self.dataset) if self.inputs is None else int(self.targets.shape[0])
 
     def batches(self, batch_size: int, generator: torch.Generator | None) -> Iterator[tuple[Any, torch.Tensor]]:
+        """Mini-batches in shuffled order when ``generator`` is given (training), else in order. A shuffled
+        pass skips a last batch of one sample: the head's BatchNorm cannot train on it."""
+        training = generator is not None
         if self.inputs is None:
-            loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=generator is not None, generator=generator)
+            loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=training, generator=generator)
             for x, y in loader:
-                yield x.to(self.device), y.to(self.device)
+                if not (training and len(y) == 1):
+                    yield x.to(self.device), y.to(self.device)
             return
         n = len(self)
-        order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+        order = torch.randperm(n, generator=generator) if training else torch.arange(n)
         for start in range(0, n, batch_size):
             index = order[start:start + batch_size].to(self.device)
-            yield index_batch(self.inputs, index), self.targets[index]
+            if not (training and len(index) == 1):
+                yield index_batch(self.inputs, index), self.targets[index]
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor, pos_weight: float | None) -> torch.Tensor:
@@ -125,23 +145,44 @@ def _loss(logits: torch.Tensor, targets: torch.Tensor, pos_weight: float | None)
     return F.cross_entropy(logits, targets)
 
 
+def protocol_tag(model: NDEClassifier) -> str:
+    """How the test predictions are made, for the ``ndebench.test_protocol`` tag.
+
+    ``deterministic``: one pass and nothing random in it; ``stochastic-1``: one random pass (an SDE model's
+    Brownian noise, or a regularizer kept on at test with ``n_mc = 1``), as Oh et al.'s pipeline evaluates
+    SDEs; ``mc<N>``: N random passes averaged (Algorithm 1, or the regularizer's ``point_predictor``).
+    """
+    random = model.stochastic_latent or (model.regularizer.stochastic and model.regularizer.test_time == "mc")
+    if not random:
+        return "deterministic"
+    return f"mc{model.n_mc()}" if model.n_mc() > 1 else "stochastic-1"
+
+
 @torch.no_grad()
 def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *, top5: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
     """Metrics of ``model`` on a split with the regularizer's test protocol (MC passes if it stays on).
 
-    The MC draws come from a generator reset to ``seed + EVAL_SEED_OFFSET`` so that every evaluation of the
-    same weights gives the same numbers. Returns (metrics, calibration bins).
+    Headline metrics (accuracy, top-5, AUROC) come from the point predictor: Algorithm 1's
+    ``head(mean_j z_j(T))`` (``Prediction.logits``), or the MC predictive distribution for a regularizer
+    whose ``point_predictor`` is ``mc_probs`` (``jump_diffusion_ttn``, as Liu et al.). NLL, ECE and the
+    reliability bins come from the MC predictive distribution (``Prediction.probs``); ``z_cov_trace`` and
+    ``predictive_entropy`` are Section 3.3's uncertainty (:func:`uncertainty_metrics`). The MC draws come
+    from a generator reset to ``seed + EVAL_SEED_OFFSET`` so that every evaluation of the same weights
+    gives the same numbers. Returns (metrics, calibration bins).
     """
     model.eval()
     rng = TrialRNG.from_seed(seed + EVAL_SEED_OFFSET)
-    probs, predicted, targets = [], [], []
+    from_probs = model.regularizer.point_predictor == "mc_probs"
+    probs, scores, z_var, targets = [], [], [], []
     for inputs, y in feed.batches(batch_size, None):
         pred = model.predict(inputs, rng)
         probs.append(pred.probs.cpu())
-        predicted.append((pred.logits[:, 0] > 0).long().cpu() if pred.logits.shape[-1] == 1 else pred.logits.argmax(-1).cpu())
+        scores.append((pred.probs if from_probs else pred.logits).cpu())
+        z_var.append(pred.z_var.cpu())
         targets.append(y.cpu())
-    probs_all, predicted_all, targets_all = torch.cat(probs), torch.cat(predicted), torch.cat(targets)
-    metrics = classification_metrics(probs_all, targets_all, predicted=predicted_all, top5=top5)
+    probs_all, targets_all = torch.cat(probs), torch.cat(targets)
+    metrics = classification_metrics(probs_all, targets_all, torch.cat(scores), top5=top5)
+    metrics.update(uncertainty_metrics(probs_all, torch.cat(z_var)))
     return metrics, calibration_bins(probs_all, targets_all)
 
 
@@ -185,7 +226,7 @@ def run_trial(
         kwargs["solver"] = spec.solver
     model = create_model(spec.model, **kwargs).to(device)
     feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
-    batch_size = auto_batch_size(len(feeds["train"])) if cfg.batch_size == "auto" else int(cfg.batch_size)
+    batch_size = resolve_batch_size(cfg.batch_size, bundle)
     top5 = bundle.num_classes >= 100
     pos_weight = bundle.extra.get("pos_weight") if binary else None
     metric_name = "auroc" if binary else ("top5_accuracy" if top5 else "accuracy")
@@ -201,7 +242,8 @@ def run_trial(
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
     rng = TrialRNG.from_seed(spec.seed)
     shuffle = torch.Generator().manual_seed(spec.seed)
-    protocol = {**regularizer.describe(), "n_mc": model.n_mc()}
+    protocol = {**regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
+                "point_predictor": regularizer.point_predictor}
     best = (math.inf, 0, copy.deepcopy(model.state_dict()), {})
     epoch = 0
     for epoch in range(1, cfg.epochs + 1):

@@ -114,10 +114,13 @@ class Regularizer(nn.Module):
     reads it, so per-step draws need no search.
 
     ``test_time`` states the evaluation protocol: ``"deterministic"`` (regularizer off in eval mode) or
-    ``"mc"`` (kept on in eval mode; predictions average ``n_mc`` passes).
+    ``"mc"`` (kept on in eval mode; predictions average ``n_mc`` passes). ``point_predictor`` names the
+    predictor of the headline metrics: ``"mean_latent"`` (Algorithm 1, ``head(mean_j z_j(T))``) or
+    ``"mc_probs"`` (the mean of the per-pass probabilities, for baselines whose source predicts that way).
     """
 
     test_time: ClassVar[TestTime] = "deterministic"
+    point_predictor: ClassVar[Literal["mean_latent", "mc_probs"]] = "mean_latent"
     stochastic: ClassVar[bool] = False
     head_dropout: float | None = None
     step_clock: StepClock | None = None

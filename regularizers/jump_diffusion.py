@@ -63,7 +63,7 @@ JUMP_HYPERPARAMS = {
 
 @register_regularizer(
     "jump_diffusion",
-    summary="Jump diffusion (Liu et al. 2020): z -> z + scale*z*Z*Bernoulli(rate*dt) per fixed step; off at test",
+    summary="Jump diffusion (Liu et al.'s repo): z -> z + scale*z*Z*Bernoulli(rate*dt) per step; paper's p = rate; off at test",
     hyperparams=JUMP_HYPERPARAMS,
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
@@ -79,6 +79,13 @@ class JumpDiffusion(Regularizer):
     solver the stages of step ``k`` all see ``J_k``, so the jump is integrated across the step
     (for ``f = 0`` the factor ``1 + J`` becomes a truncated ``exp(J)``); Euler reproduces the original.
     Off in eval mode (deterministic test protocol); see ``jump_diffusion_ttn`` for test-time noise.
+
+    How the paper's dropout rate maps here: App. E.1 tunes "p" over ``1e-5 ... 0.5`` for a pipeline built
+    from Liu et al.'s repository; in that code the tuned knob is ``drop_rate`` (the Poisson rate), so the
+    grid is applied to ``rate``, with ``scale = 1`` (the repo's default) fixed. This is NOT the model the
+    paper writes down in App. G.1, ``dz = 1/2 gamma dt + 1/2 gamma o Xi dN`` with ``P(Xi = -1) = p``: there
+    the jump acts on the field ``gamma`` and p is the probability that a jump is a drop; here it acts on
+    the state ``z`` with a symmetric sign, as in the repository the paper says it followed.
     """
 
     stochastic = True
@@ -102,7 +109,7 @@ class JumpDiffusion(Regularizer):
 
 @register_regularizer(
     "jump_diffusion_ttn",
-    summary="Jump diffusion kept on at test time (test-time noise): MC average of n_mc passes' softmax",
+    summary="Jump diffusion kept on at test time (TTN): label, top-5 and AUROC from the softmax averaged over n_mc passes",
     hyperparams={**JUMP_HYPERPARAMS, "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time")},
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
@@ -111,11 +118,13 @@ class JumpDiffusionTTN(JumpDiffusion):
     """:class:`JumpDiffusion` with its noise on in eval mode too ("TTN" in the Continuum Dropout paper).
 
     Liu et al.'s evaluation never switches the jumps off and averages the softmax probabilities of
-    ``n_ensemble`` stochastic passes; here the model's ``predict`` runs ``n_mc`` passes in one batch and its
-    ``probs`` are that average.
+    ``n_ensemble`` stochastic passes (``nonadv_evaluation.py``); following that source, every metric of
+    this regularizer, the headline ones included, comes from the MC predictive distribution
+    (``point_predictor = "mc_probs"``), not from Algorithm 1's ``head(mean z(T))``.
     """
 
     test_time = "mc"
+    point_predictor = "mc_probs"
 
     def __init__(self, rate: float = 0.01, scale: float = 1.0, n_mc: int = 5):
         super().__init__(rate, scale)

@@ -1,8 +1,37 @@
-"""The unregularized model: the baseline of every t-test."""
+"""The unregularized model: the baseline of every t-test, optionally averaged over MC passes as a control."""
+from __future__ import annotations
+
+from typing import Any
+
+from ndebench.regularizers import checks
 from ndebench.regularizers.base import Regularizer
-from ndebench.regularizers.registry import register_regularizer
+from ndebench.regularizers.registry import HyperParam, register_regularizer
 
 
-@register_regularizer("none", summary="No regularization (the baseline of every significance test)")
+@register_regularizer(
+    "none",
+    summary="No regularization (the baseline of every significance test); n_mc > 1: MC-averaged control cell",
+    hyperparams={
+        "n_mc": HyperParam(
+            (1,), checks.integer_at_least(1),
+            "test-time passes averaged as in Algorithm 1 (> 1 only matters for SDE models: a control that "
+            "separates the effect of averaging the Brownian noise from that of Continuum Dropout)",
+        ),
+    },
+)
 class NoRegularizer(Regularizer):
-    """Leaves the latent dynamics untouched."""
+    """Leaves the latent dynamics untouched.
+
+    With ``n_mc = N > 1`` the model predicts as Algorithm 1 does, ``head(mean_j z_j(T))`` over N passes:
+    for an SDE model that averages N Brownian paths, so ``none`` with ``n_mc = 5`` is the control cell for
+    Continuum Dropout's 5-pass average. A deterministic model gives N identical passes.
+    """
+
+    def __init__(self, n_mc: int = 1):
+        super().__init__()
+        self.n_mc = int(n_mc)
+        if self.n_mc > 1:
+            self.test_time = "mc"
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "n_mc": self.n_mc}

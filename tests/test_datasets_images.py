@@ -145,17 +145,28 @@ def test_validation_images_are_normalized_and_not_augmented(image_set):
 
 
 def test_training_augmentation(image_set):
+    """A training image is a window of the 4-pixel zero-padded original (flipped or not, never on SVHN)."""
     name, root, _, _ = image_set
     bundle = create_dataset(name, seed=0, data_dir=root)
     kinds = [type(t) for t in bundle.train.transform.transforms]
-    assert kinds[0] is T.RandomResizedCrop
+    assert kinds[0] is T.RandomCrop and bundle.train.transform.transforms[0].padding == 4
     assert bundle.train.transform.transforms[0].size == images.SPECS[name].image_size
     assert (T.RandomHorizontalFlip in kinds) == (name != "svhn")
-    torch.manual_seed(0)
-    first = bundle.train[0][0]
-    assert not torch.equal(first, bundle.train[0][0])  # a fresh random crop on every access
     plain = create_dataset(name, seed=0, data_dir=root, augment=False)
+    spec = images.SPECS[name]
+    mean, std = torch.tensor(spec.mean)[:, None, None], torch.tensor(spec.std)[:, None, None]
+    original = plain.train[0][0] * std + mean
+    padded = torch.nn.functional.pad(original, (4, 4, 4, 4))
+    h, w = spec.image_size
+    windows = [padded[:, i:i + h, j:j + w] for i in range(9) for j in range(9)]
+    candidates = windows + ([x.flip(-1) for x in windows] if spec.flip else [])
+    torch.manual_seed(0)
+    draws = [bundle.train[0][0] * std + mean for _ in range(4)]
+    for image in draws:
+        assert min(float((image - c).abs().max()) for c in candidates) < 1e-5
+    assert not all(torch.equal(draws[0], d) for d in draws[1:])  # a fresh random crop on every access
     assert torch.equal(plain.train[0][0], plain.train[0][0])
+    assert bundle.extra["batch_size"] == (64 if name == "stl10" else 128)
 
 
 def test_validation_split_follows_seed(image_set):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ndebench.platform.metrics import (
-    calibration_bins, classification_metrics, expected_calibration_error, merge_calibration_bins, predicted_labels,
+    calibration_bins, classification_metrics, expected_calibration_error, merge_calibration_bins, uncertainty_metrics,
 )
 
 # Two occupied bins: (0.8, 0.9] holds A (right) and B (wrong) at confidence 0.85; (0.6, 0.7] holds C (right)
@@ -31,16 +31,17 @@ def test_ece_with_two_bins():
     assert expected_calibration_error(bins) == pytest.approx(0.25, abs=1e-12)
 
 
-def test_nll_accuracy_and_separate_predicted_labels():
+def test_headline_metrics_from_scores_calibration_from_probs():
     m = classification_metrics(PROBS, TARGETS)
     assert m["nll"] == pytest.approx(-np.mean(np.log([0.85, 0.05, 0.65, 0.15])), abs=1e-12)
     assert m["accuracy"] == 0.5
-    # Continuum Dropout: labels from the head on the MC-mean latent, calibration from the MC distribution.
-    m2 = classification_metrics(PROBS, TARGETS, np.array([0, 0, 0, 1]))
-    assert m2["accuracy"] == 1.0 and m2["nll"] == m["nll"] and m2["ece"] == m["ece"]
+    # Algorithm 1: labels from head(mean z(T)) logits, calibration from the MC predictive distribution.
     logits = np.log(PROBS[[0, 0, 2, 3]])
-    assert classification_metrics(PROBS, TARGETS, logits)["accuracy"] == 0.75
+    m2 = classification_metrics(PROBS, TARGETS, logits)
+    assert m2["accuracy"] == 0.75 and m2["nll"] == m["nll"] and m2["ece"] == m["ece"]
     assert set(m) == {"accuracy", "nll", "ece"}
+    with pytest.raises(ValueError, match=r"scores must have shape \(N, 3\)"):
+        classification_metrics(PROBS, TARGETS, np.zeros((4, 2)))
 
 
 def test_nll_is_clipped_at_1e_12():
@@ -52,6 +53,10 @@ def test_top5_accuracy():
     probs = np.array([[0.30, 0.25, 0.20, 0.15, 0.06, 0.04], [0.30, 0.25, 0.20, 0.15, 0.06, 0.04]])
     m = classification_metrics(probs, np.array([4, 5]), top5=True)
     assert m["top5_accuracy"] == 0.5
+    # The point predictor ranks class 5 above class 1 for the second example: top-5 follows the scores.
+    scores = np.log(probs)
+    scores[1, 5] = 10.0
+    assert classification_metrics(probs, np.array([4, 5]), scores, top5=True)["top5_accuracy"] == 1.0
     with pytest.raises(ValueError, match="at least 5 classes"):
         classification_metrics(PROBS, TARGETS, top5=True)
 
@@ -66,14 +71,25 @@ def test_binary_auroc_and_equivalent_shapes():
     assert m["nll"] == pytest.approx(-np.mean(np.log([0.9, 0.6, 0.35, 0.8])))
     for same in (p1[:, None], np.stack([1 - p1, p1], 1), torch.tensor(p1)):
         assert classification_metrics(same, y) == pytest.approx(m)
-    assert classification_metrics(p1, y, torch.tensor([-1.0, 2.0, 3.0, 1.0]))["accuracy"] == 0.75
+    logit = torch.tensor([-1.0, 2.0, 3.0, 1.0])
+    m2 = classification_metrics(p1, y, logit)
+    # Labels 0,1,1,1 from the logit's sign; AUROC from its ranking: (3>-1), (3>2), (1>-1), not (1>2).
+    assert m2["accuracy"] == 0.75 and m2["auroc"] == pytest.approx(0.75) and m2["nll"] == m["nll"]
+    assert classification_metrics(p1, y, torch.tensor([-1.0, -2.0, 3.0, 1.0]))["auroc"] == 1.0
+    assert classification_metrics(p1, y, torch.sigmoid(logit)[:, None] - 0.5)["auroc"] == m2["auroc"]
     assert math.isnan(classification_metrics(p1, np.ones(4, dtype=int))["auroc"])
 
 
-def test_predicted_labels_from_labels_or_logits():
-    assert predicted_labels(np.array([2, 0])).tolist() == [2, 0]
-    assert predicted_labels(np.array([[0.1, 3.0], [2.0, -1.0]])).tolist() == [1, 0]
-    assert predicted_labels(np.array([[0.3], [-0.2]])).tolist() == [1, 0]
+def test_uncertainty_is_the_mean_covariance_trace_and_entropy():
+    z_var = np.array([[0.5, 1.0], [0.0, 0.5], [0.0, 0.0], [2.0, 0.0]])
+    u = uncertainty_metrics(PROBS, z_var)
+    assert u["z_cov_trace"] == pytest.approx((1.5 + 0.5 + 0.0 + 2.0) / 4)
+    entropy = [-(p * np.log(p)).sum() for p in PROBS]
+    assert u["predictive_entropy"] == pytest.approx(np.mean(entropy))
+    binary = uncertainty_metrics(np.array([0.5, 1.0]), np.zeros((2, 3)))
+    assert binary == pytest.approx({"z_cov_trace": 0.0, "predictive_entropy": math.log(2) / 2})
+    with pytest.raises(ValueError, match="z_var must have shape"):
+        uncertainty_metrics(PROBS, np.zeros(4))
 
 
 def test_merge_bins_adds_counts():

@@ -80,7 +80,7 @@ def test_flat_config_round_trip():
     assert s.training.epochs == 2 and s.solver.method == "rk4" and s.dataset_options == {"missing_rate": 0.3}
 
 
-@pytest.mark.parametrize("n,size", [(20, 16), (40, 16), (64, 32), (150, 64), (1000, 128)])
+@pytest.mark.parametrize("n,size", [(20, 16), (40, 16), (64, 32), (150, 64), (300, 128), (1000, 128)])
 def test_reference_batch_size_rule(n, size):
     assert auto_batch_size(n) == size
 
