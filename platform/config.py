@@ -97,6 +97,7 @@ class Resources:
 class ReportConfig:
     test: str = "student"
     alpha: float = 0.05
+    correction: str = "none"
 
 
 @dataclass(frozen=True)
@@ -396,6 +397,8 @@ def parse_spec(raw: Any) -> SweepSpec:
         raise ConfigError(f"report.test={report.test!r}; valid: student, welch, paired")
     if not 0 < report.alpha < 1:
         raise ConfigError(f"report.alpha={report.alpha!r} must lie in (0, 1)")
+    if report.correction not in ("none", "holm", "bh"):
+        raise ConfigError(f"report.correction={report.correction!r}; valid: none, holm, bh")
     return SweepSpec(
         study=study, description=str(raw.get("description", "")), models=models, datasets=datasets,
         regularizers=regularizers, model=model_section, training=training,
