@@ -62,28 +62,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = sweep.run()
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{outcome.errors} error(s)", flush=True)
-    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha)
+    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha, spec.report.correction)
     print(f"\nOpen the MLflow UI with:  ndebench ui --tracking-uri {uri}")
     return 1 if outcome.errors else 0
 
 
-def _report(study: str, uri: str, out: Path, test: str, alpha: float) -> None:
+def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none") -> None:
+    from ndebench.platform.analyses import label_variants, write_analyses
     from ndebench.platform.report import build_report, format_console_table
-    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts
+    from ndebench.platform.runframe import runs_frame
+    from ndebench.platform.tracking import client, evaluate_runs, log_report_artifacts
 
     runs = evaluate_runs(uri, study)
     if runs.empty:
         raise SystemExit(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    files = build_report(runs, out, study, test=test, alpha=alpha)
-    print(format_console_table(runs, test=test, alpha=alpha))
-    paths = list(files.paths)
+    frame = runs_frame(uri, study)
+    runs = label_variants(runs, frame)
+    files = build_report(runs, out, study, test=test, alpha=alpha, correction=correction)
+    print(format_console_table(runs, test=test, alpha=alpha, correction=correction))
+    experiment = client(uri).get_experiment_by_name(study)
+    paths = list(files.paths) + write_analyses(
+        frame, runs, files, study, test=test, alpha=alpha, correction=correction,
+        reevaluated=runs_frame(uri, study, "reevaluate", histories=False), ui_url="http://127.0.0.1:5000",
+        experiment_id=experiment.experiment_id if experiment else None)
     log_report_artifacts(uri, study, paths)
     print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in paths)}) "
           f"and logged to MLflow run 'report-{study}'")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha)
+    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction)
     return 0
 
 
@@ -193,12 +201,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
                             description="Read the study's evaluate-phase runs from MLflow and write results.csv, "
-                                        "table.md, table.tex and figures to OUT/STUDY, also logged to MLflow.")
+                                        "table.md, table.tex, figures (PNG and PDF), the sensitivity, compute-time, "
+                                        "extended-summary and MC-samples tables, and a self-contained report.html to "
+                                        "OUT/STUDY, also logged to MLflow.")
     report.add_argument("--study", required=True)
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
     report.add_argument("--test", default="student", choices=["student", "welch", "paired"], help="t-test against 'none'")
     report.add_argument("--alpha", type=float, default=0.05, help="significance level for the markers (default 0.05)")
+    report.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
+                        help="multiple-testing correction of the p-values behind the markers, over each table's "
+                             "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
     report.set_defaults(func=cmd_report)
 
     ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",

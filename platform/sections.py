@@ -13,6 +13,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from ndebench.platform.figures import save_png_pdf
 from ndebench.platform.report import latex_escape
 
 
@@ -46,11 +47,9 @@ def mean_std(mean: float, std: float, n: int, digits: int = 3) -> str:
 
 
 def save_figure(fig: Figure, path: Path) -> list[Path]:
-    """Save ``fig`` as ``path`` (PNG, for the HTML report) and beside it as PDF (for papers)."""
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    pdf = path.with_suffix(".pdf")
-    fig.savefig(pdf, bbox_inches="tight")
-    return [path, pdf]
+    """Save ``fig`` as ``path`` (PNG, for the HTML report) and beside it as PDF (for papers); both paths."""
+    save_png_pdf(fig, path, bbox_inches="tight")
+    return [path, path.with_suffix(".pdf")]
 
 
 def _md_text(text: str) -> str:
