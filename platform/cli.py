@@ -95,6 +95,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reevaluate(args: argparse.Namespace) -> int:
+    from ndebench.platform.reevaluate import parse_n_mc, reevaluate
+
+    n_mc = parse_n_mc(args.n_mc)
+    uri = _tracking_uri(args)
+    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True))
+    print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
+          f"`ndebench report --study {args.study}` adds the MC-samples table")
+    return 0
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     uri = _tracking_uri(args)
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
@@ -213,6 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="multiple-testing correction of the p-values behind the markers, over each table's "
                              "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
     report.set_defaults(func=cmd_report)
+
+    reevaluate = sub.add_parser(
+        "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",
+        description="Load the weights logged by each ok evaluate run of STUDY whose regularizer is on at test "
+                    "time (Continuum Dropout, jump diffusion + TTN), evaluate on the test split with each N_MC "
+                    "and record runs tagged ndebench.phase=reevaluate (no retraining; finished pairs are skipped).")
+    reevaluate.add_argument("--study", required=True)
+    reevaluate.add_argument("--n-mc", default="1,3,5,10,20", help="comma-separated MC passes (default 1,3,5,10,20)")
+    _add_tracking(reevaluate)
+    reevaluate.set_defaults(func=cmd_reevaluate)
 
     ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",
                         description="Serve the MLflow UI on localhost for the tracking URI.")

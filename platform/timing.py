@@ -16,12 +16,12 @@ from ndebench.platform.sections import Cell, Section, mean_std
 REGULARIZER = "continuum_dropout"
 
 
-def time_column(runs: pd.DataFrame) -> str:
-    """``train_time_s`` when any run has it, else ``epoch_time_s``; an error when neither was logged."""
+def time_column(runs: pd.DataFrame) -> str | None:
+    """``train_time_s`` when any run has it, else ``epoch_time_s``, else None (no timings logged)."""
     for column in ("train_time_s", "epoch_time_s"):
         if column in runs and np.isfinite(runs[column].astype(float)).any():
             return column
-    raise ValueError("no run has a train_time_s or epoch_time_s metric; nothing to time")
+    return None
 
 
 def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -38,9 +38,9 @@ def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
 def time_sections(runs: pd.DataFrame) -> list[Section]:
     """One table per dataset: rows ``none`` and each Continuum Dropout cell (with its p and m), columns models,
     cells "mean (std) x ratio"."""
-    if not (runs["regularizer"] == REGULARIZER).any():
-        return []
     column = time_column(runs)
+    if column is None or not (runs["regularizer"] == REGULARIZER).any():
+        return []
     cells = time_cells(runs, column)
     sections = []
     for dataset, group in cells.groupby("dataset", sort=True):
