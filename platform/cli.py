@@ -126,6 +126,8 @@ def cmd_rates(args: argparse.Namespace) -> int:
         "check_m": expected_renewals(rates.lambda1, rates.lambda2, args.T),
         "asymptotic_lambda1": approx.lambda1, "asymptotic_lambda2": approx.lambda2,
     }
+    if args.plot:
+        _plot_rates(args)
     if args.json:
         print(json.dumps(result))
     else:
@@ -134,6 +136,18 @@ def cmd_rates(args: argparse.Namespace) -> int:
         print(f"check: p = {result['check_p']:.12g}, m = {result['check_m']:.12g}")
         print(f"large-T approximation: lambda1 ~ {approx.lambda1:.6g}, lambda2 ~ {approx.lambda2:.6g}")
     return 0
+
+
+def _plot_rates(args: argparse.Namespace) -> None:
+    from ndebench.platform.trajectories import parse_floats, trajectory_figure
+
+    if args.paths < 1:
+        raise ValueError(f"--paths {args.paths} must be >= 1")
+    ps = parse_floats(args.plot_p, "--plot-p") if args.plot_p else [args.p]
+    ms = parse_floats(args.plot_m, "--plot-m") if args.plot_m else [args.m]
+    written = trajectory_figure([(p, m) for p in ps for m in ms], Path(args.plot), args.T, n_paths=args.paths,
+                                seed=args.seed)
+    print(f"sample paths written to {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -248,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], > 0")
     rates.add_argument("--T", type=float, default=1.0, help="time horizon (default 1)")
     rates.add_argument("--json", action="store_true", help="print JSON")
+    rates.add_argument("--plot", metavar="FILE", help="also draw sample paths of I(t) and of a paused latent "
+                       "component (the paper's Figs. 2 and 10) to FILE (.png, with a PDF beside it, or .pdf)")
+    rates.add_argument("--plot-p", metavar="P1,P2", help="with --plot: several p, one column each (default: --p)")
+    rates.add_argument("--plot-m", metavar="M1,M2", help="with --plot: several m, one column each (default: --m)")
+    rates.add_argument("--paths", type=int, default=3, help="with --plot: sample paths per (p, m) (default 3)")
+    rates.add_argument("--seed", type=int, default=0, help="with --plot: random seed (default 0)")
     rates.set_defaults(func=cmd_rates)
 
     datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files",
