@@ -1,5 +1,5 @@
 """A crafted study frame for the analysis tests: two models, three datasets, ``none``, Continuum Dropout
-variants over a 2 x 2 (p, m) grid and jump diffusion over two rates, three seeds each."""
+variants over a 2 x 2 (p, m) grid and jump diffusion over two rates, two seeds each."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +10,7 @@ DATASETS = ("ArrowHead", "BasicMotions", "GunPoint")
 CHANNELS = {"ArrowHead": 1, "BasicMotions": 6, "GunPoint": 1}
 GRID = [(0.1, 5.0), (0.1, 50.0), (0.5, 5.0), (0.5, 50.0)]
 RATES = (0.01, 0.1)
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1)
 
 
 def _variant(p: float, m: float) -> str:
