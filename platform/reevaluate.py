@@ -18,6 +18,7 @@ from ndebench.platform import tracking
 from ndebench.platform.runframe import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate
 from ndebench.platform.weights import load_weights
+from ndebench.regularizers.registry import create_regularizer
 
 IDENTITY = ("study", "model", "dataset", "regularizer", "variant", "seed")
 
@@ -54,11 +55,11 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
         if not todo:
             continue
         spec = TrialSpec.from_flat(run.params)
-        built = build_trial(spec)
-        regularizer = built.model.regularizer
-        if regularizer.test_time != "mc":
+        if create_regularizer(spec.regularizer, **spec.regularizer_params).test_time != "mc":
             log(f"[ndebench] skip {run.run_id}: {spec.regularizer} is deterministic at test time")
             continue
+        built = build_trial(spec)
+        regularizer = built.model.regularizer
         try:
             built.model.load_state_dict(load_weights(client, run.run_id))
         except FileNotFoundError as exc:
