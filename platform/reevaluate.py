@@ -10,6 +10,7 @@ n_mc) pair that already has an ``ok`` reevaluate run is skipped, so the command 
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -17,7 +18,7 @@ import pandas as pd
 from ndebench.platform import tracking
 from ndebench.platform.runframe import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate
-from ndebench.platform.weights import load_weights
+from ndebench.platform.weights import ARTIFACT, load_weights
 from ndebench.regularizers.registry import create_regularizer
 
 IDENTITY = ("study", "model", "dataset", "regularizer", "variant", "seed")
@@ -40,7 +41,7 @@ def parse_n_mc(text: str) -> list[int]:
 def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str], None] = print) -> list[str]:
     """Record a reevaluate run per (ok evaluate run with a Monte-Carlo test protocol, ``n_mc`` value) not yet
     recorded; return the new run ids. Runs without a test-time MC protocol are deterministic at any N_MC and
-    are skipped, as are runs without logged weights (both said in ``log``)."""
+    are skipped, as are runs without logged weights or a resolved config in their params (counted in ``log``)."""
     from mlflow.entities import Metric
 
     evaluated = runs_frame(uri, study, histories=False)
@@ -49,21 +50,26 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
     have = {(r.source_run, r.n_mc) for r in _recorded(uri, study).itertuples()}
     client = tracking.client(uri)
     experiment_id = tracking.ensure_experiment(uri, study)
-    created = []
+    created: list[str] = []
+    skipped: defaultdict[str, list[str]] = defaultdict(list)
     for run in evaluated[evaluated["status"] == "ok"].itertuples(index=False):
         todo = [n for n in n_mc if (run.run_id, n) not in have]
         if not todo:
             continue
-        spec = TrialSpec.from_flat(run.params)
-        if create_regularizer(spec.regularizer, **spec.regularizer_params).test_time != "mc":
-            log(f"[ndebench] skip {run.run_id}: {spec.regularizer} is deterministic at test time")
+        if create_regularizer(run.regularizer).test_time != "mc":
+            skipped[f"{run.regularizer} is deterministic at test time"].append(run.run_id)
+            continue
+        try:
+            spec = TrialSpec.from_flat(run.params)
+        except (KeyError, TypeError) as exc:
+            skipped[f"params are not a resolved trial config (missing or wrong: {exc})"].append(run.run_id)
             continue
         built = build_trial(spec)
         regularizer = built.model.regularizer
         try:
             built.model.load_state_dict(load_weights(client, run.run_id))
-        except FileNotFoundError as exc:
-            log(f"[ndebench] skip {run.run_id}: {exc}")
+        except FileNotFoundError:
+            skipped[f"no {ARTIFACT} artifact (weights logging off, or an older run)"].append(run.run_id)
             continue
         for n in todo:
             regularizer.n_mc = n
@@ -80,6 +86,8 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
             created.append(new)
             log(f"[ndebench] {run.model} x {run.dataset} x {run.label} seed {run.seed}: n_mc={n} "
                 + ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items())))
+    for reason, ids in skipped.items():
+        log(f"[ndebench] skipped {len(ids)} run(s): {reason} (e.g. {ids[0]})")
     return created
 
 

@@ -509,7 +509,9 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             "failed": failed or "-",
             "diff": _console_diff(row.regularizer, c),
             "t": "" if c is None else _fmt(c["t"], 2), "df": "" if c is None else _fmt(c["df"], 1),
-            "p": "" if c is None else _fmt_p(c["p"]) + c["marker"],
+            "p": "" if c is None else _fmt_p(c["p"]) + ("" if correction != "none" else c["marker"]),
+            **({} if correction == "none" else
+               {f"p {correction}": "" if c is None else _fmt_p(c["p_adjusted"]) + c["marker"]}),
             "note": "" if c is None else " ".join(x for x in (c["direction"], c["flag"]) if x),
         })
     body = pd.DataFrame(rows).to_string(index=False)
