@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ndebench.platform import stats
+from ndebench.platform import report, stats
 from ndebench.platform.sections import Cell, Section, mean_std, save_figure
 
-LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC"}
+LABELS = {m: report.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}
 
 
 def mc_cells(reevaluated: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -21,11 +21,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ndebench.platform import stats
+from ndebench.platform.report import LABELS
 from ndebench.platform.runframe import PARAMS
 from ndebench.platform.sections import Cell, Section, mean_std, save_figure
 
-LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
-          "test_nll": "NLL", "test_ece": "ECE"}
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:
