@@ -39,25 +39,23 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     multivariate split (default: the UEA archive's table).
     """
     directory = files.directory
-    frame = frame[frame["status"].isin(STATUSES)] if len(frame) else frame
+    frame = frame[frame["status"].isin(STATUSES)]
     runs = runs[runs["status"].isin(STATUSES)]
+    reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
     primary = report.primary_metrics(runs)
-    groups: dict[str, list[sections.Section]] = {}
-    missing: list[str] = []
-    written: list[Path] = []
-    plan = [
-        ("Sensitivity to the regularizer's parameters", "sensitivity",
-         lambda: sensitivity.sensitivity_sections(frame, primary, directory), "no fixed-parameter variant cells"),
-        ("Compute time", "timing", lambda: timing.time_sections(frame), "no continuum_dropout runs with timings"),
-        ("Extended summary over datasets", "summary_extended",
-         lambda: summary.summary_sections(runs, primary, alpha, channels), "no regularizer shares datasets with none"),
-        ("Monte-Carlo samples at test time", "mc_samples",
-         lambda: mc_samples.mc_sections(reevaluated[reevaluated["status"] == "ok"], frame, directory)
-         if reevaluated is not None and len(reevaluated) else [], "no reevaluate runs (run `ndebench reevaluate`)"),
-    ]
-    for heading, stem, build, why in plan:
-        found = build() if len(frame) or stem == "summary_extended" else []
-        groups[heading] = found
+    groups = {
+        "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
+                                                        sensitivity.sensitivity_sections(frame, primary, directory)),
+        "Compute time": ("timing", "no continuum_dropout runs with timings", timing.time_sections(frame)),
+        "Extended summary over datasets": ("summary_extended", "no regularizer shares datasets with none",
+                                           summary.summary_sections(runs, primary, alpha, channels)),
+        "Monte-Carlo samples at test time": (
+            "mc_samples", "no reevaluate runs; run `ndebench reevaluate`",
+            [] if reevaluated is None else
+            mc_samples.mc_sections(reevaluated[reevaluated["status"] == "ok"], frame, directory)),
+    }
+    missing, written = [], []
+    for heading, (stem, why, found) in groups.items():
         if not found:
             missing.append(f"{heading}: not in this report ({why}).")
         written += sections.write(found, directory, stem, f"{heading}: study {study}")
@@ -66,6 +64,7 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
                                  alpha, correction)
     notes = [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
     written.append(html_report.write_html(directory / "report.html", study, runs, tables, alpha, notes + missing,
-                                          list(files.figures), groups, ui_url=ui_url, experiment_id=experiment_id))
+                                          list(files.figures), {h: found for h, (_, _, found) in groups.items()},
+                                          ui_url=ui_url, experiment_id=experiment_id))
     written += [p.with_suffix(".pdf") for p in files.figures if p.with_suffix(".pdf").exists()]
     return written
