@@ -88,7 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = sweep.run()
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
-    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha, outcome.failed)
+    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha, spec.report.correction,
+            outcome.failed)
     if outcome.failed:
         print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
         for label, message in outcome.failed.items():
@@ -97,9 +98,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if outcome.failed else 0
 
 
-def _report(study: str, uri: str, out: Path, test: str, alpha: float, failed: dict[str, str] | None = None) -> None:
+def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
+            failed: dict[str, str] | None = None) -> None:
+    from ndebench.platform.analyses import label_variants, write_analyses
     from ndebench.platform.report import build_report, format_console_table
-    from ndebench.platform.tracking import evaluate_runs, log_report_artifacts, planned_seeds, study_names
+    from ndebench.platform.runframe import runs_frame
+    from ndebench.platform.tracking import client, evaluate_runs, log_report_artifacts, planned_seeds, study_names
 
     studies = study_names(uri)
     if study not in studies:
@@ -110,14 +114,21 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, failed: di
         return
     if runs.empty:
         raise CommandError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    files = build_report(runs, out, study, test=test, alpha=alpha, planned_seeds=planned_seeds(uri, study))
-    print(format_console_table(runs, test=test, alpha=alpha))
+    frame = runs_frame(uri, study)
+    runs = label_variants(runs, frame)
+    files = build_report(runs, out, study, test=test, alpha=alpha, correction=correction,
+                         planned_seeds=planned_seeds(uri, study))
+    print(format_console_table(runs, test=test, alpha=alpha, correction=correction))
     if failed:
         lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
         lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
         with files.table_md.open("a") as handle:
             handle.write("\n".join(lines) + "\n")
-    paths = list(files.paths)
+    experiment = client(uri).get_experiment_by_name(study)
+    paths = list(files.paths) + write_analyses(
+        frame, runs, files, study, test=test, alpha=alpha, correction=correction,
+        reevaluated=runs_frame(uri, study, "reevaluate", histories=False), ui_url="http://127.0.0.1:5000",
+        experiment_id=experiment.experiment_id if experiment else None)
     log_report_artifacts(uri, study, paths)
     print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in paths)}) "
           f"and logged to the study's MLflow run")
@@ -129,7 +140,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_study_name(args.study)
     check_alpha(args.alpha)
-    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha)
+    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction)
+    return 0
+
+
+def cmd_reevaluate(args: argparse.Namespace) -> int:
+    from ndebench.platform.reevaluate import parse_n_mc, reevaluate
+
+    n_mc = parse_n_mc(args.n_mc)
+    uri = _tracking_uri(args)
+    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True))
+    print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
+          f"`ndebench report --study {args.study}` adds the MC-samples table")
     return 0
 
 
@@ -181,6 +203,8 @@ def cmd_rates(args: argparse.Namespace) -> int:
         "check_m": expected_renewals(rates.lambda1, rates.lambda2, args.T),
         "asymptotic_lambda1": approx.lambda1, "asymptotic_lambda2": approx.lambda2,
     }
+    if args.plot:
+        _plot_rates(args)
     if args.json:
         print(json.dumps(result))
     else:
@@ -189,6 +213,18 @@ def cmd_rates(args: argparse.Namespace) -> int:
         print(f"check: p = {result['check_p']:.12g}, m = {result['check_m']:.12g}")
         print(f"large-T approximation: lambda1 ~ {approx.lambda1:.6g}, lambda2 ~ {approx.lambda2:.6g}")
     return 0
+
+
+def _plot_rates(args: argparse.Namespace) -> None:
+    from ndebench.platform.trajectories import parse_floats, trajectory_figure
+
+    if args.paths < 1:
+        raise ValueError(f"--paths {args.paths} must be >= 1")
+    ps = parse_floats(args.plot_p, "--plot-p") if args.plot_p else [args.p]
+    ms = parse_floats(args.plot_m, "--plot-m") if args.plot_m else [args.m]
+    written = trajectory_figure([(p, m) for p in ps for m in ms], Path(args.plot), args.T, n_paths=args.paths,
+                                seed=args.seed)
+    print(f"sample paths written to {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -351,13 +387,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
                             description="Read the study's evaluate-phase runs from MLflow and write results.csv, "
-                                        "table.md, table.tex and figures to OUT/STUDY, also logged to MLflow.")
+                                        "table.md, table.tex, figures (PNG and PDF), the sensitivity, compute-time, "
+                                        "extended-summary and MC-samples tables, and a self-contained report.html to "
+                                        "OUT/STUDY, also logged to MLflow.")
     report.add_argument("--study", required=True)
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
     report.add_argument("--test", default="student", choices=["student", "welch", "paired"], help="t-test against 'none'")
     report.add_argument("--alpha", type=float, default=0.05, help="significance level for the markers (default 0.05)")
+    report.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
+                        help="multiple-testing correction of the p-values behind the markers, over each table's "
+                             "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
     report.set_defaults(func=cmd_report)
+
+    reevaluate = sub.add_parser(
+        "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",
+        description="Load the weights logged by each ok evaluate run of STUDY whose regularizer is on at test "
+                    "time (Continuum Dropout, jump diffusion + TTN), evaluate on the test split with each N_MC "
+                    "and record runs tagged ndebench.phase=reevaluate (no retraining; finished pairs are skipped).")
+    reevaluate.add_argument("--study", required=True)
+    reevaluate.add_argument("--n-mc", default="1,3,5,10,20", help="comma-separated MC passes (default 1,3,5,10,20)")
+    _add_tracking(reevaluate)
+    reevaluate.set_defaults(func=cmd_reevaluate)
 
     ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",
                         description="Serve the MLflow UI on localhost for the tracking URI.")
@@ -372,6 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
     rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], in [1e-6, 1e6]")
     rates.add_argument("--T", type=float, default=1.0, help="time horizon (default 1)")
     rates.add_argument("--json", action="store_true", help="print JSON")
+    rates.add_argument("--plot", metavar="FILE", help="also draw sample paths of I(t) and of a paused latent "
+                       "component (the paper's Figs. 2 and 10) to FILE (.png, with a PDF beside it, or .pdf)")
+    rates.add_argument("--plot-p", metavar="P1,P2", help="with --plot: several p, one column each (default: --p)")
+    rates.add_argument("--plot-m", metavar="M1,M2", help="with --plot: several m, one column each (default: --m)")
+    rates.add_argument("--paths", type=int, default=3, help="with --plot: sample paths per (p, m) (default 3)")
+    rates.add_argument("--seed", type=int, default=0, help="with --plot: random seed (default 0)")
     rates.set_defaults(func=cmd_rates)
 
     datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files",

@@ -115,6 +115,7 @@ class Resources:
 class ReportConfig:
     test: str = "student"
     alpha: float = 0.05
+    correction: str = "none"
 
 
 @dataclass(frozen=True)
@@ -507,7 +508,7 @@ def parse_spec(raw: Any) -> SweepSpec:
                                 {"cpu": typed.number(0, low_open=True), "gpu": typed.number(0)})
     report = _dataclass_from(ReportConfig, raw.get("report"), "report", {
         "test": typed.one_of("student", "welch", "paired"),
-        "alpha": typed.number(0, 1, low_open=True, high_open=True),
+        "alpha": typed.number(0, 1, low_open=True, high_open=True), "correction": typed.one_of("none", "holm", "bh"),
     })
     _require("description", raw.get("description", ""), typed.text)
     _require("data_dir", raw.get("data_dir"), typed.hint_rule(str | None))

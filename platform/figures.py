@@ -1,6 +1,6 @@
 """PNG figures of a report: reliability diagrams, per-seed box/strip plots, critical-difference diagrams.
 
-Figures are built on ``matplotlib.figure.Figure`` rather than pyplot so no global backend or figure state
+Each figure is saved as PNG and, beside it, as PDF. Figures are built on ``matplotlib.figure.Figure`` rather than pyplot so no global backend or figure state
 is touched (reports may be written from a process that already uses matplotlib).
 """
 from __future__ import annotations
@@ -14,6 +14,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ndebench.platform.metrics import expected_calibration_error
+
+
+def save_png_pdf(fig: Figure, path: Path, **kwargs: Any) -> Path:
+    """Save ``path`` (PNG, for reports) and a PDF copy beside it (vector, for papers); return ``path``."""
+    fig.savefig(path, dpi=120, **kwargs)
+    fig.savefig(Path(path).with_suffix(".pdf"), **kwargs)
+    return path
 
 
 def reliability_diagram(curves: dict[str, dict[str, Any]], path: Path, title: str) -> Path:
@@ -33,8 +40,7 @@ def reliability_diagram(curves: dict[str, dict[str, Any]], path: Path, title: st
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=title)
     ax.legend(fontsize="small", loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_png_pdf(fig, path)
 
 
 def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, ylabel: str,
@@ -57,8 +63,7 @@ def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, yl
     ax.set(ylabel=ylabel)
     ax.set_title(textwrap.fill(title, 48), fontsize="medium")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    return save_png_pdf(fig, path)
 
 
 def _cliques(names: list[str], not_different: set[frozenset[str]]) -> list[tuple[int, int]]:
@@ -103,5 +108,4 @@ def critical_difference_diagram(ranks: pd.Series, pairs: pd.DataFrame, alpha: fl
         ax.hlines(y, ranks[names[i]] - 0.03, ranks[names[j]] + 0.03, color="tab:red", linewidth=3)
     ax.set_title(f"{title}\naverage rank (1 = best); bars: Holm-adjusted Wilcoxon p >= {alpha:g}",
                  fontsize="small")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    return path
+    return save_png_pdf(fig, path, bbox_inches="tight")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ndebench.platform import figures, stats
+from ndebench.platform import figures, significance, stats
 from ndebench.platform.metrics import merge_calibration_bins
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
@@ -105,20 +105,21 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
 
 
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
-                 test: str = "student", alpha: float = 0.05,
+                 test: str = "student", alpha: float = 0.05, correction: str = "none",
                  planned_seeds: list[int] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
-    the ``ok`` runs; ``*`` marks p < ``alpha`` and ``**`` p < ``alpha / 5`` in a two-sided ``test``
-    (``student``, ``welch`` or ``paired``) against ``none``; the best mean per column is bold; a cell
+    the ``ok`` runs; ``*`` (better) or ``†`` (worse) marks p < ``alpha`` and ``**``/``††`` p < ``alpha / 5``
+    in a two-sided ``test`` (``student``, ``welch`` or ``paired``) against ``none``, the p-values adjusted
+    by ``correction`` (:mod:`~ndebench.platform.significance`); the best mean per column is bold; a cell
     whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
     ``summary.json`` holds every statistic with its p-value, the across-dataset comparison
     (:func:`~ndebench.platform.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
     Figures: a reliability diagram per (model, dataset) when runs carry calibration bins, a per-seed
     box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
-    with at least two datasets.
+    that passes :func:`~ndebench.platform.significance.friedman_gate` (else ``table.md`` says why not).
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
@@ -127,6 +128,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     """
     runs = _select_study(runs, study)
     _check_runs(runs, test, alpha)
+    significance.check_correction(correction)
     directory = Path(out_dir) / study
     directory.mkdir(parents=True, exist_ok=True)
     coverage = seed_coverage(runs, planned_seeds)
@@ -136,22 +138,38 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     runs = _validate(runs, metric, test, alpha)
     strong = alpha / 5
     primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
-    tables = [_Table.build(runs, primary, "primary", test, alpha, coverage)]
-    for extra in ("test_nll", "test_ece"):
-        if _reported(runs, extra) and extra not in set(primary.values()):
-            tables.append(_Table.build(runs, {d: extra for d in primary}, LABELS[extra], test, alpha, coverage))
+    tables = study_tables(runs, primary, test, alpha, correction, coverage)
     across = stats.compare_across_datasets(runs, primary, alpha=alpha)
     everything = pd.concat([runs, pending], ignore_index=True)
     results_csv = _write_csv(everything, directory)
     table_md = directory / "table.md"
-    table_md.write_text(_markdown(study, everything, tables, across, alpha, coverage))
+    gates = cd_gates(runs, primary, alpha)
+    table_md.write_text(_markdown(study, everything, tables, across, alpha, coverage)
+                        + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items()))
     table_tex = directory / "table.tex"
     table_tex.write_text(_latex(study, tables, across, alpha))
     summary = _summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     return ReportFiles(directory, results_csv, table_md, table_tex, summary_json,
-                       tuple(_figures(runs, primary, directory, alpha)))
+                       tuple(_figures(runs, primary, directory, alpha, gates)))
+
+
+def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
+                 correction: str = "none", coverage: pd.DataFrame | None = None) -> list[_Table]:
+    """The tables of a report: the primary metric, then NLL and ECE where reported and not primary."""
+    tables = [_Table.build(runs, primary, "primary", test, alpha, correction, coverage)]
+    for extra in ("test_nll", "test_ece"):
+        if _reported(runs, extra) and extra not in set(primary.values()):
+            tables.append(_Table.build(runs, {d: extra for d in primary}, LABELS[extra], test, alpha, correction,
+                                       coverage))
+    return tables
+
+
+def cd_gates(runs: pd.DataFrame, primary: dict[str, str], alpha: float) -> dict[str, tuple[bool, str]]:
+    """Per model: whether its critical-difference diagram is drawn, and the sentence saying why (not)."""
+    return {model: significance.friedman_gate(stats.signed_means(group, primary, model), alpha)
+            for model, group in runs.groupby("model", sort=True)}
 
 
 def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) -> pd.DataFrame:
@@ -267,10 +285,11 @@ class _Table:
     cell_stats: pd.DataFrame
     comparisons: pd.DataFrame
     protocols: dict[str, str]
+    correction: str = "none"
 
     @classmethod
     def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
-              coverage: pd.DataFrame | None = None) -> _Table:
+              correction: str = "none", coverage: pd.DataFrame | None = None) -> _Table:
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
             part = runs[runs["dataset"].isin([d for d, m in metrics.items() if m == metric])]
@@ -279,6 +298,7 @@ class _Table:
         cell_stats = pd.concat(summaries, ignore_index=True)
         comparison = pd.concat(comparisons, ignore_index=True)
         comparison["p_holm"] = stats.holm(comparison["p"].to_numpy(float), alpha)
+        comparison = significance.mark(comparison, alpha, correction)
         columns = [(m, d, metrics[d]) for m, d in
                    runs[["model", "dataset"]].drop_duplicates().sort_values(["model", "dataset"]).itertuples(index=False)]
         rows = _regularizer_order(runs)
@@ -303,7 +323,7 @@ class _Table:
             named = runs[runs["test_protocol"].notna() & (runs["test_protocol"].astype(str) != "")]
             protocols = {r: ", ".join(sorted(set(g["test_protocol"].astype(str))))
                          for r, g in named.groupby("regularizer")}
-        return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols)
+        return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction)
 
     def metric_names(self) -> list[str]:
         return sorted({m for _, _, m in self.columns})
@@ -346,17 +366,15 @@ def _bold_best(cells: dict, j: int, rows: list[str], by_cell: pd.DataFrame, mode
 def _caption(table: _Table, alpha: float, tex: bool) -> str:
     """Caption naming the metric, n, the test, alpha and the markers; ``tex`` escapes it for LaTeX."""
     esc = latex_escape if tex else (lambda text: text)
-    marker = (lambda m: f"$^{{{m}}}$") if tex else (lambda m: "\\" + "\\".join(m))
-    below = (lambda x: f"$p < {x:g}$") if tex else (lambda x: f"p < {x:g}")
+    n_tests = int(np.isfinite(table.comparisons["p"].to_numpy(float)).sum())
     metrics = table.metric_names()
     label = " / ".join(LABELS.get(m, m) for m in metrics)
     directions = "; ".join(f"{LABELS.get(m, m)}: {'higher' if stats.higher_is_better(m) else 'lower'} is better"
                            for m in metrics)
     return (esc(f"Test {label}: mean (sample std) over n = {table.usual_n} seeds per cell (cells with another n, "
                 "or with diverged/errored runs, say so in brackets). ")
-            + f"{marker('*')} {below(alpha)}, {marker('**')} {below(alpha / 5)}: "
-            + esc(f"two-sided {TEST_NAMES[table.test]} against none within each model and dataset, in either "
-                  f"direction; bold: best mean per column ({directions})." + _protocol_sentence(table)))
+            + significance.caption(table.correction, n_tests, alpha, tex)
+            + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; bold: best mean per column ({directions})." + _protocol_sentence(table)))
 
 
 def _protocol_sentence(table: _Table) -> str:
@@ -462,7 +480,7 @@ def _tex_cell(cell: _Cell | None) -> str:
     text = latex_escape(cell.text).replace("–", "--")
     text = rf"\textbf{{{text}}}" if cell.bold else text
     if cell.marker:
-        text += f"$^{{{cell.marker}}}$"
+        text += "$^{" + cell.marker.replace("†", r"\dagger") + "}$"
     return text + (rf" {{\scriptsize [{latex_escape(cell.note)}]}}" if cell.note else "")
 
 
@@ -536,7 +554,10 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[_Table], across: pd.Da
              test: str, alpha: float, strong: float) -> dict[str, Any]:
     return {
         "study": study, "test": test, "test_description": TEST_NAMES[test], "alpha": alpha,
-        "strong_alpha": strong, "baseline": stats.BASELINE, "markers": {"*": f"p < {alpha:g}", "**": f"p < {strong:g}"},
+        "strong_alpha": strong, "baseline": stats.BASELINE,
+        "correction": tables[0].correction,
+        "markers": {"*": f"better, p < {alpha:g}", "**": f"better, p < {strong:g}",
+                    "†": f"worse, p < {alpha:g}", "††": f"worse, p < {strong:g}"},
         "runs": {s: int((runs["status"] == s).sum())
                  for s in (*STATS_STATUSES, *sorted(set(runs["status"]) - set(STATS_STATUSES)))},
         "primary_metric": primary,
@@ -560,7 +581,8 @@ def _slug(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p) for p in parts)
 
 
-def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha: float) -> list[Path]:
+def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha: float,
+             gates: dict[str, tuple[bool, str]]) -> list[Path]:
     paths = []
     calibration = {(c["model"], c["dataset"], c["regularizer"]): c["bins"] for c in _pooled_calibration(runs)}
     order = _regularizer_order(runs)
@@ -581,7 +603,7 @@ def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha
     for model, group in runs.groupby("model", sort=True):
         datasets = {d: primary[d] for d in sorted(set(group["dataset"]))}
         ranks = stats.average_ranks(group, datasets, model)
-        if len(datasets) >= 2 and len(ranks) >= 2:
+        if gates[model][0]:
             pairs = stats.pairwise_wilcoxon(group, datasets, model, alpha)
             paths.append(figures.critical_difference_diagram(ranks, pairs, alpha, directory / f"cd_{_slug(model)}.png",
                                                              f"{model} over {len(datasets)} datasets"))
@@ -589,7 +611,7 @@ def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha
 
 
 def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test: str = "student",
-                         alpha: float = 0.05) -> str:
+                         alpha: float = 0.05, correction: str = "none") -> str:
     """Plain-text summary printed at the end of a sweep: per cell the metric, n, mean, std, failed runs and,
     for every regularizer, the difference, t, df and p-value of ``test`` against ``none`` with its marker.
     Without any ``ok`` result: the run counts and each failed run's message."""
@@ -603,7 +625,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
     status_line = _status_line(runs)
     runs = _validate(runs, metric, test, alpha)
     primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
-    table = _Table.build(runs, primary, "primary", test, alpha)
+    table = _Table.build(runs, primary, "primary", test, alpha, correction)
     tests = table.comparisons.set_index(stats.CELL)
     rows = []
     rank = {r: i for i, r in enumerate(table.rows)}
@@ -619,12 +641,16 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             "failed": failed or "-",
             "diff": _console_diff(row.regularizer, c),
             "t": "" if c is None else _fmt(c["t"], 2), "df": "" if c is None else _fmt(c["df"], 1),
-            "p": "" if c is None else _fmt_p(c["p"]) + c["marker"],
+            "p": "" if c is None else _fmt_p(c["p"]) + ("" if correction != "none" else c["marker"]),
+            **({} if correction == "none" else
+               {f"p {correction}": "" if c is None else _fmt_p(c["p_adjusted"]) + c["marker"]}),
             "note": "" if c is None else " ".join(x for x in (c["direction"], c["flag"]) if x),
         })
     body = pd.DataFrame(rows).to_string(index=False)
-    return (f"{body}\n{TEST_NAMES[test]} against none; * p < {alpha:g}, ** p < {alpha / 5:g}; "
-            f"mean (sample std) over the ok runs.\n{status_line}")
+    n_tests = int(np.isfinite(table.comparisons["p"].to_numpy(float)).sum())
+    return (f"{body}\n{TEST_NAMES[test]} against none; "
+            + significance.caption(correction, n_tests, alpha).replace("\\", "")
+            + f"; mean (sample std) over the ok runs.\n{status_line}")
 
 
 def _console_diff(regularizer: str, comparison: pd.Series | None) -> str:

@@ -235,7 +235,7 @@ def compare_across_datasets(
     ``metrics`` maps each dataset to the metric compared on it (e.g. its primary metric). With per-dataset
     means ``r_d`` and ``b_d`` and ``s = +1`` if higher is better else ``-1``, the improvement is
     ``d_d = s (r_d - b_d)``. Columns: ``n_datasets``, ``mean_improvement`` (mean of d), ``se``
-    (``scipy.stats.sem``, ddof=1), ``pct_change`` (mean of ``100 d_d / |b_d|``), ``wins`` (d > 0),
+    (``scipy.stats.sem``, ddof=1), ``pct_change`` (mean of ``100 d_d / |b_d|``) and its ``pct_se``, ``wins`` (d > 0),
     ``wilcoxon`` statistic and ``p`` (``scipy.stats.wilcoxon`` of r against b, two-sided; sign-adjusted so
     the test matches d), ``p_holm`` (Holm over all rows: ``multipletests(method="holm")``), ``significant``
     (p_holm < alpha), and ``note`` saying when the test is degenerate or when, with n datasets,
@@ -267,11 +267,12 @@ def compare_across_datasets(
 
 def _improvement(d: np.ndarray, b: np.ndarray) -> dict:
     if not len(d):
-        return {"mean_improvement": math.nan, "se": math.nan, "pct_change": math.nan, "wins": 0}
+        return {"mean_improvement": math.nan, "se": math.nan, "pct_change": math.nan, "pct_se": math.nan, "wins": 0}
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = 100.0 * d / np.abs(b)
     return {"mean_improvement": float(np.mean(d)), "se": float(stats.sem(d)) if len(d) > 1 else math.nan,
-            "pct_change": float(np.mean(pct)), "wins": int(np.sum(d > 0))}
+            "pct_change": float(np.mean(pct)), "pct_se": float(stats.sem(pct)) if len(d) > 1 else math.nan,
+            "wins": int(np.sum(d > 0))}
 
 
 def _wilcoxon(d: np.ndarray, alpha: float) -> dict:
@@ -300,23 +301,29 @@ def _datasets_needed(alpha: float) -> int:
 def _across_frame(rows: list[dict], alpha: float = 0.05) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=[
         "model", "regularizer", "baseline", "n_datasets", "datasets", "mean_improvement", "se", "pct_change",
-        "wins", "wilcoxon", "p", "note"])
+        "pct_se", "wins", "wilcoxon", "p", "note"])
     out["p_holm"] = holm(out["p"].to_numpy(dtype=float), alpha)
     out["significant"] = out["p_holm"] < alpha
     out["correction"] = CORRECTION
     return out
 
 
+def signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd.DataFrame:
+    """Per-cell means of ``model``: one row per regularizer, one column per dataset where every regularizer
+    has a mean, sign-adjusted so that higher is better (``-mean`` for NLL, ECE)."""
+    table = {}
+    for dataset, metric in metrics.items():
+        cells = summarize_cells(runs[(runs["dataset"] == dataset) & (runs["model"] == model)], metric)
+        sign = 1.0 if higher_is_better(metric) else -1.0
+        table[dataset] = cells.set_index("regularizer")["mean"] * sign
+    return pd.DataFrame(table).dropna(axis=1)
+
+
 def average_ranks(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd.Series:
     """Mean rank of each regularizer of ``model`` over the datasets where all of them have a mean
     (rank 1 = best, ties averaged, ``scipy.stats.rankdata``), sorted best first: the axis of a
     critical-difference diagram."""
-    table = {}
-    for dataset, metric in metrics.items():
-        cells = summarize_cells(runs[(runs["dataset"] == dataset) & (runs["model"] == model)], metric)
-        sign = -1.0 if higher_is_better(metric) else 1.0
-        table[dataset] = cells.set_index("regularizer")["mean"] * sign
-    frame = pd.DataFrame(table).dropna(axis=1)
+    frame = -signed_means(runs, metrics, model)
     if frame.empty:
         return pd.Series(dtype=float)
     ranks = frame.apply(lambda column: pd.Series(stats.rankdata(column), index=column.index))

@@ -288,3 +288,37 @@ def run_trial(
         test = {f"test_{k}": v for k, v in metrics.items()}
     return TrialResult("ok", epoch, best[1], val_best, test, calibration, protocol)
 
+
+
+@dataclass
+class BuiltTrial:
+    """A trial's untrained model and its data feeds, as :func:`run_trial` builds them (for re-evaluation)."""
+
+    model: NDEClassifier
+    feeds: dict[str, _Feed]
+    batch_size: int
+    top5: bool
+
+
+def build_trial(spec: TrialSpec) -> BuiltTrial:
+    """Seed, load the data and build the model of ``spec`` exactly as :func:`run_trial` does, without training
+    (the model then takes trained weights with ``load_state_dict``)."""
+    seed_everything(spec.seed)
+    device = torch.device(spec.device)
+    bundle = create_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, **dict(spec.dataset_options))
+    regularizer = create_regularizer(spec.regularizer, **spec.regularizer_params)
+    kwargs: dict[str, Any] = dict(in_channels=bundle.channels, num_classes=bundle.num_classes, regularizer=regularizer,
+                                  binary=bundle.task == "binary", **spec.model_params)
+    if getattr(bundle, "input_kind", "timeseries") == "image":
+        kwargs["image_size"] = bundle.image_size
+    else:
+        kwargs["times"] = bundle.times
+        if bundle.train.static is not None:
+            kwargs["static_channels"] = bundle.train.static.shape[1]
+    if spec.solver is not None:
+        kwargs["solver"] = spec.solver
+    model = create_model(spec.model, **kwargs).to(device)
+    feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
+    cfg = spec.training
+    batch_size = auto_batch_size(len(feeds["train"])) if cfg.batch_size == "auto" else int(cfg.batch_size)
+    return BuiltTrial(model, feeds, batch_size, bundle.num_classes >= 100)

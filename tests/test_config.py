@@ -65,6 +65,7 @@ def test_regularizer_defaults_are_the_papers_search_space():
     (with_(["dataset_options"], {"missing_rate": 1.0}), r"missing_rate=1.0 must be a finite number in \[0, 1\)"),
     (with_(["study"], "a b"), r"study='a b'"),
     (with_(["report", "test"], "wilcoxon"), r"report.test='wilcoxon' must be one of 'student', 'welch', 'paired'"),
+    (with_(["report", "correction"], "bonferroni"), r"report.correction='bonferroni' must be one of 'none', 'holm', 'bh'"),
 ])
 def test_bad_configs_name_the_problem(raw, message):
     with pytest.raises(ConfigError, match=message):

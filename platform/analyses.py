@@ -1,0 +1,70 @@
+"""The paper's further analyses of a study, beside the per-study tables of :mod:`report`, and ``report.html``.
+
+Writes into the study's report folder: ``sensitivity.md/.tex`` with ``sensitivity_*.png/.pdf`` (Table 12,
+Figs. 6-9, Tables 16-17), ``timing.md/.tex`` (Tables 7 and 15), ``summary_extended.md/.tex`` (Tables 9-11),
+``mc_samples.md/.tex`` with ``mc_samples_*.png/.pdf`` (Tables 13-14, Fig. 4; only after ``ndebench
+reevaluate``) and ``report.html``; each analysis is skipped, with a line in ``report.html``, when the study
+has no runs it needs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ndebench.platform import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
+
+STATUSES = ("ok", "diverged", "error")
+
+
+def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (from ``tracking.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
+    runs that belong to fixed-parameter variant cells (``frame`` from ``runframe.runs_frame``), so that each
+    variant is its own row of the per-study tables."""
+    if frame.empty or "run_id" not in runs:
+        return runs
+    labels = frame.set_index("run_id")["label"]
+    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"])])
+
+
+def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
+                   test: str, alpha: float, correction: str, reevaluated: pd.DataFrame | None = None,
+                   channels: dict[str, int | None] | None = None, ui_url: str | None = None,
+                   experiment_id: str | None = None) -> list[Path]:
+    """Write every analysis and ``report.html`` next to ``files`` (the output of :func:`report.build_report`
+    on ``runs``); return the new paths, PDF copies of the report's figures included.
+
+    ``frame`` holds the study's evaluate runs with parameters and times (``runframe.runs_frame``),
+    ``reevaluated`` its reevaluate runs; ``channels`` maps datasets to input channels for the univariate /
+    multivariate split (default: the UEA archive's table).
+    """
+    directory = files.directory
+    frame = frame[frame["status"].isin(STATUSES)]
+    runs = runs[runs["status"].isin(STATUSES)]
+    reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
+    primary = report.primary_metrics(runs)
+    groups = {
+        "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
+                                                        sensitivity.sensitivity_sections(frame, primary, directory)),
+        "Compute time": ("timing", "no continuum_dropout runs with timings", timing.time_sections(frame)),
+        "Extended summary over datasets": ("summary_extended", "no regularizer shares datasets with none",
+                                           summary.summary_sections(runs, primary, alpha, channels)),
+        "Monte-Carlo samples at test time": (
+            "mc_samples", "no reevaluate runs; run `ndebench reevaluate`",
+            [] if reevaluated is None else
+            mc_samples.mc_sections(reevaluated[reevaluated["status"] == "ok"], frame, directory)),
+    }
+    missing, written = [], []
+    for heading, (stem, why, found) in groups.items():
+        if not found:
+            missing.append(f"{heading}: not in this report ({why}).")
+        written += sections.write(found, directory, stem, f"{heading}: study {study}")
+        written += [p for s in found for p in s.figures]
+    tables = report.study_tables(runs.sort_values([*stats.CELL, "seed"], kind="stable"), primary, test,
+                                 alpha, correction)
+    notes = [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
+    written.append(html_report.write_html(directory / "report.html", study, runs, tables, alpha, notes + missing,
+                                          list(files.figures), {h: found for h, (_, _, found) in groups.items()},
+                                          ui_url=ui_url, experiment_id=experiment_id))
+    written += [p.with_suffix(".pdf") for p in files.figures if p.with_suffix(".pdf").exists()]
+    return written
