@@ -6,10 +6,12 @@ directly.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -145,11 +147,47 @@ def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *, t
     return metrics, calibration_bins(probs_all, targets_all)
 
 
+@dataclass
+class BestState:
+    """The best epoch so far by validation loss: its loss, number, weights and validation metrics."""
+
+    val_loss: float
+    epoch: int
+    weights: dict[str, Any]
+    val: dict[str, float]
+
+
+def _generators(rng: TrialRNG) -> dict[str, torch.Generator]:
+    return {f.name: getattr(rng, f.name) for f in dataclasses.fields(rng)}
+
+
+def _rng_state(rng: TrialRNG, shuffle: torch.Generator) -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "shuffle": shuffle.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    state.update({f"trial.{name}": g.get_state() for name, g in _generators(rng).items()})
+    return state
+
+
+def _load_rng_state(state: dict[str, Any], rng: TrialRNG, shuffle: torch.Generator) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    shuffle.set_state(state["shuffle"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    for name, generator in _generators(rng).items():
+        generator.set_state(state[f"trial.{name}"])
+
+
 def run_trial(
     spec: TrialSpec,
     *,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     evaluate_test: bool = True,
+    on_checkpoint: Callable[[int, Callable[[], dict[str, Any]]], None] | None = None,
+    resume_state: dict[str, Any] | None = None,
 ) -> TrialResult:
     """Train and evaluate one trial.
 
@@ -160,6 +198,12 @@ def run_trial(
     ``patience`` epochs pass without improvement) and the best weights restored. ``on_epoch`` receives
     ``train_loss``, ``val_loss``, ``val_<metric>`` and ``epoch_time_s`` per epoch. A non-finite training
     loss ends the trial with status ``diverged``. The test split is only touched when ``evaluate_test``.
+
+    Checkpoints: after every epoch ``on_checkpoint(epoch, snapshot)`` may call ``snapshot()`` for the full
+    training state (weights, optimizer, scheduler, :class:`BestState`, the early-stopping decision and every
+    random state: Python, NumPy, torch, the shuffle generator and the :class:`TrialRNG` generators). A trial
+    started with ``resume_state=snapshot()`` continues after that epoch and ends with exactly the metrics of
+    an uninterrupted trial on the same device.
     """
     seed_everything(spec.seed)
     cfg = spec.training
@@ -201,9 +245,23 @@ def run_trial(
     rng = TrialRNG.from_seed(spec.seed)
     shuffle = torch.Generator().manual_seed(spec.seed)
     protocol = {**regularizer.describe(), "n_mc": model.n_mc()}
-    best = (math.inf, 0, copy.deepcopy(model.state_dict()), {})
-    epoch = 0
-    for epoch in range(1, cfg.epochs + 1):
+    best = BestState(math.inf, 0, copy.deepcopy(model.state_dict()), {})
+    epoch, stop = 0, False
+    if resume_state is not None:
+        model.load_state_dict(resume_state["model"])
+        optimizer.load_state_dict(resume_state["optimizer"])
+        scheduler.load_state_dict(resume_state["scheduler"])
+        best = BestState(**resume_state["best"])
+        epoch, stop = resume_state["epoch"], resume_state["stop"]
+        _load_rng_state(resume_state["rng"], rng, shuffle)
+
+    def snapshot() -> dict[str, Any]:
+        return {"epoch": epoch, "stop": stop, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "best": dataclasses.asdict(best),
+                "rng": _rng_state(rng, shuffle)}
+
+    while not stop and epoch < cfg.epochs:
+        epoch += 1
         start = time.perf_counter()
         model.train()
         total, count = 0.0, 0
@@ -211,7 +269,7 @@ def run_trial(
             optimizer.zero_grad(set_to_none=True)
             loss = _loss(model(inputs, rng), targets, pos_weight) + model.penalty().to(device)
             if not torch.isfinite(loss):
-                return TrialResult("diverged", epoch, best[1], best[3], {}, None, protocol,
+                return TrialResult("diverged", epoch, best.epoch, best.val, {}, None, protocol,
                                    f"non-finite training loss at epoch {epoch}")
             loss.backward()
             if cfg.grad_clip:
@@ -225,22 +283,40 @@ def run_trial(
         if on_epoch is not None:
             on_epoch(record)
         if not math.isfinite(val["nll"]):
-            return TrialResult("diverged", epoch, best[1], best[3], {}, None, protocol,
+            return TrialResult("diverged", epoch, best.epoch, best.val, {}, None, protocol,
                                f"non-finite validation loss at epoch {epoch}")
         if cfg.scheduler == "plateau":
             scheduler.step(val["nll"])
         else:
             scheduler.step()
-        if val["nll"] < best[0]:
-            best = (val["nll"], epoch, copy.deepcopy(model.state_dict()), {f"val_{k}": v for k, v in val.items()})
-        elif epoch > cfg.min_epochs and epoch - best[1] > cfg.patience:
-            break
-    model.load_state_dict(best[2])
-    val_best = {**best[3], "val_loss": best[0]}
+        if val["nll"] < best.val_loss:
+            best = BestState(val["nll"], epoch, copy.deepcopy(model.state_dict()), {f"val_{k}": v for k, v in val.items()})
+        else:
+            stop = epoch > cfg.min_epochs and epoch - best.epoch > cfg.patience
+        if on_checkpoint is not None:
+            on_checkpoint(epoch, snapshot)
+    model.load_state_dict(best.weights)
+    val_best = {**best.val, "val_loss": best.val_loss}
     test: dict[str, float] = {}
     calibration = None
     if evaluate_test:
         metrics, calibration = evaluate(model, feeds["test"], batch_size, spec.seed, top5=top5)
         test = {f"test_{k}": v for k, v in metrics.items()}
-    return TrialResult("ok", epoch, best[1], val_best, test, calibration, protocol)
+    return TrialResult("ok", epoch, best.epoch, val_best, test, calibration, protocol)
 
+
+
+STATE_FILE = "trial_state.pt"
+
+
+def save_trial_state(state: dict[str, Any], directory: str | Path) -> Path:
+    """Write a :func:`run_trial` snapshot to ``directory/trial_state.pt``."""
+    path = Path(directory) / STATE_FILE
+    torch.save(state, path)
+    return path
+
+
+def load_trial_state(directory: str | Path) -> dict[str, Any]:
+    """Read a snapshot written by :func:`save_trial_state`, onto the CPU."""
+    # weights_only=False: the snapshot holds Python and NumPy random states, and it is our own file.
+    return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
