@@ -87,11 +87,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from ndebench.platform.server import serve, ui_command
+    import webbrowser
+
+    from ndebench.platform.server import serve, study_url, ui_command
+    from ndebench.platform.tracking import client
 
     uri = _tracking_uri(args)
-    print(f"MLflow UI for {uri} at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
-    return serve(ui_command(uri, args.host, args.port))
+    base = f"http://{args.host}:{args.port}"
+    url = base
+    if args.study:
+        experiment = client(uri).get_experiment_by_name(args.study)
+        if experiment is None:
+            names = sorted(e.name for e in client(uri).search_experiments())
+            raise ValueError(f"no study {args.study!r} in {uri}; studies there: {', '.join(names) or 'none'}")
+        url = study_url(base, experiment.experiment_id)
+    print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
+    if args.study:
+        print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
+    return serve(ui_command(uri, args.host, args.port), base_url=base,
+                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -219,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking(ui)
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--study", help="print the URL of this study's evaluate runs in the model-training view")
+    ui.add_argument("--open", action="store_true", help="open that URL (or the UI) in a web browser once it is up")
     ui.set_defaults(func=cmd_ui)
 
     server = sub.add_parser(

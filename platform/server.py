@@ -10,9 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 # With job execution on, MLflow 3.17 starts worker processes that survive the server's own exit.
 SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -82,11 +86,35 @@ def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
             "--port", str(port), "--workers", "1"]
 
 
-def serve(command: list[str]) -> int:
+def study_url(base_url: str, experiment_id: str, phase: str = "evaluate") -> str:
+    """The MLflow UI page of an experiment's runs in the model-training view (MLflow 3.17 otherwise opens on
+    its GenAI traces overview), filtered to one ``ndebench.phase``."""
+    query = urllib.parse.urlencode({"workflowType": "machine_learning",
+                                    "searchFilter": f"tags.`ndebench.phase` = '{phase}'"})
+    return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 120.0) -> None:
+    def poll() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{base_url}/health", timeout=2):
+                    action()
+                    return
+            except OSError:
+                time.sleep(0.5)
+
+    threading.Thread(target=poll, daemon=True).start()
+
+
+def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable[[], None] | None = None) -> int:
     """Run ``command`` in its own process group until it exits or this process gets SIGINT / SIGTERM;
-    then end the whole group (the server and its workers). Returns the child's exit code (0 when stopped
-    by a signal)."""
+    then end the whole group (the server and its workers). ``on_ready`` runs once ``base_url`` answers.
+    Returns the child's exit code (0 when stopped by a signal)."""
     process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV), start_new_session=True)
+    if base_url and on_ready:
+        _when_ready(base_url, on_ready)
     stopped = False
 
     def stop(signum: int, _frame: object) -> None:
