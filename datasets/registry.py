@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ndebench.datasets.bundle import DatasetBundle
+from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry
 
 
@@ -44,6 +45,7 @@ def register_dataset(
 
 def _load_builtins() -> None:
     from ndebench.datasets import builtin  # noqa: F401  (registration side effect)
+    load_entry_points("ndebench.datasets")
 
 
 def split_name(name: str) -> tuple[str, str | None]:

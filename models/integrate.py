@@ -62,6 +62,20 @@ class TrialRNG:
     def from_seed(cls, seed: int) -> "TrialRNG":
         return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 7919))
 
+    def state(self) -> dict[str, Any]:
+        """The state of every generator, device generators included (for a trial checkpoint)."""
+        return {"regularizer": self.regularizer.get_state(), "noise": self.noise.get_state(),
+                "on_device": {key: g.get_state() for key, g in self._on_device.items()}}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state`; a device generator is created first, then set, so nothing else is drawn."""
+        for key in state["on_device"]:
+            self.regularizer_on(key)
+        for key, value in state["on_device"].items():
+            self._on_device[key].set_state(value)
+        self.regularizer.set_state(state["regularizer"])
+        self.noise.set_state(state["noise"])
+
     def regularizer_on(self, device: torch.device | str) -> torch.Generator:
         """The regularizer generator for ``device``: ``regularizer`` itself on the CPU."""
         device = torch.device(device)

@@ -6,6 +6,7 @@ from typing import Any, Callable, Literal
 
 from torch import nn
 
+from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry
 
 InputKind = Literal["timeseries", "image"]
@@ -38,6 +39,7 @@ def register_model(
 
 def _load_builtins() -> None:
     from ndebench.models import builtin  # noqa: F401  (registration side effect)
+    load_entry_points("ndebench.models")
 
 
 def create_model(name: str, **kwargs: Any) -> nn.Module:

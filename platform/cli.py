@@ -1,11 +1,10 @@
-"""The ``ndebench`` command line: run, validate, report, ui, rates, list, datasets."""
+"""The ``ndebench`` command line: run, validate, report, ui, server, rates, list, datasets."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -156,40 +155,40 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
+    import webbrowser
+
+    from ndebench.platform.server import serve, study_url, ui_command
+    from ndebench.platform.tracking import client
+
     uri = _tracking_uri(args)
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", args.host,
-               "--port", str(args.port), "--workers", "1"]
-    print(f"MLflow UI for {uri} at http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
-    # Its own process group, so that SIGTERM/SIGINT/SIGHUP here stops the server and its workers too.
-    server = subprocess.Popen(command, env=env, start_new_session=True)
-
-    def stop(signum: int, frame: object) -> None:
-        # No waiting here: the interrupted server.wait() holds the Popen lock; `finally` waits instead.
-        raise SystemExit(128 + signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, stop)
-    try:
-        return server.wait()
-    finally:
-        _stop_group(server)
+    base = f"http://{args.host}:{args.port}"
+    url = base
+    if args.study:
+        experiment = client(uri).get_experiment_by_name(args.study)
+        if experiment is None:
+            names = sorted(e.name for e in client(uri).search_experiments())
+            raise CommandError(f"no study {args.study!r} in {uri}; studies there: {', '.join(names) or 'none'}")
+        url = study_url(base, experiment.experiment_id)
+    print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
+    if args.study:
+        print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
+    return serve(ui_command(uri, args.host, args.port), base_url=base,
+                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
 
 
-def _stop_group(process: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to ``process``'s group, then SIGKILL to whatever of it is left after ``grace`` seconds."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
+def cmd_server(args: argparse.Namespace) -> int:
+    from ndebench.platform.server import default_settings, serve, server_command
+
+    backend = _tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
+    settings = default_settings(
+        backend_store_uri=backend, artifacts_destination=args.artifacts_destination, host=args.host,
+        port=args.port, public_host=args.public_host, workers=args.workers,
+        allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None,
+    )
+    print(f"MLflow tracking server: runs in {settings.backend_store_uri}, artifacts in "
+          f"{settings.artifacts_destination}, listening on {settings.host}:{settings.port}", flush=True)
+    print(f"Workers and the driver must use:  --tracking-uri {settings.tracking_uri}", flush=True)
+    return serve(server_command(settings))
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
@@ -370,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking(run)
     run.add_argument("--storage-path", default="ray_results", help="Ray Tune storage: a folder (default: ./ray_results) "
                      "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
-    run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' or ray://head:10001); default: start a local Ray")
+    run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379); "
+                     "default: start a local Ray")
     run.add_argument("--resume", action="store_true", help="continue a study: rerun only failed and unfinished cells, "
                      "reading finished cells' chosen configs from MLflow")
     run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
@@ -415,7 +415,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking(ui)
     ui.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--study", help="print the URL of this study's evaluate runs in the model-training view")
+    ui.add_argument("--open", action="store_true", help="open that URL (or the UI) in a web browser once it is up")
     ui.set_defaults(func=cmd_ui)
+
+    server = sub.add_parser(
+        "server", help="start the MLflow tracking server that a multi-node sweep needs",
+        description="Start an MLflow tracking server on the head node (runs in a sqlite file there by default, "
+                    "artifacts proxied through the server) and print the --tracking-uri that `ndebench run` must "
+                    "use on a cluster. Stops with Ctrl-C or SIGTERM, its workers too.")
+    server.add_argument("--backend-store-uri", help="where runs are stored (default: sqlite:///mlflow.db in the "
+                        "working directory; a postgresql:// or mysql:// URI for a database server)")
+    server.add_argument("--artifacts-destination", help="folder or object-store URI (s3://, gs://) for artifacts "
+                        "(default: ./mlartifacts on this node; workers upload through the server)")
+    server.add_argument("--host", default="0.0.0.0", help="interface to bind (default 0.0.0.0: reachable from the "
+                        "other nodes; 127.0.0.1 for this machine only)")
+    server.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
+    server.add_argument("--public-host", help="name or address the workers reach this node by (default: this "
+                        "machine's fully qualified host name)")
+    server.add_argument("--allowed-hosts", help="comma-separated Host headers to accept besides localhost and "
+                        "private IPs (default: the public host, with and without the port)")
+    server.add_argument("--workers", type=int, default=4, help="server worker processes (default 4)")
+    server.set_defaults(func=cmd_server)
 
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
                            description="Solve the paper's Corollary 3.2 exactly for the renewal rates.")

@@ -6,10 +6,12 @@ directly.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -186,129 +188,58 @@ def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *, t
     return metrics, calibration_bins(probs_all, targets_all)
 
 
-def run_trial(
-    spec: TrialSpec,
-    *,
-    on_epoch: Callable[[dict[str, float]], None] | None = None,
-    evaluate_test: bool = True,
-) -> TrialResult:
-    """Train and evaluate one trial.
+@dataclass
+class BestState:
+    """The best epoch so far by validation loss: its loss, number, weights and validation metrics."""
 
-    Seeds Python, NumPy and torch from ``spec.seed``; the regularizer and the Brownian noise get their own
-    generators (:class:`TrialRNG`). Training: Adam (or SGD) with ``weight_decay = lr * weight_decay_factor``,
-    StepLR (or reduce-on-plateau),
-    gradient-norm clipping after ``backward``, early stopping on validation loss (after ``min_epochs``, once
-    ``patience`` epochs pass without improvement) and the best weights restored. ``on_epoch`` receives
-    ``train_loss``, ``val_loss``, ``val_<metric>``, ``epoch_time_s`` and ``train_time_s`` (the training
-    batches only, without the validation passes) per epoch. A non-finite training
-    loss ends the trial with status ``diverged``. The test split is only touched when ``evaluate_test``.
-    """
-    seed_everything(spec.seed)
-    cfg = spec.training
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = torch.device(spec.device)
-    options = dict(spec.dataset_options)
-    bundle = create_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, **options)
-    regularizer = create_regularizer(spec.regularizer, **spec.regularizer_params)
-    binary = bundle.task == "binary"
-    kwargs: dict[str, Any] = dict(
-        in_channels=bundle.channels, num_classes=bundle.num_classes, regularizer=regularizer, binary=binary,
-        **spec.model_params,
-    )
-    if getattr(bundle, "input_kind", "timeseries") == "image":
-        kwargs["image_size"] = bundle.image_size
-    else:
-        kwargs["times"] = bundle.times
-        if bundle.train.static is not None:
-            kwargs["static_channels"] = bundle.train.static.shape[1]
-    if spec.solver is not None:
-        kwargs["solver"] = spec.solver
-    model = create_model(spec.model, **kwargs).to(device)
-    feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
-    batch_size = resolve_batch_size(cfg.batch_size, bundle)
-    top5 = bundle.num_classes >= 100
-    pos_weight = bundle.extra.get("pos_weight") if binary else None
-    metric_name = "auroc" if binary else ("top5_accuracy" if top5 else "accuracy")
+    val_loss: float
+    epoch: int
+    weights: dict[str, Any]
+    val: dict[str, float]
 
-    decay = cfg.lr * cfg.weight_decay_factor
-    if cfg.optimizer == "sgd":
-        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, weight_decay=decay)
-    else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=decay)
-    if cfg.scheduler == "plateau":
-        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=cfg.lr_gamma, patience=cfg.lr_step)
-    else:
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
-    rng = TrialRNG.from_seed(spec.seed)
-    shuffle = torch.Generator().manual_seed(spec.seed)
-    protocol = {**regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
-                "point_predictor": regularizer.point_predictor}
-    best = (math.inf, 0, copy.deepcopy(model.state_dict()), {})
-    epoch = 0
-    for epoch in range(1, cfg.epochs + 1):
-        start = time.perf_counter()
-        model.train()
-        total, count = 0.0, 0
-        for inputs, targets in feeds["train"].batches(batch_size, shuffle):
-            optimizer.zero_grad(set_to_none=True)
-            loss = _loss(model(inputs, rng), targets, pos_weight) + model.penalty().to(device)
-            if not torch.isfinite(loss):
-                return TrialResult("diverged", epoch, best[1], best[3], {}, None, protocol,
-                                   f"non-finite training loss at epoch {epoch}")
-            loss.backward()
-            if cfg.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            total += loss.item() * targets.shape[0]
-            count += targets.shape[0]
-        train_time = time.perf_counter() - start
-        val, _ = evaluate(model, feeds["val"], batch_size, spec.seed, top5=top5)
-        record = {"train_loss": total / count, "val_loss": val["nll"], f"val_{metric_name}": val[metric_name],
-                  "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time}
-        if on_epoch is not None:
-            on_epoch(record)
-        if not math.isfinite(val["nll"]):
-            return TrialResult("diverged", epoch, best[1], best[3], {}, None, protocol,
-                               f"non-finite validation loss at epoch {epoch}")
-        if cfg.scheduler == "plateau":
-            scheduler.step(val["nll"])
-        else:
-            scheduler.step()
-        if val["nll"] < best[0]:
-            best = (val["nll"], epoch, copy.deepcopy(model.state_dict()), {f"val_{k}": v for k, v in val.items()})
-        elif epoch > cfg.min_epochs and epoch - best[1] > cfg.patience:
-            break
-    model.load_state_dict(best[2])
-    val_best = {**best[3], "val_loss": best[0]}
-    test: dict[str, float] = {}
-    calibration = None
-    if evaluate_test:
-        metrics, calibration = evaluate(model, feeds["test"], batch_size, spec.seed, top5=top5)
-        test = {f"test_{k}": v for k, v in metrics.items()}
-    return TrialResult("ok", epoch, best[1], val_best, test, calibration, protocol)
 
+def _rng_state(rng: TrialRNG, shuffle: torch.Generator) -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "shuffle": shuffle.get_state(), "trial": rng.state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _load_rng_state(state: dict[str, Any], rng: TrialRNG, shuffle: torch.Generator) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    shuffle.set_state(state["shuffle"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    rng.load_state(state["trial"])
 
 
 @dataclass
 class BuiltTrial:
-    """A trial's untrained model and its data feeds, as :func:`run_trial` builds them (for re-evaluation)."""
+    """A trial's untrained model with its regularizer and data feeds, and what training needs of the data."""
 
     model: NDEClassifier
     feeds: dict[str, _Feed]
     batch_size: int
     top5: bool
+    pos_weight: float | None
+    metric_name: str
 
 
 def build_trial(spec: TrialSpec) -> BuiltTrial:
-    """Seed, load the data and build the model of ``spec`` exactly as :func:`run_trial` does, without training
-    (the model then takes trained weights with ``load_state_dict``)."""
+    """Seed Python, NumPy and torch from ``spec.seed``, load the data and build the model of ``spec`` (untrained:
+    :func:`run_trial` trains it, re-evaluation loads trained weights with ``load_state_dict``)."""
     seed_everything(spec.seed)
+    if spec.training.threads:
+        torch.set_num_threads(spec.training.threads)
     device = torch.device(spec.device)
     bundle = create_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, **dict(spec.dataset_options))
     regularizer = create_regularizer(spec.regularizer, **spec.regularizer_params)
+    binary = bundle.task == "binary"
     kwargs: dict[str, Any] = dict(in_channels=bundle.channels, num_classes=bundle.num_classes, regularizer=regularizer,
-                                  binary=bundle.task == "binary", **spec.model_params)
+                                  binary=binary, **spec.model_params)
     if getattr(bundle, "input_kind", "timeseries") == "image":
         kwargs["image_size"] = bundle.image_size
     else:
@@ -319,6 +250,157 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
         kwargs["solver"] = spec.solver
     model = create_model(spec.model, **kwargs).to(device)
     feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
-    cfg = spec.training
-    batch_size = auto_batch_size(len(feeds["train"])) if cfg.batch_size == "auto" else int(cfg.batch_size)
-    return BuiltTrial(model, feeds, batch_size, bundle.num_classes >= 100)
+    top5 = bundle.num_classes >= 100
+    return BuiltTrial(
+        model, feeds, resolve_batch_size(spec.training.batch_size, bundle), top5,
+        bundle.extra.get("pos_weight") if binary else None,
+        "auroc" if binary else ("top5_accuracy" if top5 else "accuracy"),
+    )
+
+
+class _Training:
+    """The mutable state of a trial's training: optimizer, scheduler, generators, best epoch, epoch counter
+    and the early-stopping decision; :meth:`snapshot` and :meth:`restore` cover all of it."""
+
+    def __init__(self, built: BuiltTrial, cfg: TrainingConfig, seed: int):
+        self.built, self.cfg, self.model = built, cfg, built.model
+        decay = cfg.lr * cfg.weight_decay_factor
+        if cfg.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9, weight_decay=decay)
+        else:
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=decay)
+        if cfg.scheduler == "plateau":
+            self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, factor=cfg.lr_gamma,
+                                                                        patience=cfg.lr_step)
+        else:
+            self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
+        self.rng = TrialRNG.from_seed(seed)
+        self.shuffle = torch.Generator().manual_seed(seed)
+        self.best = BestState(math.inf, 0, copy.deepcopy(self.model.state_dict()), {})
+        self.epoch, self.stop = 0, False
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "stop": self.stop, "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "best": dataclasses.asdict(self.best), "rng": _rng_state(self.rng, self.shuffle)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.best = BestState(**state["best"])
+        self.epoch, self.stop = state["epoch"], state["stop"]
+        _load_rng_state(state["rng"], self.rng, self.shuffle)
+
+    def train_epoch(self) -> float | None:
+        """One pass over the training split; the mean loss, or ``None`` at the first non-finite batch loss."""
+        model, built = self.model, self.built
+        device = next(model.parameters()).device
+        model.train()
+        total, count = 0.0, 0
+        for inputs, targets in built.feeds["train"].batches(built.batch_size, self.shuffle):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = _loss(model(inputs, self.rng), targets, built.pos_weight) + model.penalty().to(device)
+            if not torch.isfinite(loss):
+                return None
+            loss.backward()
+            if self.cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), self.cfg.grad_clip)
+            self.optimizer.step()
+            total += loss.item() * targets.shape[0]
+            count += targets.shape[0]
+        return total / count
+
+    def end_epoch(self, val: dict[str, float]) -> None:
+        """Step the scheduler, keep the best weights by validation NLL and decide on early stopping."""
+        if self.cfg.scheduler == "plateau":
+            self.scheduler.step(val["nll"])
+        else:
+            self.scheduler.step()
+        if val["nll"] < self.best.val_loss:
+            self.best = BestState(val["nll"], self.epoch, copy.deepcopy(self.model.state_dict()),
+                                  {f"val_{k}": v for k, v in val.items()})
+        else:
+            self.stop = self.epoch > self.cfg.min_epochs and self.epoch - self.best.epoch > self.cfg.patience
+
+
+def run_trial(
+    spec: TrialSpec,
+    *,
+    on_epoch: Callable[[dict[str, float]], None] | None = None,
+    evaluate_test: bool = True,
+    on_checkpoint: Callable[[int, Callable[[], dict[str, Any]]], None] | None = None,
+    resume_state: dict[str, Any] | None = None,
+) -> TrialResult:
+    """Train and evaluate one trial.
+
+    Seeds Python, NumPy and torch from ``spec.seed``; the regularizer and the Brownian noise get their own
+    generators (:class:`TrialRNG`). Training: Adam (or SGD) with ``weight_decay = lr * weight_decay_factor``,
+    StepLR (or reduce-on-plateau), gradient-norm clipping after ``backward``, early stopping on validation
+    loss (after ``min_epochs``, once ``patience`` epochs pass without improvement) and the best weights
+    restored. ``on_epoch`` receives ``train_loss``, ``val_loss``, ``val_<metric>``, ``epoch_time_s`` and
+    ``train_time_s`` (the training batches only, without the validation passes) per epoch. A non-finite
+    training or validation loss ends the trial with status ``diverged``. The test split is only touched when
+    ``evaluate_test``.
+
+    Checkpoints: after every epoch ``on_checkpoint(epoch, snapshot)`` may call ``snapshot()`` for the full
+    training state (weights, optimizer, scheduler, :class:`BestState`, the early-stopping decision and every
+    random state: Python, NumPy, torch, the shuffle generator and the :class:`TrialRNG` generators). A trial
+    started with ``resume_state=snapshot()`` continues after that epoch and ends with exactly the metrics of
+    an uninterrupted trial on the same device.
+    """
+    built = build_trial(spec)
+    model = built.model
+    training = _Training(built, spec.training, spec.seed)
+    regularizer = model.regularizer
+    protocol = {**regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
+                "point_predictor": regularizer.point_predictor}
+    if resume_state is not None:
+        training.restore(resume_state)
+
+    def diverged(what: str) -> TrialResult:
+        best = training.best
+        return TrialResult("diverged", training.epoch, best.epoch, best.val, {}, None, protocol,
+                           f"non-finite {what} loss at epoch {training.epoch}")
+
+    while not training.stop and training.epoch < spec.training.epochs:
+        training.epoch += 1
+        start = time.perf_counter()
+        train_loss = training.train_epoch()
+        if train_loss is None:
+            return diverged("training")
+        train_time = time.perf_counter() - start
+        val, _ = evaluate(model, built.feeds["val"], built.batch_size, spec.seed, top5=built.top5)
+        if on_epoch is not None:
+            on_epoch({"train_loss": train_loss, "val_loss": val["nll"], f"val_{built.metric_name}": val[built.metric_name],
+                      "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time})
+        if not math.isfinite(val["nll"]):
+            return diverged("validation")
+        training.end_epoch(val)
+        if on_checkpoint is not None:
+            on_checkpoint(training.epoch, training.snapshot)
+    best = training.best
+    model.load_state_dict(best.weights)
+    test: dict[str, float] = {}
+    calibration = None
+    if evaluate_test:
+        metrics, calibration = evaluate(model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
+        test = {f"test_{k}": v for k, v in metrics.items()}
+    return TrialResult("ok", training.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
+                       protocol)
+
+
+STATE_FILE = "trial_state.pt"
+
+
+def save_trial_state(state: dict[str, Any], directory: str | Path) -> Path:
+    """Write a :func:`run_trial` snapshot to ``directory/trial_state.pt``."""
+    path = Path(directory) / STATE_FILE
+    torch.save(state, path)
+    return path
+
+
+def load_trial_state(directory: str | Path) -> dict[str, Any]:
+    """Read a snapshot written by :func:`save_trial_state`, onto the CPU."""
+    # weights_only=False: the snapshot holds Python and NumPy random states, and it is our own file.
+    return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)

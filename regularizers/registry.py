@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry
 from ndebench.regularizers.base import Regularizer
 
@@ -56,6 +57,7 @@ def register_regularizer(
 
 def _load_builtins() -> None:
     from ndebench.regularizers import builtin  # noqa: F401  (registration side effect)
+    load_entry_points("ndebench.regularizers")
 
 
 def create_regularizer(name: str, **hyperparams: Any) -> Regularizer:

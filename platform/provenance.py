@@ -1,0 +1,95 @@
+"""Which code, which libraries and which machine produced a run: the provenance tags of every MLflow run.
+
+:func:`driver_provenance` is captured once on the driver (the code version and the git state of the package
+source, which workers on other nodes may not have as a checkout); :func:`worker_provenance` is captured in
+the process that runs the trial (host, Ray node, device).
+"""
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+LIBRARIES = ("torch", "torchdiffeq", "torchsde", "torchcde", "ray", "optuna", "mlflow", "scipy")
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _git(source: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state(source: Path) -> tuple[str, bool | None]:
+    """``(commit, dirty)`` of the git checkout holding ``source``; ``("unknown", None)`` outside a checkout
+    (e.g. a wheel install). Dirty means tracked or untracked-not-ignored files differ from the commit."""
+    commit = _git(source, "rev-parse", "HEAD")
+    if commit is None:
+        return "unknown", None
+    status = _git(source, "status", "--porcelain", "--untracked-files=normal", "--", ".")
+    return commit, bool(status)
+
+
+@lru_cache(maxsize=1)
+def driver_provenance() -> dict[str, str]:
+    """Tags (without the ``ndebench.`` prefix) that describe the code: ``version``, ``git_commit``,
+    ``git_dirty``, ``python`` and ``lib.<name>`` for each library in :data:`LIBRARIES`."""
+    source = Path(__file__).resolve().parent.parent
+    commit, dirty = git_state(source)
+    tags = {
+        "version": _version("ndebench"),
+        "git_commit": commit,
+        "git_dirty": "unknown" if dirty is None else str(dirty).lower(),
+        "python": platform.python_version(),
+    }
+    tags.update({f"lib.{name}": _version(name) for name in LIBRARIES})
+    return tags
+
+
+def device_description(device: str) -> str:
+    """``"cuda: <GPU name>, CUDA <version>"`` on a GPU, else ``"cpu: <CPU model>"``."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index or 0
+        return f"cuda: {torch.cuda.get_device_name(index)}, CUDA {torch.version.cuda}"
+    return f"cpu: {_cpu_model()}"
+
+
+@lru_cache(maxsize=1)
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ray_node_id() -> str:
+    """The Ray node id of the calling process, or ``"local"`` outside Ray."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - provenance must never fail a trial
+        pass
+    return "local"
+
+
+def worker_provenance(device: str) -> dict[str, str]:
+    """Tags that describe where a trial ran: ``host``, ``node`` (Ray node id) and ``device``."""
+    return {"host": socket.gethostname(), "node": ray_node_id(), "device": device_description(device)}

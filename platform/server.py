@@ -1,0 +1,149 @@
+"""MLflow processes started by ndebench: the tracking server a cluster needs and the local UI.
+
+Both run as a child in its own process group, which is ended with the parent (SIGINT, SIGTERM or a normal
+exit), so no MLflow worker outlives the ``ndebench`` command that started it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+# With job execution on, MLflow 3.17 starts worker processes that survive the server's own exit.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """A tracking server: ``backend_store_uri`` (runs, params, metrics), ``artifacts_destination`` (a folder
+    or object-store URI the server proxies artifact uploads to), bind ``host`` and ``port``, the name
+    workers reach it by (``public_host``), and the Host headers it accepts (``allowed_hosts``)."""
+
+    backend_store_uri: str
+    artifacts_destination: str
+    host: str = "0.0.0.0"
+    port: int = 5000
+    public_host: str = ""
+    allowed_hosts: tuple[str, ...] = ()
+    workers: int = 4
+
+    @property
+    def reachable_host(self) -> str:
+        if self.public_host:
+            return self.public_host
+        return socket.getfqdn() if self.host in ("0.0.0.0", "::") else self.host
+
+    @property
+    def tracking_uri(self) -> str:
+        """The ``--tracking-uri`` that the driver and every worker node must use."""
+        return f"http://{self.reachable_host}:{self.port}"
+
+    def host_headers(self) -> list[str]:
+        """MLflow's default allowed hosts (localhost, private IPs) plus the name workers use: MLflow 3.17
+        refuses requests that reach it by a host name it was not told about."""
+        from mlflow.server.security_utils import get_default_allowed_hosts
+
+        name = self.reachable_host
+        extra = list(self.allowed_hosts) or [name, f"{name}:{self.port}"]
+        return list(dict.fromkeys(get_default_allowed_hosts() + extra))
+
+
+def default_settings(cwd: Path | None = None, **overrides: object) -> ServerSettings:
+    """Defaults for the head node: ``sqlite:///<cwd>/mlflow.db`` and ``<cwd>/mlartifacts``, absolute."""
+    base = Path(cwd or os.getcwd()).resolve()
+    values: dict[str, object] = {
+        "backend_store_uri": f"sqlite:///{base / 'mlflow.db'}",
+        "artifacts_destination": str(base / "mlartifacts"),
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return ServerSettings(**values)  # type: ignore[arg-type]
+
+
+def server_command(settings: ServerSettings) -> list[str]:
+    """The ``mlflow server`` command line for ``settings`` (artifacts proxied through the server, so workers
+    need no access to the artifact store themselves)."""
+    return [
+        sys.executable, "-m", "mlflow", "server",
+        "--backend-store-uri", settings.backend_store_uri,
+        "--artifacts-destination", settings.artifacts_destination, "--serve-artifacts",
+        "--host", settings.host, "--port", str(settings.port), "--workers", str(settings.workers),
+        "--allowed-hosts", ",".join(settings.host_headers()),
+    ]
+
+
+def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
+    """The ``mlflow ui`` command line of ``ndebench ui`` (one worker: a local viewer)."""
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", host,
+            "--port", str(port), "--workers", "1"]
+
+
+def study_url(base_url: str, experiment_id: str, phase: str = "evaluate") -> str:
+    """The MLflow UI page of an experiment's runs in the model-training view (MLflow 3.17 otherwise opens on
+    its GenAI traces overview), filtered to one ``ndebench.phase``."""
+    query = urllib.parse.urlencode({"workflowType": "machine_learning",
+                                    "searchFilter": f"tags.`ndebench.phase` = '{phase}'"})
+    return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 120.0) -> None:
+    def poll() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{base_url}/health", timeout=2):
+                    action()
+                    return
+            except OSError:
+                time.sleep(0.5)
+
+    threading.Thread(target=poll, daemon=True).start()
+
+
+def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable[[], None] | None = None) -> int:
+    """Run ``command`` in its own process group until it exits or this process gets SIGINT, SIGTERM or SIGHUP;
+    then end the whole group (the server and its workers). ``on_ready`` runs once ``base_url`` answers.
+    Returns the child's exit code, or ``128 + signal`` when stopped by a signal (as a shell reports it)."""
+    process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV), start_new_session=True)
+    if base_url and on_ready:
+        _when_ready(base_url, on_ready)
+    stopped_by = 0
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopped_by
+        stopped_by = signum
+        _end_group(process)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _end_group(process)
+    return 128 + stopped_by if stopped_by else code
+
+
+def _end_group(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM to the group, SIGKILL to whatever is left after ``grace_s``; returns once the group is gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            process.poll()
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
