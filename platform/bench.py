@@ -183,7 +183,7 @@ def _tiny_trial_config(seed: int, epochs: int) -> dict[str, Any]:
 
 def _timed_trainable(config: dict[str, Any], *, log_path: str, **kwargs: Any) -> None:
     """The sweep's trainable, with its own run time (MLflow logging + run_trial) appended to ``log_path``."""
-    from ndebench.platform.sweep import trainable
+    from ndebench.platform.trainable import trainable
 
     start = time.perf_counter()
     trainable(config, **kwargs)

@@ -98,11 +98,14 @@ class TuneConfig:
     n_startup_trials: int = 10
     scheduler: str = "fifo"
     asha: AshaConfig = AshaConfig()
+    max_failures: int = 2
+    checkpoint_every: int = 1
 
 
 @dataclass(frozen=True)
 class EvaluateConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    save_weights: bool = True
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class SweepSpec:
     base: TuneConfig = TuneConfig()
     base_epochs: int | None = None
     variants: dict[str, str] = dataclasses.field(default_factory=dict)
+    plugins: tuple[str, ...] = ()
 
     def model_params(self, model: str) -> dict[str, Value]:
         """The ``model:`` section for ``model``: shared keys with that model's own block merged over them."""
@@ -171,7 +175,7 @@ class SweepSpec:
 
 TOP_KEYS = {
     "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
-    "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants",
+    "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants", "plugins",
 }
 PROTOCOLS = ("paper", "joint")
 SAMPLERS = ("tpe", "random", "grid")
@@ -471,11 +475,25 @@ def load_spec(path: str | Path) -> SweepSpec:
     return dataclasses.replace(spec, source=str(path.resolve()))
 
 
+def _plugins(raw: Any) -> tuple[str, ...]:
+    """``plugins:``, modules imported before anything is looked up by name, so their components register."""
+    from ndebench.platform.plugins import PluginError, import_plugins
+
+    _require("plugins", raw, typed.either(typed.one_of(None), typed.sequence_of(typed.text)))
+    modules = tuple(raw or ())
+    try:
+        import_plugins(modules)
+    except PluginError as exc:
+        raise ConfigError(str(exc)) from None
+    return modules
+
+
 def parse_spec(raw: Any) -> SweepSpec:
     """Validate a config mapping (as loaded from YAML) into a :class:`SweepSpec`."""
     raw = _mapping(raw, "config")
     _unknown(set(raw), TOP_KEYS, "the config's top level")
     study = check_study_name(raw.get("study"))
+    plugins = _plugins(raw.get("plugins"))
     models = _names(raw.get("models"), "models")
     datasets = _names(raw.get("datasets"), "datasets")
     if not models:
@@ -503,7 +521,7 @@ def parse_spec(raw: Any) -> SweepSpec:
     seeds = tuple(evaluate.seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"evaluate.seeds={list(seeds)!r} must be distinct integers >= 0")
-    evaluate = EvaluateConfig(seeds=seeds)
+    evaluate = dataclasses.replace(evaluate, seeds=seeds)
     resources = _dataclass_from(Resources, raw.get("resources"), "resources",
                                 {"cpu": typed.number(0, low_open=True), "gpu": typed.number(0)})
     report = _dataclass_from(ReportConfig, raw.get("report"), "report", {
@@ -516,7 +534,7 @@ def parse_spec(raw: Any) -> SweepSpec:
         study=study, description=str(raw.get("description", "")), models=models, datasets=datasets,
         regularizers=regularizers, model=model_section, training=training,
         dataset_options=_check_dataset_options(raw.get("dataset_options"), datasets), solver=solvers, tune=tune_cfg,
-        evaluate=evaluate, resources=resources, report=report, data_dir=raw.get("data_dir"),
+        evaluate=evaluate, resources=resources, report=report, data_dir=raw.get("data_dir"), plugins=plugins,
     )
     return _with_protocol(spec, raw)
 
@@ -549,6 +567,7 @@ def _split_model_section(raw: Any, models: tuple[str, ...]) -> tuple[dict[str, V
 SEARCH_RULES: dict[str, typed.Rule] = {
     "num_samples": typed.integer(1), "seed": typed.integer(0), "max_concurrent": typed.integer(1, null=True),
     "sampler": typed.one_of(*SAMPLERS), "n_startup_trials": typed.integer(0), "scheduler": typed.one_of(*SCHEDULERS),
+    "max_failures": typed.integer(0), "checkpoint_every": typed.integer(1),
 }
 ASHA_RULES: dict[str, typed.Rule] = {
     "grace_period": typed.integer(1), "reduction_factor": typed.integer(2), "max_epochs": typed.integer(1, null=True),

@@ -23,14 +23,16 @@ from typing import Any, Callable
 
 from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
+from ndebench.platform.cluster import check_cluster
 from ndebench.platform.config import Space, SweepSpec, config_hash
 from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
+from ndebench.platform.provenance import driver_provenance
 from ndebench.platform.storage import Storage
 from ndebench.platform.tracking import (
     TAG, TrialRecorder, cell_run, cell_states, close_orphaned_runs, ensure_experiment, evaluate_runs, finish_cell, finished_hashes,
     search, study_run,
 )
-from ndebench.platform.trial import TrialSpec, run_trial
+from ndebench.platform.trainable import trainable
 
 Printer = Callable[[str], None]
 TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
@@ -38,58 +40,6 @@ TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
 
 def _print(message: str) -> None:
     print(f"[ndebench] {message}", flush=True)
-
-
-def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
-    tags = {
-        "study": config["study"], "phase": phase, "model": config["model"], "dataset": config["dataset"],
-        "regularizer": config["regularizer"], "seed": str(config.get("seed", 0)), "cell": config["cell"],
-    }
-    if config.get("variant"):
-        tags["variant"] = config["variant"]
-    return tags
-
-
-def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
-              evaluate_configs: dict[str, dict[str, Any]] | None = None) -> None:
-    """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
-
-    Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>``
-    into ``evaluate_configs``. Every report carries ``status`` (``running`` until the final one) and the
-    MLflow ``run_id``, so the driver can mark a trial the scheduler stopped.
-    """
-    from ray import tune
-
-    config = dict(evaluate_configs[config["trial"]] if "trial" in config else config)
-    phase = config["phase"]
-    recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config), trial_tags(config, phase),
-                             parent_run_id=parents.get(config["cell"]))
-    epoch = 0
-
-    def on_epoch(record: dict[str, float]) -> None:
-        nonlocal epoch
-        epoch += 1
-        recorder.log_metrics(record, step=epoch)
-        tune.report(dict(record, epoch=epoch, status="running", run_id=recorder.run_id))
-
-    try:
-        result = run_trial(TrialSpec.from_flat(config), on_epoch=on_epoch, evaluate_test=phase == "evaluate")
-    except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
-        traceback.print_exc()
-        message = f"{type(exc).__name__}: {exc}"[:4000]
-        recorder.finish("error", {}, {"error": message}, {})
-        tune.report({"status": "error", "message": message, "run_id": recorder.run_id})
-        return
-    protocol = result.protocol["test_protocol"]
-    tags = {"test_protocol": protocol, "epochs": result.epochs, "best_epoch": result.best_epoch}
-    if result.message:
-        tags["message"] = result.message
-    final = {**result.val, **result.test} if result.status == "ok" else {}
-    artifacts = {"calibration.json": result.calibration} if result.calibration else {}
-    recorder.finish(result.status, final, tags, artifacts)
-    val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
-    tune.report({**final, "val_loss": val_loss, "status": result.status, "message": result.message,
-                 "run_id": recorder.run_id})
 
 
 def decode(space: Space, text: str) -> Any:
@@ -182,21 +132,30 @@ class Sweep:
         config.setdefault("training.threads", max(1, int(self.spec.resources.cpu)))
         return config
 
-    def _trainable(self, parents: dict[str, str], evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
+    def _trainable(self, stage: str, parents: dict[str, str],
+                   evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
         from ray import tune
 
-        fn = tune.with_parameters(trainable, tracking_uri=self.tracking_uri, parents=parents,
-                                  evaluate_configs=evaluate_configs)
+        fn = tune.with_parameters(
+            trainable, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
+            storage_uri=self.storage.uri, experiment=self._experiment(stage), run_tags=driver_provenance(),
+            checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
+            plugins=self.spec.plugins,
+        )
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self._gpu})
+
+    def _experiment(self, stage: str) -> str:
+        return f"{self.spec.study}/{stage}-{self.stamp}"
 
     def _fit(self, stage: str, fn: Any, tune_config: Any, param_space: dict[str, Any], callbacks: list[Any]) -> Any:
         """One Ray Tune run; Ray's console output goes to the sweep's log file unless ``verbose``."""
         from ray import tune
 
         run_config = tune.RunConfig(
-            name=f"{self.spec.study}/{stage}-{self.stamp}", storage_path=self.storage.root,
+            name=self._experiment(stage), storage_path=self.storage.root,
             storage_filesystem=self.storage.fs, verbose=2 if self.verbose else 0, callbacks=callbacks,
-            failure_config=tune.FailureConfig(max_failures=0),
+            failure_config=tune.FailureConfig(max_failures=self.spec.tune.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         )
         tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
         if self.verbose:
@@ -259,7 +218,7 @@ class Sweep:
             scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha, {c.key: c.template["training.epochs"] for c in run.cells})
         progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
                                  tc.metric, tc.mode, self._say_console, self.progress_every_s)
-        self._fit(stage.name, self._trainable(parents), tune.TuneConfig(
+        self._fit(stage.name, self._trainable(stage.name, parents), tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
             max_concurrent_trials=searcher.max_live, trial_dirname_creator=lambda trial: trial.trial_id,
@@ -359,7 +318,7 @@ class Sweep:
             budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
             progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                      self._say_console, self.progress_every_s)
-            self._fit("evaluate", self._trainable(parents, trials), tune.TuneConfig(
+            self._fit("evaluate", self._trainable("evaluate", parents, trials), tune.TuneConfig(
                 reuse_actors=True, trial_dirname_creator=lambda trial: trial.trial_id),
                 {"trial": tune.grid_search(list(trials))}, [progress])
             self._close_orphans("evaluate", progress.outcomes, trials)
@@ -433,11 +392,14 @@ class Sweep:
     def run(self) -> SweepOutcome:
         """Preflight, start Ray, run the search stages of the protocol, evaluate every cell over the seeds."""
         self.preflight()
+        resources = self._start_ray()
+        nodes = check_cluster(self.tracking_uri, self.storage.uri, self.data_dir)
+        if nodes > 1:
+            self.say(f"cluster of {nodes} nodes: tracking store, storage and data reachable from every node")
         ensure_experiment(self.tracking_uri, self.spec.study)
         source = Path(self.spec.source).read_text() if self.spec.source else None
         self.study_run_id = study_run(self.tracking_uri, self.spec.study, description=self.spec.description,
-                                      params=self._study_params(), yaml_text=source)
-        resources = self._start_ray()
+                                      params=self._study_params(), yaml_text=source, tags=driver_provenance())
         self._place(resources.get("GPU", 0.0))
         self.failed = {}
         base: dict[str, dict[str, Any]] = {}

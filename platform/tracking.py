@@ -150,11 +150,12 @@ class TrialRecorder:
     """Records one trial as one MLflow run: tags, params (the resolved config), per-epoch and final metrics.
 
     An evaluate trial re-run after a crash (same study and config hash, run not finished) continues the same
-    MLflow run instead of adding a duplicate.
+    MLflow run instead of adding a duplicate, as does any trial given the ``run_id`` of its checkpoint
+    (``reattached``; ``previous_tags`` are that run's tags before this attempt).
     """
 
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
-                 parent_run_id: str | None = None):
+                 parent_run_id: str | None = None, run_id: str | None = None):
         from mlflow.entities import Param, RunTag
 
         self.client = client(uri)
@@ -168,7 +169,11 @@ class TrialRecorder:
         existing = [
             r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' and tags.`{TAG}phase` = '{tags['phase']}'")
             if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
-        ] if tags["phase"] == "evaluate" else []
+        ] if tags["phase"] == "evaluate" and run_id is None else []
+        if run_id is not None:
+            existing = [_retry(lambda: self.client.get_run(run_id))]
+        self.reattached = bool(existing)
+        self.previous_tags: dict[str, str] = dict(existing[0].data.tags) if existing else {}
         if existing:
             self.run_id = existing[0].info.run_id
             _retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
@@ -198,6 +203,12 @@ class TrialRecorder:
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
         _retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+
+
+def last_logged_step(mlflow_client: Any, run_id: str, metric: str = "train_loss") -> int:
+    """The last epoch step of ``metric`` a run has logged (0 if none)."""
+    history = _retry(lambda: mlflow_client.get_metric_history(run_id, metric))
+    return max((m.step for m in history), default=0)
 
 
 def finished_hashes(uri: str, study: str, phase: str) -> set[str]:
@@ -330,9 +341,11 @@ def _tagged(uri: str, study: str, tags: dict[str, str]) -> list[Any]:
     return search(uri, study, " and ".join(f"tags.`{TAG}{k}` = '{v}'" for k, v in tags.items()))
 
 
-def study_run(uri: str, study: str, *, description: str, params: dict[str, Any], yaml_text: str | None) -> str:
+def study_run(uri: str, study: str, *, description: str, params: dict[str, Any], yaml_text: str | None,
+              tags: dict[str, str] | None = None) -> str:
     """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
-    description as its note, the protocol settings as params. Created once; a resumed sweep reuses it."""
+    description as its note, the protocol settings as params, ``tags`` (provenance) with the ``ndebench.``
+    prefix. Created once; a resumed sweep reuses it."""
     from mlflow.entities import Param
 
     existing = _tagged(uri, study, {"kind": "study"})
@@ -340,7 +353,8 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
         _retry(lambda: client(uri).update_run(existing[0].info.run_id, status="RUNNING"))
         return existing[0].info.run_id
     mlflow_client = client(uri)
-    tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study}
+    tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
+            **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}}
     run_id = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=tags, run_name=study)).info.run_id
     _retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
     if yaml_text is not None:

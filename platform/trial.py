@@ -75,6 +75,7 @@ class TrialResult:
     calibration: dict[str, Any] | None
     protocol: dict[str, Any]
     message: str = ""
+    weights: dict[str, Any] | None = None
 
 
 def seed_everything(seed: int) -> None:
@@ -387,7 +388,7 @@ def run_trial(
         metrics, calibration = evaluate(model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
         test = {f"test_{k}": v for k, v in metrics.items()}
     return TrialResult("ok", training.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
-                       protocol)
+                       protocol, weights=best.weights)
 
 
 STATE_FILE = "trial_state.pt"

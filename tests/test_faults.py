@@ -11,13 +11,21 @@ from pathlib import Path
 import yaml
 
 from ndebench.platform.cli import main
+from ndebench.platform.runframe import parse_param
 from ndebench.platform.tracking import TAG, client, search
+from ndebench.platform.trial import TrialSpec, run_trial
 
 CONFIG = {
     "study": "fault", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
     # Long enough that the trial is still training when it is killed.
     "training": {"epochs": 500, "min_epochs": 500, "patience": 500, "lr": 0.01},
+    "tune": {"max_failures": 1},
+}
+RESUMED = {
+    "study": "resumed", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["continuum_dropout"],
+    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]}, "regularizers": {"continuum_dropout": {"p": 0.3, "m": 10}},
+    "training": {"epochs": 25, "min_epochs": 25, "patience": 25, "lr": 0.01},
 }
 
 
@@ -75,7 +83,7 @@ def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeyp
             driver.wait()
     assert killed >= 1
     assert driver.returncode == 1, output
-    assert "1 evaluate trial(s) failed (1 on a worker that died, closed as error)" in output
+    assert "stage evaluate: 1 trial(s) lost their worker; their MLflow runs are closed as error" in output
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "fault", f"tags.`{TAG}phase` = 'evaluate'")
     assert len(runs) == 1
@@ -87,3 +95,39 @@ def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeyp
     assert "1 evaluate-phase runs: 0 ok, 0 diverged, 1 error." in capsys.readouterr().out
     text = (tmp_path / "reports" / "fault" / "table.md").read_text()
     assert "neural_cde / synthetic / none, seed 0: error: the worker running this trial died" in text
+
+
+def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_path):
+    """SIGKILL of the trial's worker at epoch 6 of 25: Ray retries it from its epoch checkpoint into the same
+    MLflow run; every epoch is logged once and the test metrics equal those of an uninterrupted trial."""
+    (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(RESUMED))
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "resumed.yaml"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    killed = []
+    try:
+        deadline = time.time() + 300
+        while driver.poll() is None:
+            assert time.time() < deadline, "the sweep did not finish"
+            if not killed and _epochs_logged(tmp_path / "mlflow.db") >= 6:
+                killed = [pid for pid, command in _descendants(driver.pid).items() if "ImplicitFunc" in command]
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+        output = driver.stdout.read()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert len(killed) == 1
+    assert driver.returncode == 0, output
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = search(uri, "resumed", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")
+    assert len(runs) == 1
+    run = client(uri).get_run(runs[0].info.run_id)
+    assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
+    for metric in ("train_loss", "val_loss"):
+        steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, metric))
+        assert steps == list(range(1, 26)), metric
+    spec = TrialSpec.from_flat({k: parse_param(v) for k, v in run.data.params.items()})
+    uninterrupted = run_trial(spec)
+    assert uninterrupted.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}

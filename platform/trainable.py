@@ -1,0 +1,133 @@
+"""The Ray Tune function trainable: one trial, one MLflow run, checkpoints that survive a lost worker or driver.
+
+Every ``checkpoint_every`` epochs the full training state (:func:`ndebench.platform.trial.run_trial`'s
+snapshot) and the trial's MLflow run id go to ``tune.report(..., checkpoint=...)``; Ray keeps the last two per
+trial under ``<storage>/<experiment>/<trial id>/checkpoint_NNNNNN``. A retried trial (``tune.max_failures``)
+resumes from ``tune.get_checkpoint()`` into the same MLflow run. After the driver itself died, the evaluate
+trial that ``--resume`` starts for the same config finds its unfinished MLflow run, whose tag
+``ndebench.trial_dir`` names the old trial's folder, and resumes from the newest checkpoint there. Epochs the
+run already logged are not logged again: a resumed trial recomputes them bit for bit.
+"""
+from __future__ import annotations
+
+import io
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ndebench.platform.config import config_hash
+from ndebench.platform.plugins import import_plugins
+from ndebench.platform.provenance import worker_provenance
+from ndebench.platform.storage import Storage
+from ndebench.platform.tracking import TAG, TrialRecorder, last_logged_step
+from ndebench.platform.trial import STATE_FILE, TrialSpec, load_trial_state, run_trial, save_trial_state
+
+RUN_ID_FILE = "mlflow_run_id"
+
+
+def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
+    tags = {
+        "study": config["study"], "phase": phase, "model": config["model"], "dataset": config["dataset"],
+        "regularizer": config["regularizer"], "seed": str(config.get("seed", 0)), "cell": config["cell"],
+    }
+    if config.get("variant"):
+        tags["variant"] = config["variant"]
+    return tags
+
+
+def latest_checkpoint(storage: Storage, trial_dir: str) -> dict[str, Any] | None:
+    """The newest loadable ``checkpoint_*/trial_state.pt`` under ``trial_dir`` (relative to the storage root)."""
+    import pyarrow.fs as pafs
+    import torch
+
+    selector = pafs.FileSelector(storage.path(trial_dir), allow_not_found=True)
+    folders = sorted((info.path for info in storage.fs.get_file_info(selector)
+                      if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")), reverse=True)
+    for folder in folders:
+        try:
+            with storage.fs.open_input_file(f"{folder}/{STATE_FILE}") as stream:
+                # weights_only=False: our own snapshot, holding Python and NumPy random states.
+                return torch.load(io.BytesIO(stream.read()), map_location="cpu", weights_only=False)
+        except (OSError, EOFError, RuntimeError):
+            continue  # a checkpoint cut off while it was written; an older one is complete
+    return None
+
+
+def _restored() -> tuple[dict[str, Any] | None, str | None]:
+    from ray import tune
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return None, None
+    with checkpoint.as_directory() as folder:
+        return load_trial_state(folder), (Path(folder) / RUN_ID_FILE).read_text().strip()
+
+
+def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
+              evaluate_configs: dict[str, dict[str, Any]] | None = None, storage_uri: str = "",
+              experiment: str = "", run_tags: dict[str, str] | None = None, checkpoint_every: int = 1,
+              save_weights: bool = False, plugins: tuple[str, ...] = ()) -> None:
+    """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
+
+    Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>``
+    into ``evaluate_configs``. Every report carries ``status`` (``running`` until the final one) and the
+    MLflow ``run_id``, so the driver can mark a trial the scheduler stopped. ``run_tags`` (the driver's
+    provenance) and this worker's host, Ray node and device are tags of the run; with ``save_weights`` an
+    evaluate run logs its best weights (``model/state_dict.pt``).
+    """
+    from ray import tune
+
+    import_plugins(plugins)
+    config = dict(evaluate_configs[config["trial"]] if "trial" in config else config)
+    phase = config["phase"]
+    storage = Storage(storage_uri) if storage_uri else None
+    trial_dir = f"{experiment}/{tune.get_context().get_trial_id()}"
+    state, run_id = _restored()
+    tags = trial_tags(config, phase) | (run_tags or {}) | worker_provenance(config.get("device", "cpu"))
+    recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config), tags | {"trial_dir": trial_dir},
+                             parent_run_id=parents.get(config["cell"]), run_id=run_id)
+    if state is None and storage is not None and recorder.previous_tags.get(f"{TAG}trial_dir"):
+        state = latest_checkpoint(storage, recorder.previous_tags[f"{TAG}trial_dir"])
+    logged = last_logged_step(recorder.client, recorder.run_id) if recorder.reattached else 0
+    epoch = state["epoch"] if state is not None else 0
+
+    def on_epoch(record: dict[str, float]) -> None:
+        nonlocal epoch
+        epoch += 1
+        if epoch > logged:
+            recorder.log_metrics(record, step=epoch)
+
+    def on_checkpoint(done: int, snapshot: Any) -> None:
+        report = {"epoch": done, "status": "running", "run_id": recorder.run_id}
+        if done % checkpoint_every:
+            tune.report(report)
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            save_trial_state(snapshot(), folder)
+            (Path(folder) / RUN_ID_FILE).write_text(recorder.run_id)
+            tune.report(report, checkpoint=tune.Checkpoint.from_directory(folder))
+
+    spec = TrialSpec.from_flat(config)
+    try:
+        result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
+                           evaluate_test=phase == "evaluate")
+    except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
+        traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc}"[:4000]
+        recorder.finish("error", {}, {"error": message}, {})
+        tune.report({"status": "error", "message": message, "run_id": recorder.run_id})
+        return
+    tags = {"test_protocol": result.protocol["test_protocol"], "epochs": result.epochs, "best_epoch": result.best_epoch}
+    if result.message:
+        tags["message"] = result.message
+    final = {**result.val, **result.test} if result.status == "ok" else {}
+    artifacts = {"calibration.json": result.calibration} if result.calibration else {}
+    if save_weights and phase == "evaluate" and result.weights is not None:
+        from ndebench.platform.weights import log_weights
+
+        log_weights(recorder.client, recorder.run_id, result.weights)
+    recorder.finish(result.status, final, tags, artifacts)
+    val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
+    tune.report({**final, "val_loss": val_loss, "status": result.status, "message": result.message,
+                 "run_id": recorder.run_id})
