@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
             failed: dict[str, str] | None = None) -> None:
     from ndebench.platform.analyses import label_variants, write_analyses
-    from ndebench.platform.report import build_report, format_console_table
+    from ndebench.platform.report import build_report, format_console_table, has_results
     from ndebench.platform.runframe import runs_frame
     from ndebench.platform.tracking import client, evaluate_runs, log_report_artifacts, planned_seeds, study_names
 
@@ -123,11 +123,13 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction
         lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
         with files.table_md.open("a") as handle:
             handle.write("\n".join(lines) + "\n")
-    experiment = client(uri).get_experiment_by_name(study)
-    paths = list(files.paths) + write_analyses(
-        frame, runs, files, study, test=test, alpha=alpha, correction=correction,
-        reevaluated=runs_frame(uri, study, "reevaluate", histories=False), ui_url="http://127.0.0.1:5000",
-        experiment_id=experiment.experiment_id if experiment else None)
+    paths = list(files.paths)
+    if has_results(runs):
+        experiment = client(uri).get_experiment_by_name(study)
+        paths += write_analyses(
+            frame, runs, files, study, test=test, alpha=alpha, correction=correction,
+            reevaluated=runs_frame(uri, study, "reevaluate", histories=False), ui_url="http://127.0.0.1:5000",
+            experiment_id=experiment.experiment_id if experiment else None)
     log_report_artifacts(uri, study, paths)
     print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in paths)}) "
           f"and logged to the study's MLflow run")
