@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ndebench.platform.cli import main
@@ -131,3 +132,52 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
     spec = TrialSpec.from_flat({k: parse_param(v) for k, v in run.data.params.items()})
     uninterrupted = run_trial(spec)
     assert uninterrupted.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
+
+
+DRIVER = {
+    "study": "driver", "models": ["neural_cde"], "datasets": ["synthetic"],
+    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.2, 0.4], "m": 10}},
+    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
+    "training": {"epochs": 12, "min_epochs": 12, "patience": 12, "lr": [0.01, 0.02]},
+    "base": {"sampler": "grid"}, "tune": {"sampler": "grid"},
+}
+
+
+def _runs_logged(db: Path, phase: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+            return connection.execute(
+                "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
+                "where m.key = 'train_loss' and t.key = 'ndebench.phase' and t.value = ?", (phase,)).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.parametrize("phase", ["base", "evaluate"])
+def test_resume_after_the_driver_is_killed(tmp_path, phase):
+    """SIGKILL of `ndebench run` while a stage trains, then `--resume`: every planned evaluate run exists once
+    and no run is left running."""
+    (tmp_path / "driver.yaml").write_text(yaml.safe_dump(DRIVER))
+    command = [sys.executable, "-m", "ndebench.platform.cli", "run", "driver.yaml"]
+    driver = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while _runs_logged(tmp_path / "mlflow.db", phase) == 0:
+            assert driver.poll() is None and time.time() < deadline, f"the sweep never reached the {phase} stage"
+            time.sleep(0.2)
+        driver.kill()
+        driver.wait()
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the local Ray processes the dead driver leaves behind
+    resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = search(uri, "driver")
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING" or r.data.tags.get(f"{TAG}status") == "running"]
+    evaluated = [r for r in runs if r.data.tags.get(f"{TAG}kind") == "trial" and r.data.tags[f"{TAG}phase"] == "evaluate"]
+    keys = sorted((r.data.tags[f"{TAG}regularizer"], r.data.tags[f"{TAG}seed"]) for r in evaluated)
+    assert keys == [("continuum_dropout", "0"), ("continuum_dropout", "1"), ("none", "0"), ("none", "1")]
+    assert all(r.data.tags[f"{TAG}status"] == "ok" for r in evaluated)
