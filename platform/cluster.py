@@ -52,7 +52,7 @@ def _local(path: str) -> Path:
 def check_cluster(
     tracking_uri: str,
     storage_path: str,
-    data_dir: str,
+    data_dir: str | None,
     *,
     nodes: list[dict[str, Any]] | None = None,
     node_check: NodeCheck = paths_seen_by_nodes,
@@ -88,7 +88,7 @@ def check_cluster(
                 f"({', '.join(missing[:3])}) do not see it. Pass a folder mounted on every node (NFS) or an "
                 "object-store URI (s3://bucket/path) as --storage-path"
             )
-    missing = [n for n, seen in node_check(node_ids, data_dir).items() if not seen]
+    missing = [] if data_dir is None else [n for n, seen in node_check(node_ids, data_dir).items() if not seen]
     if missing:
         raise ClusterError(
             f"--data-dir {data_dir!r} does not exist on {len(missing)} of {len(nodes)} node(s) "

@@ -88,9 +88,15 @@ class Sweep:
     def preflight(self) -> None:
         """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
         only with ``resume`` (nothing is overwritten)."""
+        self._check_data()
+        self._check_study()
+
+    def _check_data(self) -> None:
         missing = [problem for d in self.spec.datasets for problem in preflight_problems(d, self.data_dir)]
         if missing:
             raise FileNotFoundError("\n".join(missing))
+
+    def _check_study(self) -> None:
         recorded = search(self.tracking_uri, self.spec.study)
         if (recorded or self.storage.exists(self.spec.study)) and not self.resume:
             raise RuntimeError(
@@ -98,6 +104,13 @@ class Sweep:
                 f"and/or results in {self.storage.display(self.spec.study)}; pass --resume to continue it, "
                 "or choose a new study name"
             )
+
+    def _check_cluster(self) -> None:
+        # A data directory absent on the driver passed the data check, so no dataset of the sweep reads files.
+        data_dir = self.data_dir if Path(self.data_dir).exists() else None
+        nodes = check_cluster(self.tracking_uri, self.storage.uri, data_dir)
+        if nodes > 1:
+            self.say(f"cluster of {nodes} nodes: tracking store, storage and data reachable from every node")
 
     def _start_ray(self) -> dict[str, float]:
         import ray
@@ -391,11 +404,16 @@ class Sweep:
 
     def run(self) -> SweepOutcome:
         """Preflight, start Ray, run the search stages of the protocol, evaluate every cell over the seeds."""
-        self.preflight()
-        resources = self._start_ray()
-        nodes = check_cluster(self.tracking_uri, self.storage.uri, self.data_dir)
-        if nodes > 1:
-            self.say(f"cluster of {nodes} nodes: tracking store, storage and data reachable from every node")
+        self._check_data()
+        if self.address:
+            # A running cluster is joined first, so that a tracking store or storage its other nodes cannot
+            # share is refused before anything is written to it.
+            resources = self._start_ray()
+            self._check_cluster()
+            self._check_study()
+        else:
+            self._check_study()
+            resources = self._start_ray()
         ensure_experiment(self.tracking_uri, self.spec.study)
         source = Path(self.spec.source).read_text() if self.spec.source else None
         self.study_run_id = study_run(self.tracking_uri, self.spec.study, description=self.spec.description,

@@ -1,0 +1,112 @@
+"""A real two-node Ray cluster on this machine (`ray start` twice, a private temp dir), a real MLflow tracking
+server (`ndebench server` on a loopback port) and `ndebench run --address`: trials run on both nodes and every
+run lands in the server. Every process the test starts is stopped, and only those."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ndebench.platform.tracking import TAG, search
+
+pytestmark = pytest.mark.cluster
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+CONFIG = {
+    "study": "two_nodes", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
+    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1, 2, 3]},
+    "training": {"epochs": 3, "min_epochs": 3, "lr": 0.01},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_http(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"{url} did not answer within {seconds:.0f} s"
+            time.sleep(0.5)
+
+
+def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
+    # Short: Ray's unix socket paths live under the temp dir and must stay under 108 characters.
+    temp_dir = tempfile.mkdtemp(prefix="ndb", dir="/tmp")
+    ray_port, mlflow_port = _free_port(), _free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="token")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ndebench.platform.cli", "server", "--host", "127.0.0.1", "--port", str(mlflow_port),
+         "--public-host", "127.0.0.1", "--workers", "1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        head = ["--head", "--port", str(ray_port), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false"]
+        for args in (head, ["--address", f"127.0.0.1:{ray_port}", "--node-ip-address", "127.0.0.1"]):
+            subprocess.run([*RAY, "start", *args, "--num-cpus", "1", "--temp-dir", temp_dir,
+                            "--object-store-memory", str(100 * 1024**2)], env=env, check=True, timeout=180,
+                           capture_output=True)
+        _wait_http(f"http://127.0.0.1:{mlflow_port}/health", 120)
+        uri = f"http://127.0.0.1:{mlflow_port}"
+        (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(CONFIG))
+        run = subprocess.run(
+            [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml", "--address", f"127.0.0.1:{ray_port}",
+             "--tracking-uri", uri, "--storage-path", str(tmp_path / "shared")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert "cluster of 2 nodes" in run.stdout
+        trials = [r for r in search(uri, "two_nodes") if r.data.tags.get(f"{TAG}kind") == "trial"]
+        assert sorted(r.data.tags[f"{TAG}seed"] for r in trials) == ["0", "1", "2", "3"]
+        assert all(r.data.tags[f"{TAG}status"] == "ok" and r.info.status == "FINISHED" for r in trials)
+        assert len({r.data.tags[f"{TAG}node"] for r in trials}) == 2
+        assert {r.data.tags[f"{TAG}host"] for r in trials} == {socket.gethostname()}
+        refused = subprocess.run(
+            [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml", "--address", f"127.0.0.1:{ray_port}",
+             "--tracking-uri", f"sqlite:///{tmp_path / 'local.db'}"], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=300)
+        assert refused.returncode == 2 and "--tracking-uri" in refused.stderr
+        assert not (tmp_path / "local.db").exists()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+        _kill(_processes_mentioning(temp_dir))
+        deadline = time.monotonic() + 30
+        while _processes_mentioning(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _processes_mentioning(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert not left
