@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import wave
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-
 from ndebench.datasets import images, sepsis, speech_commands, uea
 from ndebench.datasets.bundle import DatasetBundle, ImageBundle
 from ndebench.datasets.files import CorruptFileError, MissingDataError, corrupt_file, resolve_data_dir

@@ -4,17 +4,17 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
-
 from ndebench.datasets.bundle import ImageBundle
 from ndebench.datasets.files import CorruptFileError, corrupt_file, missing_files, resolve_data_dir
 from ndebench.datasets.registry import register_dataset
+from torch.utils.data import Dataset
 
 VAL_FRACTION = 0.2
 

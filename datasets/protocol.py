@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
-
 from ndebench.datasets.bundle import DatasetBundle, Split, Task
+from sklearn.model_selection import train_test_split
 
 NORM_EPS = 1e-5
 

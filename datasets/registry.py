@@ -5,8 +5,9 @@ receives the member as ``member=``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.platform.plugins import load_entry_points

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.datasets.cache import cache_path, cached, fingerprint
 from ndebench.datasets.files import CorruptFileError, corrupt_file, missing_files, resolve_data_dir

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.io import wavfile
-
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.datasets.cache import cache_path, cached, fingerprint
 from ndebench.datasets.files import CorruptFileError, corrupt_file, missing_files, resolve_data_dir
 from ndebench.datasets.protocol import build_bundle, stratified_split
 from ndebench.datasets.registry import register_dataset
+from scipy.io import wavfile
 
 FOLDER = "speech_commands_v0.02"
 CLASSES = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")

@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import torch
-
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.datasets.protocol import uea_protocol
 from ndebench.datasets.registry import register_dataset

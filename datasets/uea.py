@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import sktime
 import torch
-from sktime.datasets import load_from_tsfile
-
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.datasets.files import corrupt_file, missing_files, resolve_data_dir
 from ndebench.datasets.protocol import check_missing_rate, resample_series, uea_protocol
 from ndebench.datasets.registry import register_dataset
+from sktime.datasets import load_from_tsfile
 
 SKTIME_DATA = Path(sktime.__file__).parent / "datasets" / "data"
 

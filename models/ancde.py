@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.neural_cde import FinalTanh
@@ -11,6 +9,7 @@ from ndebench.models.registry import register_model
 from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
 
 class AttentionField(nn.Module):
@@ -66,7 +65,8 @@ class AugmentedField(nn.Module):
     "and Forecasting, ICDM 2021 / Knowledge and Information Systems 2023",
 )
 class ANCDE(NDEClassifier):
-    """``a(0) = Linear(X(t0))``, ``z(0) = Linear(X(t0) * alpha(t0)) [+ MLP(static)]``; ``[a, z]`` solves one CDE in ``X``.
+    """``a(0) = Linear(X(t0))``, ``z(0) = Linear(X(t0) * alpha(t0)) [+ MLP(static)]``;
+    ``[a, z]`` solves one CDE in ``X``.
 
     ``X`` is the natural cubic spline of ``[t, x]`` (``C`` = channels + 1); ``da = f_a(a) dX`` is the
     attention (bottom) CDE, ``dz = f_z(z) dY`` the main (top) CDE with ``f_z`` the FinalTanh field and
@@ -100,7 +100,8 @@ class ANCDE(NDEClassifier):
         solver: SolverConfig = SolverConfig(method="rk4", adjoint=True),
         binary: bool = False,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
+                         binary=binary)
         channels = in_channels + 1
         self.register_buffer("times", times.clone())
         self.interpolation, self.channels, self.mask_attention = interpolation, channels, mask_attention

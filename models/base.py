@@ -1,15 +1,15 @@
 """Shared pieces of every NDE classifier: the reference classifier head and Monte-Carlo prediction."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, NamedTuple, Union
+from typing import Literal, NamedTuple
 
 import torch
-from torch import nn
-
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.regularizers.base import Regularizer
 from ndebench.regularizers.none import NoRegularizer
+from torch import nn
 
 
 class TimedInputs(NamedTuple):
@@ -17,11 +17,11 @@ class TimedInputs(NamedTuple):
     model's ``times`` of the sample's last observation, where its latent is read (per-stay lengths, e.g.
     Sepsis) instead of at ``times[-1]``."""
 
-    inputs: "Inputs"
+    inputs: Inputs
     final_index: torch.Tensor
 
 
-Inputs = Union[torch.Tensor, tuple[torch.Tensor, ...], TimedInputs]
+Inputs = torch.Tensor | tuple[torch.Tensor, ...] | TimedInputs
 
 
 def batch_size(inputs: Inputs) -> int:
@@ -113,7 +113,8 @@ class ClassifierHead(nn.Module):
         return self.net(z)
 
 
-def mlp(in_size: int, hidden_size: int, out_size: int, num_layers: int, activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+def mlp(in_size: int, hidden_size: int, out_size: int, num_layers: int,
+        activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
     """``Linear(in, h) -> act -> (num_layers - 1) x [Linear(h, h) -> act] -> Linear(h, out)`` (no time input)."""
     layers: list[nn.Module] = [nn.Linear(in_size, hidden_size), activation()]
     for _ in range(num_layers - 1):
@@ -210,7 +211,8 @@ class NDEClassifier(nn.Module):
         return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1
 
     @torch.no_grad()
-    def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None, passes_per_chunk: int | None = None) -> Prediction:
+    def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None,
+                passes_per_chunk: int | None = None) -> Prediction:
         """Algorithm 1's test phase, batched: ``n_mc`` passes of the inputs stacked along the batch dimension.
 
         All passes run as one batch of ``n_mc * B`` rows (on a GPU, N passes cost about one), split into

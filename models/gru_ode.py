@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from ndebench.models.base import Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.control import ReadsControl
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
@@ -11,6 +9,7 @@ from ndebench.models.registry import register_model
 from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
 
 class GRUODEField(nn.Module):
@@ -73,8 +72,10 @@ class GRUODE(NDEClassifier):
         binary: bool = False,
     ):
         if num_layers != 1:
-            raise ValueError(f"gru_ode: num_layers={num_layers}; the GRU-ODE field has no hidden layers, use num_layers=1")
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+            raise ValueError(f"gru_ode: num_layers={num_layers}; the GRU-ODE field has no hidden layers, "
+                             "use num_layers=1")
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
+                         binary=binary)
         self.register_buffer("times", times.clone())
         self.interpolation, self.intensity = interpolation, intensity
         channels = 1 + in_channels * (2 if intensity else 1)
@@ -94,6 +95,7 @@ class GRUODE(NDEClassifier):
         h0 = self.static(coeffs.new_zeros(coeffs.shape[0], self.hidden_size), static)
         field = ReadsControl(self.field, X, origin=X.evaluate(self.times[0]))
         path = integrate(
-            field, h0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer, output=readout_output(final)
+            field, h0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
+            output=readout_output(final),
         )
         return read_at(path, final)

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from ndebench.models.base import FieldMLP, NDEClassifier, mlp
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
 IMAGE_SDE_PAPERS = (
     "Tzen & Raginsky, arXiv 1905.09883 (2019); Liu et al., How Does Noise Help Robustness?, CVPR 2020; "
@@ -61,7 +60,8 @@ class DepthDrift(nn.Module):
 
 
 class DepthDiffusion(nn.Module):
-    """Diagonal ``g(t, z) = tanh(sigmoid(theta) * relu(sigma(t)) [* z])`` ``(B, H)``, ``sigma`` a function of depth only.
+    """Diagonal ``g(t, z) = tanh(sigmoid(theta) * relu(sigma(t)) [* z])`` ``(B, H)``,
+    ``sigma`` a function of depth only.
 
     ``sigma = Linear(1, H) -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, H)``; ``theta`` a learned scalar
     (init 1). ``multiplicative=False``: additive noise ``sigma(t) dW``; ``True``: ``sigma(t) z dW``.
@@ -81,7 +81,8 @@ class DepthDiffusion(nn.Module):
 
 
 class ImageNDE(NDEClassifier):
-    """``z(0) = features(image)`` ``(B, H)``, ``dz = f(t, z) dt [+ g(t, z) dW]`` over depth ``[0, depth]``, logits = head(z(T)).
+    """``z(0) = features(image)`` ``(B, H)``, ``dz = f(t, z) dt [+ g(t, z) dW]`` over depth ``[0, depth]``,
+    logits = head(z(T)).
 
     Inputs are image batches ``(B, in_channels, image_size, image_size)`` (``prepare`` checks the shape and
     returns them unchanged). Default solver: Euler (Euler-Maruyama for SDEs) with ``dt = 0.1`` over depth
@@ -121,10 +122,12 @@ class ImageNDE(NDEClassifier):
         self.drift = DepthDrift(hidden_size, num_layers, self.regularizer.field_layer)
         self.diffusion = None if self.multiplicative is None else DepthDiffusion(hidden_size, self.multiplicative)
 
-    def prepare(self, times: torch.Tensor | None, values: torch.Tensor, static: torch.Tensor | None = None) -> torch.Tensor:
+    def prepare(self, times: torch.Tensor | None, values: torch.Tensor,
+                static: torch.Tensor | None = None) -> torch.Tensor:
         expected = (self.in_channels, self.image_size, self.image_size)
         if values.dim() != 4 or tuple(values.shape[1:]) != expected:
-            raise ValueError(f"expected images of shape (N, {', '.join(map(str, expected))}), got {tuple(values.shape)}")
+            raise ValueError(f"expected images of shape (N, {', '.join(map(str, expected))}), "
+                             f"got {tuple(values.shape)}")
         if static is not None:
             raise ValueError("image models take no static features")
         return values
@@ -132,7 +135,8 @@ class ImageNDE(NDEClassifier):
     def latent(self, inputs: torch.Tensor, rng: TrialRNG) -> torch.Tensor:
         z0 = self.features(inputs)
         return integrate(
-            self.drift, z0, self.span, solver=self.solver, rng=rng, diffusion=self.diffusion, regularizer=self.regularizer
+            self.drift, z0, self.span, solver=self.solver, rng=rng, diffusion=self.diffusion,
+            regularizer=self.regularizer,
         )
 
 

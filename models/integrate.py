@@ -12,9 +12,8 @@ from typing import Any, Literal
 import torch
 import torchdiffeq
 import torchsde
-from torch import nn
-
 from ndebench.regularizers.base import PassSpec, Regularizer, StepClock
+from torch import nn
 
 ODE_FIXED = ("euler", "midpoint", "heun2", "heun3", "rk4")
 ODE_ADAPTIVE = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
@@ -59,7 +58,7 @@ class TrialRNG:
     _on_device: dict[str, torch.Generator] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_seed(cls, seed: int) -> "TrialRNG":
+    def from_seed(cls, seed: int) -> TrialRNG:
         return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 7919))
 
     def state(self) -> dict[str, Any]:
@@ -104,7 +103,8 @@ def moved_times(times: torch.Tensor, end: float) -> torch.Tensor:
     """
     t1 = float(times[-1])
     spacing = (t1 - float(times[0])) / (times.numel() - 1)
-    extra = t1 + spacing * torch.arange(1, max(math.ceil((end - t1) / spacing), 1), dtype=times.dtype, device=times.device)
+    extra = t1 + spacing * torch.arange(1, max(math.ceil((end - t1) / spacing), 1),
+                                        dtype=times.dtype, device=times.device)
     end_t = torch.tensor([end], dtype=times.dtype, device=times.device)
     return torch.cat([times[times < end], extra[extra < end], end_t])
 
@@ -122,7 +122,8 @@ def pass_grid(
     if kind == "ode" and solver.method not in ODE_FIXED:
         return None
     if solver.step_size is None:
-        return times if kind == "ode" or piecewise else step_grid(times[0], times[-1], float((times[1:] - times[:-1]).min()))
+        return (times if kind == "ode" or piecewise
+                else step_grid(times[0], times[-1], float((times[1:] - times[:-1]).min())))
     if piecewise:
         pieces = [step_grid(a, b, solver.step_size)[:-1] for a, b in zip(times[:-1], times[1:])]
         return torch.cat(pieces + [times[-1:]])
@@ -132,7 +133,8 @@ def pass_grid(
 def _part(regularized: slice | None, size: int) -> slice:
     start, stop, step = (regularized or slice(None)).indices(size)
     if step != 1 or stop <= start:
-        raise ValueError(f"regularized={regularized!r} must be a non-empty contiguous slice of the {size} state components")
+        raise ValueError(f"regularized={regularized!r} must be a non-empty contiguous slice "
+                         f"of the {size} state components")
     return slice(start, stop)
 
 

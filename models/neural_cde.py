@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
 from ndebench.models.timeseries import Interpolation
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
 
 class FinalTanh(nn.Module):
@@ -35,7 +34,8 @@ class NeuralCDE(NDEClassifier):
     ``X`` interpolates ``[t, x]`` (``C + 1`` channels) with a natural cubic spline by default, as the paper
     states (App. E.2) and Kidger's Speech/Sepsis pipelines do; ``interpolation="hermite"`` (Hermite cubic
     with backward differences) is what torch-ists' UEA runs effectively gave the NCDE (its natural-spline
-    list names ``'ncde'``, the model is ``'neuralcde'``). Inputs: coefficients ``(N, L - 1, 4 (C + 1))``, or with ``static_channels = S``
+    list names ``'ncde'``, the model is ``'neuralcde'``). Inputs: coefficients ``(N, L - 1, 4 (C + 1))``,
+    or with ``static_channels = S``
     the tuple ``(coefficients, static (N, S))`` whose MLP is added to ``z(0)``; latent ``(B, H)``.
     Continuum Dropout masks rows of the matrix field, i.e. the components of ``f(z) dX/dt``.
     """
@@ -54,7 +54,8 @@ class NeuralCDE(NDEClassifier):
         solver: SolverConfig = SolverConfig(method="euler", adjoint=True),
         binary: bool = False,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
+                         binary=binary)
         self.register_buffer("times", times.clone())
         self.encoder = PathEncoder(in_channels, hidden_size, static_channels, interpolation)
         self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)

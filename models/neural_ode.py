@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.snsde import snsde_readout
 from ndebench.models.static import PathEncoder
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
 
 class TimeDrift(nn.Module):
@@ -52,7 +51,8 @@ class NeuralODE(NDEClassifier):
         solver: SolverConfig = SolverConfig(method="euler"),
         binary: bool = False,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
+                         binary=binary)
         self.register_buffer("times", times.clone())
         self.encoder = PathEncoder(in_channels, hidden_size, static_channels)
         self.field = TimeDrift(hidden_size, num_layers, self.regularizer.field_layer)
@@ -65,6 +65,7 @@ class NeuralODE(NDEClassifier):
         inputs, final = split_readout(inputs)
         _, z0 = self.encoder.encode(self.times, inputs)
         path = integrate(
-            self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer, output=readout_output(final)
+            self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
+            output=readout_output(final),
         )
         return read_at(path, final)

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
-
 from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, begin_pass, integrate, moved_times
 from ndebench.models.registry import register_model
 from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
 
 @register_model(
@@ -18,7 +17,8 @@ from ndebench.regularizers.base import Regularizer
     paper="Rubanova, Chen and Duvenaud, Latent ODEs for Irregularly-Sampled Time Series, NeurIPS 2019",
 )
 class ODERNN(NDEClassifier):
-    """``h(t_0^-) = 0 [+ MLP(static)]``; at each grid time ``t_i``: ``h(t_i^-) = ODESolve(f, h(t_{i-1}), [t_{i-1}, t_i])``,
+    """``h(t_0^-) = 0 [+ MLP(static)]``; at each grid time ``t_i``:
+    ``h(t_i^-) = ODESolve(f, h(t_{i-1}), [t_{i-1}, t_i])``,
     then ``h(t_i) = GRUCell(u_i, h(t_i^-))`` for samples with an observation at ``t_i``; logits = head(h(T)), or
     head(h(t_f)) at each sample's final observation index ``f`` for :class:`TimedInputs`.
 
@@ -52,7 +52,8 @@ class ODERNN(NDEClassifier):
         solver: SolverConfig = SolverConfig(method="euler", adjoint=True),
         binary: bool = False,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
+                         binary=binary)
         self.register_buffer("times", times.clone())
         self.in_channels, self.interpolation, self.intensity = in_channels, interpolation, intensity
         self.static = StaticInput(static_channels, hidden_size)
@@ -75,14 +76,16 @@ class ODERNN(NDEClassifier):
         draw = begin_pass(self.regularizer, h, times, solver=self.solver, rng=rng, piecewise=True)
         t0, t1 = float(times[0]), float(times[-1])
         end = self.regularizer.end_time(draw, t0, t1) if self.regularizer.active() else t1
-        grid, observations = (times, times.numel()) if end == t1 else (moved_times(times, end), int((times < end).sum()))
+        grid, observations = ((times, times.numel()) if end == t1
+                              else (moved_times(times, end), int((times < end).sum())))
         if final is not None and end != t1:
             raise ValueError("reading each sample at its final observation needs a fixed end time (no STEER)")
         last_update = features.new_full((features.shape[0],), t0)
         read = h
         for i in range(grid.numel()):
             if i > 0:
-                h = integrate(self.field, h, grid[i - 1 : i + 1], solver=self.solver, rng=rng, regularizer=self.regularizer, draw=draw)
+                h = integrate(self.field, h, grid[i - 1 : i + 1], solver=self.solver, rng=rng,
+                              regularizer=self.regularizer, draw=draw)
             if i < observations:
                 observed = flags[:, i].amax(-1) > 0.5
                 u = values[:, i]

@@ -1,13 +1,13 @@
 """Model registry: ``register_model``, ``create_model``, ``list_models``."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
-
-from torch import nn
+from typing import Any, Literal
 
 from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry
+from torch import nn
 
 InputKind = Literal["timeseries", "image"]
 
@@ -43,7 +43,8 @@ def _load_builtins() -> None:
 
 
 def create_model(name: str, **kwargs: Any) -> nn.Module:
-    """Instantiate model ``name``; kwargs are the constructor's (``in_channels``, ``num_classes``, ``regularizer``, ...)."""
+    """Instantiate model ``name``; kwargs are the constructor's
+    (``in_channels``, ``num_classes``, ``regularizer``, ...)."""
     _load_builtins()
     return _REGISTRY.create(name, **kwargs)
 

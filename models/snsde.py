@@ -10,8 +10,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from torch import nn
-
 from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
 from ndebench.models.control import ReadsControl
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
@@ -19,8 +17,10 @@ from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
 from ndebench.models.timeseries import Interpolation
 from ndebench.regularizers.base import Regularizer
+from torch import nn
 
-OH_2024 = "Oh, Lim and Kim, Stable Neural Stochastic Differential Equations in Analyzing Irregular Time Series Data, ICLR 2024"
+OH_2024 = ("Oh, Lim and Kim, Stable Neural Stochastic Differential Equations in Analyzing Irregular Time Series Data, "
+           "ICLR 2024")
 
 
 def time_features(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -122,10 +122,12 @@ class SNSDEClassifier(NDEClassifier):
         solver: SolverConfig = SolverConfig(method="euler"),
         binary: bool = False,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary)
+        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
+                         binary=binary)
         self.register_buffer("times", times.clone())
         self.encoder = PathEncoder(in_channels, hidden_size, static_channels, interpolation)
-        self.drift = SNSDEDrift(in_channels + 1, hidden_size, num_layers, norm=self.regularizer.field_layer, **self.drift_form)
+        self.drift = SNSDEDrift(in_channels + 1, hidden_size, num_layers, norm=self.regularizer.field_layer,
+                                **self.drift_form)
         self.diffusion = SNSDEDiffusion(hidden_size, **self.diffusion_form)
         self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-
 from ndebench.models.base import Inputs
 from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
+from torch import nn
 
 
 class StaticInput(nn.Module):

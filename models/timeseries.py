@@ -33,11 +33,13 @@ def fill_missing_linear(times: torch.Tensor, path: torch.Tensor) -> torch.Tensor
     t_prev, t_next = t.gather(1, prev_i), t.gather(1, next_i)
     ratio = (t - t_prev) / torch.where(next_i > prev_i, t_next - t_prev, torch.ones_like(t))
     between = x_prev + ratio * (x_next - x_prev)
-    filled = torch.where(has_prev & has_next, between, torch.where(has_prev, x_prev, torch.where(has_next, x_next, 0.0)))
+    filled = torch.where(has_prev & has_next, between,
+                         torch.where(has_prev, x_prev, torch.where(has_next, x_next, 0.0)))
     return torch.where(observed, path, filled)
 
 
-def spline_coefficients(times: torch.Tensor, path: torch.Tensor, interpolation: Interpolation = "hermite") -> torch.Tensor:
+def spline_coefficients(times: torch.Tensor, path: torch.Tensor,
+                        interpolation: Interpolation = "hermite") -> torch.Tensor:
     """torchcde coefficients of ``path`` ``(N, L, C)`` on ``times`` ``(L,)``; NaNs filled as torchcde fills them.
 
     ``hermite``: Hermite cubic with backward differences (Kidger's recommended control for online use and

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-
 from ndebench.platform import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
 
 STATUSES = ("ok", "diverged", "error")

@@ -15,12 +15,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SDE_METHODS, SolverConfig, TrialRNG, begin_pass
 from ndebench.models.registry import create_model, list_models, model_info
 from ndebench.regularizers.registry import create_regularizer
@@ -67,7 +67,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, device: torch.device, warmup: int = 1) -> dict[str, float]:
+def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, device: torch.device,
+                        warmup: int = 1) -> dict[str, float]:
     """Median milliseconds of each function over ``reps`` rounds; round ``r`` starts at the ``r``-th function."""
     names = list(fns)
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -96,7 +97,8 @@ def _build(case: ModelCase, regularizer: str, params: dict[str, Any], times: tor
 def bench_model(case: ModelCase, reps: int) -> dict[str, Any]:
     """One JSON row (keys ``ROW_KEYS``) for ``case``; times in milliseconds, ratios CD / none and MC / one."""
     if case.model not in timeseries_models():
-        raise ValueError(f"bench times time-series models; {case.model!r} is not one; valid: {', '.join(timeseries_models())}")
+        raise ValueError(f"bench times time-series models; {case.model!r} is not one; "
+                         f"valid: {', '.join(timeseries_models())}")
     device = check_device(case.device)
     gen = torch.Generator().manual_seed(0)
     times = torch.linspace(0.0, 1.0, case.length)
@@ -139,7 +141,8 @@ def bench_model(case: ModelCase, reps: int) -> dict[str, Any]:
     return {key: row[key] for key in ROW_KEYS}
 
 
-def bench_models(cases: list[ModelCase], reps: int, on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def bench_models(cases: list[ModelCase], reps: int,
+                 on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
         rows.append(bench_model(case, reps))
@@ -160,7 +163,8 @@ def model_cases(models: list[str], hiddens: list[int], batches: list[int], **com
     return [ModelCase(model, h, b, **common) for model, h, b in itertools.product(models, hiddens, batches)]
 
 
-def bench_draw(*, batch: int, hidden: int, points: int, horizon: float, p: float, m: float, device: str, reps: int) -> dict[str, Any]:
+def bench_draw(*, batch: int, hidden: int, points: int, horizon: float, p: float, m: float, device: str,
+               reps: int) -> dict[str, Any]:
     """Median milliseconds of one Continuum Dropout mask draw on a uniform grid of ``points`` over ``[0, horizon]``."""
     dev = check_device(device)
     regularizer = create_regularizer("continuum_dropout", p=p, m=m)
@@ -191,7 +195,8 @@ def _timed_trainable(config: dict[str, Any], *, log_path: str, **kwargs: Any) ->
         log.write(f"{time.perf_counter() - start}\n")
 
 
-def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
+def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = False,
+                   say: Callable[[str], None] = print) -> dict[str, Any]:
     """The per-trial cost the platform adds, and the speed-up of 2 concurrent 1-CPU trials.
 
     The same tiny trial (Neural CDE on ``synthetic``, 1 thread) runs ``trials`` times through
@@ -205,9 +210,8 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
     per trial.
     """
     import ray
-    from ray import tune
-
     from ndebench.platform.trial import TrialSpec, run_trial
+    from ray import tune
 
     if trials < 2:
         raise ValueError(f"bench platform needs trials >= 2 (got {trials})")
@@ -237,7 +241,8 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
                 tuner = tune.Tuner(
                     fn, param_space={"trial": tune.grid_search([str(i) for i in range(trials)])},
                     tune_config=tune.TuneConfig(max_concurrent_trials=concurrent, reuse_actors=reuse_actors),
-                    run_config=tune.RunConfig(name=f"bench{concurrent}", storage_path=os.path.join(tmp, "ray"), verbose=0),
+                    run_config=tune.RunConfig(name=f"bench{concurrent}", storage_path=os.path.join(tmp, "ray"),
+                                              verbose=0),
                 )
                 start = time.perf_counter()
                 with contextlib.redirect_stdout(sys.stderr):  # Tune's tables; stdout is for the result
@@ -254,7 +259,8 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
                 ray.shutdown()
     per_direct = statistics.median(direct)
     per_platform = walls[1] / trials
-    return {"trials": trials, "epochs": epochs, "reuse_actors": reuse_actors, "direct_s_per_trial": round(per_direct, 3),
+    return {"trials": trials, "epochs": epochs, "reuse_actors": reuse_actors,
+            "direct_s_per_trial": round(per_direct, 3),
             "platform_s_per_trial": round(per_platform, 3), "overhead_s": round(per_platform - per_direct, 3),
             "in_trial_overhead_s": round(in_trial - per_direct, 3), "scheduling_s": round(per_platform - in_trial, 3),
             "ray_start_s": round(ray_start, 3), "wall_s_one_at_a_time": round(walls[1], 3),

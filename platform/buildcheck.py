@@ -10,7 +10,6 @@ import itertools
 from typing import Any
 
 import torch
-
 from ndebench.platform.config import ConfigError, Space, SweepSpec
 
 MAX_BUILDS_PER_MODEL = 64

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
+from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
-from typing import Sequence
 
 EPILOG = "Docs: README.md. Every subcommand has --help."
 LISTED_CELLS = 12
@@ -19,7 +18,8 @@ class CommandError(Exception):
 
 
 def _add_tracking(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in the working directory)")
+    parser.add_argument("--tracking-uri",
+                        help="MLflow tracking URI (default: sqlite:///mlflow.db in the working directory)")
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
@@ -39,11 +39,13 @@ def _describe_spec(spec) -> str:
     total = 0
     for stage in plan_stages(spec):
         tc = stage.tune
-        how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random", "grid": "full grid"}[tc.sampler]
+        how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random",
+               "grid": "full grid"}[tc.sampler]
         how += ", ASHA" if tc.scheduler == "asha" else ""
         searched = [c for c in stage.cells if c.budget]
         if not searched:
-            lines.append(f"stage {stage.name}: nothing to search" + (" (model and training fixed)" if stage.name == "base" else ""))
+            lines.append(f"stage {stage.name}: nothing to search"
+                         + (" (model and training fixed)" if stage.name == "base" else ""))
             continue
         lines.append(f"stage {stage.name} ({how}): {stage.trials} trial(s) over {len(searched)} cell(s)")
         for c in searched[:LISTED_CELLS]:
@@ -58,11 +60,21 @@ def _describe_spec(spec) -> str:
     return "\n".join(lines)
 
 
+def _overrides(args: argparse.Namespace) -> list[str]:
+    return [item for group in (args.set or []) for item in group]
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", nargs="+", metavar="KEY=VALUE",
+                        help="override config values, validated like the YAML (value parsed as YAML), e.g. "
+                             "--set training.epochs=2 tune.num_samples=2 'regularizers.continuum_dropout.p=[0.1, 0.3]'")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ndebench.platform.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.config import load_spec
 
-    spec = load_spec(args.config)
+    spec = load_spec(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
     for warning in tpe_warnings(spec):
@@ -76,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform.config import load_spec
     from ndebench.platform.sweep import Sweep
 
-    spec = load_spec(args.config)
+    spec = load_spec(args.config, _overrides(args))
     check_models_build(spec)
     uri = _tracking_uri(args)
     print(_describe_spec(spec), flush=True)
@@ -107,7 +119,7 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction
     studies = study_names(uri)
     if study not in studies:
         raise CommandError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
-    runs = evaluate_runs(uri, study)
+    runs = evaluate_runs(uri, study, variants=True)
     if runs.empty and failed:
         print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
         return
@@ -304,7 +316,6 @@ def _positive_int(text: str) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
-
     from ndebench.platform import bench
 
     if args.threads:
@@ -320,12 +331,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.target == "draw":
         points = args.length or 161
-        result = bench.bench_draw(batch=args.batch[0] if args.batch else 256, hidden=args.hidden[0] if args.hidden else 512,
-                                  points=points, horizon=args.horizon or points - 1.0, p=args.p, m=args.m if args.m is not None else 100.0,
+        result = bench.bench_draw(batch=args.batch[0] if args.batch else 256,
+                                  hidden=args.hidden[0] if args.hidden else 512,
+                                  points=points, horizon=args.horizon or points - 1.0, p=args.p,
+                                  m=args.m if args.m is not None else 100.0,
                                   device=args.device, reps=args.reps)
         print(json.dumps(result) if args.json else
               f"mask draw, batch {result['batch']} x hidden {result['hidden']}, {points} grid points over "
-              f"[0, {result['horizon']:g}], p {args.p:g}, m {result['m']:g}, {result['device']}: {result['draw_ms']:.1f} ms")
+              f"[0, {result['horizon']:g}], p {args.p:g}, m {result['m']:g}, {result['device']}: "
+              f"{result['draw_ms']:.1f} ms")
         return 0
     cases = bench.model_cases(
         args.models.split(","), args.hidden or [16, 128], args.batch or [64, 128], length=args.length or 100,
@@ -340,7 +354,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"{row['model']:14s} {row['hidden']:6d} {row['batch']:5d} {row['length']:4d}  "
                   f"{row['train_ms_none']:8.1f} / {row['train_ms_cd']:8.1f} ({row['train_ratio']:.3f})   "
-                  f"{row['eval_ms_one']:8.1f} / {row['eval_ms_mc']:8.1f} ({row['mc_ratio']:.3f})   {row['draw_ms']:7.2f}",
+                  f"{row['eval_ms_one']:8.1f} / {row['eval_ms_mc']:8.1f} ({row['mc_ratio']:.3f})   "
+                  f"{row['draw_ms']:7.2f}",
                   flush=True)
         else:
             say(f"[bench] {row['model']} hidden {row['hidden']} batch {row['batch']}: done")
@@ -368,8 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "config over the seeds on test data, record every trial in MLflow and write the "
                                      "report. Exit 1 when a cell failed (the others still finish).")
     run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
+    _add_overrides(run)
     _add_tracking(run)
-    run.add_argument("--storage-path", default="ray_results", help="Ray Tune storage: a folder (default: ./ray_results) "
+    run.add_argument("--storage-path", default="ray_results",
+                     help="Ray Tune storage: a folder (default: ./ray_results) "
                      "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
     run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379); "
                      "default: start a local Ray")
@@ -385,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
                                           "input, and print the stages, cells and trial counts it implies.")
     validate.add_argument("config")
+    _add_overrides(validate)
     validate.set_defaults(func=cmd_validate)
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
@@ -395,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--study", required=True)
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
-    report.add_argument("--test", default="student", choices=["student", "welch", "paired"], help="t-test against 'none'")
+    report.add_argument("--test", default="student", choices=["student", "welch", "paired"],
+                        help="t-test against 'none'")
     report.add_argument("--alpha", type=float, default=0.05, help="significance level for the markers (default 0.05)")
     report.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
                         help="multiple-testing correction of the p-values behind the markers, over each table's "
@@ -473,18 +492,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform"],
                        help="what to time (default: models)")
-    bench.add_argument("--models", default="neural_cde", help="comma-separated time-series models (default: neural_cde)")
+    bench.add_argument("--models", default="neural_cde",
+                       help="comma-separated time-series models (default: neural_cde)")
     bench.add_argument("--hidden", type=_int_list, help="comma-separated latent sizes (default: 16,128; draw: 512)")
     bench.add_argument("--batch", type=_int_list, help="comma-separated batch sizes (default: 64,128; draw: 256)")
     bench.add_argument("--length", type=_positive_int, help="points per series (default: 100; draw: 161 grid points)")
     bench.add_argument("--horizon", type=float, help="draw: time horizon T of the grid (default: points - 1)")
-    bench.add_argument("--solver", default="euler", help="solver method (default: euler; the model's adjoint setting is kept)")
+    bench.add_argument("--solver", default="euler",
+                       help="solver method (default: euler; the model's adjoint setting is kept)")
     bench.add_argument("--n-mc", type=_positive_int, default=5, help="Monte-Carlo passes at evaluation (default: 5)")
     bench.add_argument("--p", type=float, default=0.3, help="Continuum Dropout rate (default: 0.3)")
     bench.add_argument("--m", type=float, help="expected renewals (default: 10; draw: 100)")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     bench.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's own)")
-    bench.add_argument("--reps", type=_positive_int, default=15, help="timed rounds after one warm-up round (default: 15)")
+    bench.add_argument("--reps", type=_positive_int, default=15,
+                       help="timed rounds after one warm-up round (default: 15)")
     bench.add_argument("--trials", type=_positive_int, default=4, help="platform: trials per measurement (default: 4)")
     bench.add_argument("--reuse-actors", action="store_true",
                        help="platform: let Tune keep worker processes between trials (TuneConfig(reuse_actors=True))")

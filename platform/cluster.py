@@ -8,8 +8,9 @@ flag that fixes it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 NodeCheck = Callable[[list[str], str], dict[str, bool]]
 

@@ -7,19 +7,19 @@ a categorical search space (a list), or a mapping ``{loguniform: [lo, hi]}``, ``
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import inspect
 import json
 import re
 import typing
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-
 from ndebench.datasets.registry import split_name
 from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SDE_METHODS, SolverConfig
 from ndebench.models.registry import list_models, model_info
@@ -146,6 +146,7 @@ class SweepSpec:
     base_epochs: int | None = None
     variants: dict[str, str] = dataclasses.field(default_factory=dict)
     plugins: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
 
     def model_params(self, model: str) -> dict[str, Value]:
         """The ``model:`` section for ``model``: shared keys with that model's own block merged over them."""
@@ -225,7 +226,8 @@ def parse_value(raw: Any, where: str) -> Value:
         return Space("choice", tuple(raw))
     if isinstance(raw, dict):
         if len(raw) != 1:
-            raise ConfigError(f"{where}: a search space is one of {{loguniform|uniform|randint|choice: [...]}}, got {raw!r}")
+            raise ConfigError(f"{where}: a search space is one of {{loguniform|uniform|randint|choice: [...]}}, "
+                              f"got {raw!r}")
         (kind, args), = raw.items()
         if kind not in ("loguniform", "uniform", "randint", "choice"):
             raise ConfigError(f"{where}: unknown search space {kind!r}; valid: choice, loguniform, randint, uniform")
@@ -341,7 +343,8 @@ def _type_of_choices(choices: tuple[Any, ...]) -> typed.Rule:
     return lambda value: None
 
 
-def _check_regularizers(raw: Any, models: tuple[str, ...], solvers: dict[str, SolverConfig]) -> dict[str, dict[str, Value]]:
+def _check_regularizers(raw: Any, models: tuple[str, ...],
+                        solvers: dict[str, SolverConfig]) -> dict[str, dict[str, Value]]:
     if isinstance(raw, list):
         raw = {name: {} for name in _names(raw, "regularizers")}
     raw = _mapping(raw, "regularizers")
@@ -368,7 +371,8 @@ def _check_regularizers(raw: Any, models: tuple[str, ...], solvers: dict[str, So
             resolved[key] = value
         for model in models:
             if model in info.incompatible_models:
-                raise ConfigError(f"regularizer {name!r} cannot be used with model {model!r}: {info.incompatible_models[model]}")
+                raise ConfigError(f"regularizer {name!r} cannot be used with model {model!r}: "
+                                  f"{info.incompatible_models[model]}")
             solver = solvers.get(model, solvers.get("default"))
             method = solver.method if solver else "euler"
             if info.requires_fixed_step and method in ODE_ADAPTIVE:
@@ -389,7 +393,8 @@ def _check_solvers(raw: Any) -> dict[str, SolverConfig]:
     for key, section in raw.items():
         where = "solver" if key == "default" else f"solver.{key}"
         if key != "default" and key not in list_models():
-            raise ConfigError(f"{where}: unknown key {key!r}; give solver settings directly or per model name ({', '.join(list_models())})")
+            raise ConfigError(f"{where}: unknown key {key!r}; give solver settings directly or per model name "
+                              f"({', '.join(list_models())})")
         solver = _dataclass_from(SolverConfig, section, where, {
             "step_size": typed.number(0, low_open=True, null=True), "rtol": typed.number(0, low_open=True),
             "atol": typed.number(0, low_open=True),
@@ -447,8 +452,37 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a sweep YAML file into a :class:`SweepSpec`."""
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` settings over a loaded config: ``KEY`` a dotted path (``training.epochs``,
+    ``regularizers.continuum_dropout.p``), ``VALUE`` parsed as YAML (``2``, ``[0.1, 0.3]``, ``null``)."""
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted KEY, e.g. training.epochs=2")
+        try:
+            value = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({exc})") from None
+        node = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if isinstance(child, list) and all(isinstance(name, str) for name in child):
+                child = {name: {} for name in child}  # a list of regularizer names, each with its defaults
+            if child is None:
+                child = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:depth + 1])} is {child!r}, not a mapping")
+            node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read and validate a sweep YAML file into a :class:`SweepSpec`, with ``--set`` ``overrides`` applied
+    (:func:`apply_overrides`) before validation."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {str(path)!r} is a directory; give a sweep YAML file such as "
@@ -471,8 +505,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise ConfigError(f"{where}: not valid YAML: {what}") from None
     if raw is None:
         raise ConfigError(f"config file {str(path)!r} is empty; see tune_configs/quickstart.yaml for a sweep config")
-    spec = parse_spec(raw)
-    return dataclasses.replace(spec, source=str(path.resolve()))
+    spec = parse_spec(apply_overrides(raw, overrides) if overrides else raw)
+    return dataclasses.replace(spec, source=str(path.resolve()), overrides=tuple(overrides))
 
 
 def _plugins(raw: Any) -> tuple[str, ...]:
@@ -515,7 +549,8 @@ def parse_spec(raw: Any) -> SweepSpec:
     if tune_cfg.mode not in ("min", "max"):
         raise ConfigError(f"tune.mode={tune_cfg.mode!r} must be 'min' or 'max'")
     if not tune_cfg.metric.startswith("val_"):
-        raise ConfigError(f"tune.metric={tune_cfg.metric!r} must be a validation metric (val_loss, val_accuracy, val_auroc, ...)")
+        raise ConfigError(f"tune.metric={tune_cfg.metric!r} must be a validation metric "
+                          "(val_loss, val_accuracy, val_auroc, ...)")
     evaluate = _dataclass_from(EvaluateConfig, raw.get("evaluate"), "evaluate",
                                {"seeds": typed.sequence_of(typed.integer(0))})
     seeds = tuple(evaluate.seeds)
@@ -578,7 +613,8 @@ def _check_search(tune: TuneConfig, where: str) -> TuneConfig:
     """The budget, sampler, start-up, scheduler and ASHA settings of a search stage (``tune`` or ``base``)."""
     for key, rule in SEARCH_RULES.items():
         _require(f"{where}.{key}", getattr(tune, key), rule)
-    asha = tune.asha if isinstance(tune.asha, AshaConfig) else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha", ASHA_RULES)
+    asha = (tune.asha if isinstance(tune.asha, AshaConfig)
+            else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha", ASHA_RULES))
     return dataclasses.replace(tune, asha=asha)
 
 
@@ -592,7 +628,8 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
         raise ConfigError("base: the base-stage search settings apply to protocol: paper only")
     epochs = base_raw.pop("epochs", None)
     _require("base.epochs", epochs, typed.integer(1, null=True))
-    _unknown(set(base_raw), {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent"}, "base")
+    _unknown(set(base_raw), {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent"},
+             "base")
     base = _check_search(dataclasses.replace(spec.tune, **base_raw), "base")
     variants = dict(_mapping(raw.get("variants"), "variants"))
     for name, mode in variants.items():
@@ -607,7 +644,8 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
     shared_spaces = [f"{section}.{k}" for section, values in (("model", spec.model), ("training", spec.training))
                      for k, v in values.items() if isinstance(v, Space)]
     if variants and protocol == "joint" and shared_spaces:
-        raise ConfigError(f"variants need fixed model/training values under protocol: joint (searched: {shared_spaces}); "
+        raise ConfigError(f"variants need fixed model/training values under protocol: joint "
+                          f"(searched: {shared_spaces}); "
                           "use protocol: paper, where variants take the base stage's values")
     overrides = _split_model_section(raw.get("model"), spec.models)[1]
     out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, variants=variants,
@@ -626,6 +664,7 @@ def _check_grids(spec: SweepSpec) -> None:
         for cell in stage.cells:
             continuous = [k for k, v in cell.space.items() if v.kind != "choice"]
             if continuous:
-                where = "base.sampler" if stage.name == "base" and spec.base.sampler != spec.tune.sampler else "tune.sampler"
+                where = ("base.sampler" if stage.name == "base" and spec.base.sampler != spec.tune.sampler
+                         else "tune.sampler")
                 raise ConfigError(f"{where}=grid but {cell.label} searches continuous {continuous}; "
                                   "give them as lists of values or use sampler tpe/random")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Rule = Callable[[Any], "str | None"]
 

@@ -1,7 +1,8 @@
 """PNG figures of a report: reliability diagrams, per-seed box/strip plots, critical-difference diagrams.
 
-Each figure is saved as PNG and, beside it, as PDF. Figures are built on ``matplotlib.figure.Figure`` rather than pyplot so no global backend or figure state
-is touched (reports may be written from a process that already uses matplotlib).
+Each figure is saved as PNG and, beside it, as PDF. Figures are built on ``matplotlib.figure.Figure``
+rather than pyplot so no global backend or figure state is touched (reports may be written from a process that
+already uses matplotlib).
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-
 from ndebench.platform.metrics import expected_calibration_error
 
 

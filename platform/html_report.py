@@ -7,7 +7,6 @@ import html
 from pathlib import Path
 
 import pandas as pd
-
 from ndebench.platform import report, sections
 from ndebench.platform.sections import Section
 
@@ -32,7 +31,8 @@ def data_uri(path: Path) -> str:
 def main_table_section(table: report._Table, alpha: float) -> str:
     """One of the per-study tables of :func:`~ndebench.platform.report.build_report` as HTML."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in
-                   ["regularizer"] + [f"{m} / {report._column_title(table, d, metric)}" for m, d, metric in table.columns])
+                   ["regularizer"] + [f"{m} / {report._column_title(table, d, metric)}"
+                                      for m, d, metric in table.columns])
     body = []
     for r in table.rows:
         cells = [f"<td>{html.escape(r)}</td>"]
@@ -55,7 +55,8 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
     """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known)."""
     def link(run_id: str) -> str:
         if ui_url and experiment_id:
-            return f'<a href="{html.escape(ui_url)}/#/experiments/{experiment_id}/runs/{run_id}"><code>{run_id}</code></a>'
+            return (f'<a href="{html.escape(ui_url)}/#/experiments/{experiment_id}/runs/{run_id}">'
+                    f'<code>{run_id}</code></a>')
         return f"<code>{html.escape(run_id)}</code>"
 
     rows = []
@@ -82,7 +83,8 @@ def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: 
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ndebench report: "
              f"{html.escape(study)}</title><style>{STYLE}</style></head><body>",
              f"<h1>Study {html.escape(study)}</h1>",
-             f"<p>{len(runs)} evaluate-phase runs: " + ", ".join(f"{int(n)} {html.escape(str(s))}" for s, n in counts.items())
+             f"<p>{len(runs)} evaluate-phase runs: "
+             + ", ".join(f"{int(n)} {html.escape(str(s))}" for s, n in counts.items())
              + ".</p>"]
     parts += [main_table_section(t, alpha) for t in tables]
     if notes:

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-
 from ndebench.platform import report, stats
 from ndebench.platform.sections import Cell, Section, mean_std, save_figure
 
@@ -54,11 +53,13 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
             keys = sorted({(label, n) for label, n in zip(cells["label"], cells["n_mc"])})
             for label, n in keys:
                 rows.append([Cell(label), Cell(str(n))] + [
-                    Cell(mean_std(by.loc[(label, n, m), "mean"], by.loc[(label, n, m), "std"], int(by.loc[(label, n, m), "n"])))
+                    Cell(mean_std(by.loc[(label, n, m), "mean"], by.loc[(label, n, m), "std"],
+                                  int(by.loc[(label, n, m), "n"])))
                     if (label, n, m) in by.index else Cell("–") for m in models])
             for j, model in enumerate(models):
                 column = [r[2 + j] for r in rows[1:]]
-                means = [by.loc[(label, n, model), "mean"] if (label, n, model) in by.index else np.nan for label, n in keys]
+                means = [by.loc[(label, n, model), "mean"] if (label, n, model) in by.index else np.nan
+                         for label, n in keys]
                 finite = [round(float(x), 3) for x in means if np.isfinite(x)]
                 for cell, mean in zip(column, means):
                     cell.bold = bool(finite and np.isfinite(mean) and round(float(mean), 3) == max(finite))
@@ -85,7 +86,8 @@ def _plot(cells: pd.DataFrame, base: pd.DataFrame, models: list[str], dataset: s
             b = base.loc[model]
             colour = handle.lines[0].get_color()
             ax.axhline(b["mean"], color=colour, linestyle="--", linewidth=1)
-            ax.axhspan(b["mean"] - np.nan_to_num(b["std"]), b["mean"] + np.nan_to_num(b["std"]), color=colour, alpha=0.1)
+            ax.axhspan(b["mean"] - np.nan_to_num(b["std"]), b["mean"] + np.nan_to_num(b["std"]),
+                       color=colour, alpha=0.1)
     ax.set(xlabel="N_MC (test-time passes)", ylabel=f"test {ylabel}",
            title=f"{dataset}: dashed = {stats.BASELINE} mean, band = +- std")
     ax.legend(fontsize="small")

@@ -98,7 +98,8 @@ def merge_calibration_bins(all_bins: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError(f"cannot merge calibration bins with different n_bins: {sorted(sizes)}")
     return {
         "n_bins": sizes.pop(),
-        **{key: np.sum([b[key] for b in all_bins], axis=0).tolist() for key in ("count", "confidence_sum", "correct_sum")},
+        **{key: np.sum([b[key] for b in all_bins], axis=0).tolist()
+           for key in ("count", "confidence_sum", "correct_sum")},
     }
 
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
-
-from ray.tune import Callback
+from collections.abc import Callable
+from typing import Any
 
 from ndebench.platform.tracking import mark_stopped
+from ray.tune import Callback
 
 Printer = Callable[[str], None]
 

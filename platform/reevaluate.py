@@ -11,10 +11,9 @@ n_mc) pair that already has an ``ok`` reevaluate run is skipped, so the command 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
-
 from ndebench.platform import tracking
 from ndebench.platform.runframe import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate

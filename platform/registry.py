@@ -1,7 +1,8 @@
 """A name -> factory registry shared by the model, regularizer and dataset folders."""
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 

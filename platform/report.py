@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
 from ndebench.platform import figures, significance, stats
 from ndebench.platform.metrics import merge_calibration_bins
 
@@ -300,7 +299,8 @@ class _Table:
         comparison["p_holm"] = stats.holm(comparison["p"].to_numpy(float), alpha)
         comparison = significance.mark(comparison, alpha, correction)
         columns = [(m, d, metrics[d]) for m, d in
-                   runs[["model", "dataset"]].drop_duplicates().sort_values(["model", "dataset"]).itertuples(index=False)]
+                   runs[["model", "dataset"]].drop_duplicates().sort_values(["model", "dataset"])
+                   .itertuples(index=False)]
         rows = _regularizer_order(runs)
         ok_n = cell_stats.loc[cell_stats["n"] > 0, "n"]
         usual_n = int(ok_n.mode().max()) if len(ok_n) else 0
@@ -374,7 +374,8 @@ def _caption(table: _Table, alpha: float, tex: bool) -> str:
     return (esc(f"Test {label}: mean (sample std) over n = {table.usual_n} seeds per cell (cells with another n, "
                 "or with diverged/errored runs, say so in brackets). ")
             + significance.caption(table.correction, n_tests, alpha, tex)
-            + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; bold: best mean per column ({directions})." + _protocol_sentence(table)))
+            + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; "
+                  f"bold: best mean per column ({directions})." + _protocol_sentence(table)))
 
 
 def _protocol_sentence(table: _Table) -> str:

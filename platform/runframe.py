@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
 from ndebench.platform import tracking
 
 PARAMS = ("p", "m", "rate")

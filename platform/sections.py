@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
-
 from ndebench.platform.figures import save_png_pdf
 from ndebench.platform.report import latex_escape
 

@@ -19,12 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-
 from ndebench.platform import stats
 from ndebench.platform.report import LABELS
 from ndebench.platform.runframe import PARAMS
 from ndebench.platform.sections import Cell, Section, mean_std, save_figure
-
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from ndebench.platform import stats
 from ndebench.platform.sections import Cell, Section
 
@@ -40,7 +39,8 @@ def summary_rows(runs: pd.DataFrame, metrics: dict[str, str], alpha: float = 0.0
     for row in across.itertuples(index=False):
         base = [cells.loc[(row.model, d, stats.BASELINE)] for d in row.datasets]
         reg = [cells.loc[(row.model, d, row.regularizer)] for d in row.datasets]
-        extra.append({"baseline_mean": _mean([c["mean"] for c in base]), "baseline_std": _mean([c["std"] for c in base]),
+        extra.append({"baseline_mean": _mean([c["mean"] for c in base]),
+                      "baseline_std": _mean([c["std"] for c in base]),
                       "mean": _mean([c["mean"] for c in reg]), "std": _mean([c["std"] for c in reg])})
     return pd.concat([across.reset_index(drop=True), pd.DataFrame(extra)], axis=1)
 
@@ -73,7 +73,8 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
         caption = (f"Averaged over {len(datasets)} {words} on each dataset's primary metric; values in brackets are "
                    f"the mean of the per-dataset standard deviations; improvement and % change (sign-adjusted, "
                    f"positive is better) are the mean +- standard error of the mean over datasets.")
-        sections.append(Section(f"Extended summary: {key} ({len(datasets)} datasets)", ["model", "regularizer", "datasets", stats.BASELINE,
-                                                               "regularizer mean", "improvement", "% change", "wins"],
+        sections.append(Section(f"Extended summary: {key} ({len(datasets)} datasets)",
+                                ["model", "regularizer", "datasets", stats.BASELINE,
+                                 "regularizer mean", "improvement", "% change", "wins"],
                                 table, caption))
     return sections

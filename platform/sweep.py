@@ -13,13 +13,14 @@ import contextlib
 import json
 import logging
 import math
+import socket
 import sys
 import tempfile
 import time
-import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
@@ -29,8 +30,16 @@ from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage
 from ndebench.platform.provenance import driver_provenance
 from ndebench.platform.storage import Storage
 from ndebench.platform.tracking import (
-    TAG, TrialRecorder, cell_run, cell_states, close_orphaned_runs, ensure_experiment, evaluate_runs, finish_cell, finished_hashes,
-    search, study_run,
+    TAG,
+    cell_run,
+    cell_states,
+    close_orphaned_runs,
+    ensure_experiment,
+    evaluate_runs,
+    finish_cell,
+    finished_hashes,
+    search,
+    study_run,
 )
 from ndebench.platform.trainable import trainable
 
@@ -192,26 +201,27 @@ class Sweep:
             self.say(message)
 
     def _cell_tags(self, cell: Cell) -> dict[str, str]:
+        """Identity and the driver's provenance (a cell run is written by the driver)."""
         tags = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer}
+        tags |= driver_provenance() | {"host": socket.gethostname()}
         return tags | ({"variant": cell.variant} if cell.variant else {})
 
     def _search_stage(self, stage: Stage) -> dict[str, dict[str, Any]]:
         """Run one search stage over its cells with something to search; return the chosen values per cell
         (searched keys only). Failed cells go to ``self.failed``; finished ones are read from MLflow."""
-        from ray import tune
-
         from ndebench.platform.progress import MarkStopped, StageProgress
         from ndebench.platform.searcher import CellSearcher, PerCellASHA
+        from ray import tune
 
         chosen = {c.key: {} for c in stage.cells if c.budget == 0}
         states = cell_states(self.tracking_uri, self.spec.study, stage.name) if self.resume else {}
         todo = set()
-        for search in stage.cells:
-            state = states.get(search.key)
-            if search.budget and state is not None and state.data.tags.get(f"{TAG}status") == "done":
-                chosen[search.key] = {k: decode(v, state.data.params[k]) for k, v in search.space.items()}
-            elif search.budget:
-                todo.add(search.key)
+        for cell in stage.cells:
+            state = states.get(cell.key)
+            if cell.budget and state is not None and state.data.tags.get(f"{TAG}status") == "done":
+                chosen[cell.key] = {k: decode(v, state.data.params[k]) for k, v in cell.space.items()}
+            elif cell.budget:
+                todo.add(cell.key)
         run = stage_for_cells(stage, todo)
         if not run.cells:
             if todo or any(c.budget for c in stage.cells):
@@ -228,7 +238,8 @@ class Sweep:
         searcher = CellSearcher(stage.name, resolved, tc)
         scheduler = None
         if tc.scheduler == "asha":
-            scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha, {c.key: c.template["training.epochs"] for c in run.cells})
+            scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha,
+                                    {c.key: c.template["training.epochs"] for c in run.cells})
         progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
                                  tc.metric, tc.mode, self._say_console, self.progress_every_s)
         self._fit(stage.name, self._trainable(stage.name, parents), tune.TuneConfig(
@@ -237,16 +248,16 @@ class Sweep:
             max_concurrent_trials=searcher.max_live, trial_dirname_creator=lambda trial: trial.trial_id,
         ), {}, [progress, MarkStopped(self.tracking_uri)])
         self._close_orphans(stage.name, progress.outcomes)
-        for search in run.cells:
-            outcomes = progress.outcomes[search.key]
+        for cell in run.cells:
+            outcomes = progress.outcomes[cell.key]
             ok = [o for o in outcomes if self._usable(o["result"], tc.metric)]
             if not ok:
-                self._fail(search.key, search.label, parents[search.key], stage.name, outcomes)
+                self._fail(cell.key, cell.label, parents[cell.key], stage.name, outcomes)
                 continue
             pick = min if tc.mode == "min" else max
             best = pick(ok, key=lambda o: o["result"][tc.metric])
-            chosen[search.key] = {k: best["config"][k] for k in search.space}
-            finish_cell(self.tracking_uri, parents[search.key], "done", params=chosen[search.key], metrics={
+            chosen[cell.key] = {k: best["config"][k] for k in cell.space}
+            finish_cell(self.tracking_uri, parents[cell.key], "done", params=chosen[cell.key], metrics={
                 f"best_{tc.metric}": best["result"][tc.metric], "n_trials": len(outcomes), "n_ok": len(ok)})
         return chosen
 
@@ -272,7 +283,8 @@ class Sweep:
         """Record a cell with no usable trial: the first error message, on its cell run and in the outcome."""
         messages = [o["error"] or o["result"].get("message", "") for o in outcomes]
         statuses = sorted({o["result"].get("status", "error") for o in outcomes})
-        first = next((m for m in messages if m), f"no trial finished ok (statuses: {', '.join(statuses) or 'none ran'})")
+        first = next((m for m in messages if m),
+                     f"no trial finished ok (statuses: {', '.join(statuses) or 'none ran'})")
         message = f"{stage}: {first}"
         self.failed[key] = message
         finish_cell(self.tracking_uri, run_id, "failed", error=message)
@@ -298,9 +310,8 @@ class Sweep:
 
     def _evaluate(self, cells: list[Cell], configs: dict[str, dict[str, Any]]) -> tuple[int, int]:
         """Every unfinished cell's config over the seeds in one grid, then per-cell aggregates in MLflow."""
-        from ray import tune
-
         from ndebench.platform.progress import StageProgress
+        from ray import tune
 
         states = cell_states(self.tracking_uri, self.spec.study, "evaluate") if self.resume else {}
         by_key = {c.key: c for c in cells}
@@ -339,10 +350,10 @@ class Sweep:
         self._aggregate(parents, by_key, outcomes)
         return len(trials), skipped
 
-    def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell], outcomes: dict[str, list[dict[str, Any]]]) -> None:
+    def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell],
+                   outcomes: dict[str, list[dict[str, Any]]]) -> None:
         """Cell-run metrics ``mean_<m>``, ``std_<m>``, ``n`` and ``p_value_vs_none`` (primary metric)."""
         import pandas as pd
-
         from ndebench.platform.report import primary_metrics
         from ndebench.platform.stats import compare_to_baseline, summarize_cells
 
@@ -395,7 +406,8 @@ class Sweep:
         logging.getLogger("ray").removeHandler(self._driver_handler)
         self._driver_handler.close()
         node = getattr(ray._private.worker, "_global_node", None)
-        paths = [self._driver_log, self._console_log] + (sorted(Path(node.get_logs_dir_path()).glob("*")) if node is not None else [])
+        paths = [self._driver_log, self._console_log] + (sorted(Path(node.get_logs_dir_path()).glob("*"))
+                                                         if node is not None else [])
         chunks = []
         for path in paths:
             if path.exists() and path.suffix in (".out", ".err", ".log") and path.stat().st_size:
@@ -416,8 +428,11 @@ class Sweep:
             resources = self._start_ray()
         ensure_experiment(self.tracking_uri, self.spec.study)
         source = Path(self.spec.source).read_text() if self.spec.source else None
+        if source is not None and self.spec.overrides:
+            source += "".join(f"# --set {item}\n" for item in self.spec.overrides)
         self.study_run_id = study_run(self.tracking_uri, self.spec.study, description=self.spec.description,
-                                      params=self._study_params(), yaml_text=source, tags=driver_provenance())
+                                      params=self._study_params(), yaml_text=source,
+                                      tags=driver_provenance() | {"host": socket.gethostname()})
         self._place(resources.get("GPU", 0.0))
         self.failed = {}
         base: dict[str, dict[str, Any]] = {}
@@ -427,7 +442,8 @@ class Sweep:
                                                             for d in self.spec.datasets) if c.key in base}
         stage = tune_stage(self.spec, frozen)
         failed_pairs = {c.cell.pair for c in stage.cells if Cell(*c.cell.pair, "none").key in self.failed}
-        tuned = self._search_stage(stage_for_cells(stage, {c.key for c in stage.cells if c.cell.pair not in failed_pairs}))
+        tuned = self._search_stage(stage_for_cells(stage, {c.key for c in stage.cells
+                                                           if c.cell.pair not in failed_pairs}))
         cells = sweep_cells(self.spec)
         self._evaluated = self._final_configs(cells, base, tuned)
         evaluated, skipped = self._evaluate(cells, self._evaluated)

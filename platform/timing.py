@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from ndebench.platform import stats
 from ndebench.platform.sections import Cell, Section, mean_std
 
@@ -28,7 +27,8 @@ def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     """Per (model, dataset, label) of ``none`` and Continuum Dropout: ``n, mean, std`` of the per-run
     seconds per epoch, ``p, m`` and ``ratio`` (mean over the baseline's mean)."""
     part = runs[runs["regularizer"].isin([stats.BASELINE, REGULARIZER])]
-    cells = stats.summarize_cells(part.assign(regularizer=part["label"]), column).rename(columns={"regularizer": "label"})
+    cells = (stats.summarize_cells(part.assign(regularizer=part["label"]), column)
+             .rename(columns={"regularizer": "label"}))
     cells = cells.join(part.groupby("label")[["p", "m"]].first(), on="label")
     base = cells[cells["label"] == stats.BASELINE].set_index(["model", "dataset"])["mean"]
     cells["ratio"] = [row.mean / base.get((row.model, row.dataset), np.nan) for row in cells.itertuples()]

@@ -6,8 +6,9 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -107,6 +108,23 @@ def study_names(uri: str) -> list[str]:
             return sorted(names)
 
 
+def run_name(config: dict[str, Any]) -> str:
+    """A short readable trial run name: the regularizer's initials, its fixed parameters, the seed, and the
+    stage for search trials, e.g. ``cd m=10 p=0.3 s0`` or ``base none lr=0.003 s0``; the cell run above it
+    names the model and dataset."""
+    regularizer = config["regularizer"]
+    short = "".join(part[0] for part in regularizer.split("_")) if "_" in regularizer else regularizer
+    keys = [k for k in sorted(config)
+            if k.startswith("regularizer.") and k not in ("regularizer.n_mc", "regularizer.mask")]
+    if config.get("phase") == "base":
+        keys += [k for k in ("training.lr", "model.hidden_size", "model.num_layers") if k in config]
+    values = [f"{k.split('.', 1)[1]}={config[k]:g}" if isinstance(config[k], float)
+              else f"{k.split('.', 1)[1]}={config[k]}"
+              for k in keys]
+    phase = "" if config.get("phase") == "evaluate" else f"{config.get('phase')} "
+    return " ".join([f"{phase}{short}", *values, f"s{config.get('seed', 0)}"])
+
+
 def ensure_experiment(uri: str, study: str) -> str:
     """Create (on the driver, before any trial) the database and the study's experiment; return its id."""
     from mlflow.exceptions import MlflowException
@@ -122,7 +140,9 @@ def ensure_experiment(uri: str, study: str) -> str:
         if experiment is not None:
             return experiment.experiment_id
         try:
-            return mlflow_client.create_experiment(study, artifact_location=location)
+            # The kind tag makes MLflow 3's UI open the model-training view rather than its GenAI overview.
+            return mlflow_client.create_experiment(study, artifact_location=location,
+                                                   tags={"mlflow.experimentKind": "custom_model_development"})
         except MlflowException:
             # Another driver on the same tracking server created it in between.
             experiment = mlflow_client.get_experiment_by_name(study)
@@ -139,7 +159,8 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
         return []
     runs, token = [], None
     while True:
-        page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string, max_results=1000,
+                                         page_token=token)
         runs += list(page)
         token = page.token
         if not token:
@@ -160,14 +181,16 @@ class TrialRecorder:
 
         self.client = client(uri)
         experiment_id = ensure_experiment(uri, study)
-        all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash, f"{TAG}status": "running",
+        all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash,
+                                                                     f"{TAG}status": "running",
                                                                      f"{TAG}kind": "trial"}
         if parent_run_id:
             all_tags[PARENT] = parent_run_id
         # Only an evaluate trial (one per cell and seed) is unique by its config; search stages may try a
         # config twice, and those are separate trials.
         existing = [
-            r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' and tags.`{TAG}phase` = '{tags['phase']}'")
+            r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' "
+                                          f"and tags.`{TAG}phase` = '{tags['phase']}'")
             if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
         ] if tags["phase"] == "evaluate" and run_id is None else []
         if run_id is not None:
@@ -178,8 +201,8 @@ class TrialRecorder:
             self.run_id = existing[0].info.run_id
             _retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
         else:
-            name = f"{tags['phase']}-{tags['model']}-{tags['dataset'].replace('/', '_')}-{tags['regularizer']}-s{tags['seed']}"
-            run = _retry(lambda: self.client.create_run(experiment_id, tags=all_tags, run_name=name))
+            run = _retry(lambda: self.client.create_run(experiment_id, tags=all_tags, run_name=run_name(
+                {**config, "regularizer": tags["regularizer"], "phase": tags["phase"], "seed": tags["seed"]})))
             self.run_id = run.info.run_id
             params = [Param(k, str(v)) for k, v in sorted(config.items())]
             _retry(lambda: self.client.log_batch(self.run_id, params=params))
@@ -355,7 +378,10 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
             **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}}
-    run_id = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=tags, run_name=study)).info.run_id
+    experiment_id = ensure_experiment(uri, study)
+    if description:
+        _retry(lambda: mlflow_client.set_experiment_tag(experiment_id, "mlflow.note.content", description))
+    run_id = _retry(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=study)).info.run_id
     _retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
     if yaml_text is not None:
         mlflow_client.log_text(run_id, yaml_text, "sweep.yaml")
@@ -380,7 +406,8 @@ def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict
         f"{TAG}kind": "cell", f"{TAG}phase": phase, f"{TAG}cell": key, f"{TAG}study": study,
         f"{TAG}status": "running", PARENT: parent,
     }
-    run = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags, run_name=f"{phase}-{key}"))
+    run = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
+                                                  run_name=f"{phase}-{key}"))
     return run.info.run_id
 
 

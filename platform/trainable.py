@@ -43,7 +43,8 @@ def latest_checkpoint(storage: Storage, trial_dir: str) -> dict[str, Any] | None
 
     selector = pafs.FileSelector(storage.path(trial_dir), allow_not_found=True)
     folders = sorted((info.path for info in storage.fs.get_file_info(selector)
-                      if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")), reverse=True)
+                      if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")),
+                     reverse=True)
     for folder in folders:
         try:
             with storage.fs.open_input_file(f"{folder}/{STATE_FILE}") as stream:
@@ -85,7 +86,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     trial_dir = f"{experiment}/{tune.get_context().get_trial_id()}"
     state, run_id = _restored()
     tags = trial_tags(config, phase) | (run_tags or {}) | worker_provenance(config.get("device", "cpu"))
-    recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config), tags | {"trial_dir": trial_dir},
+    recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config),
+                             tags | {"trial_dir": trial_dir},
                              parent_run_id=parents.get(config["cell"]), run_id=run_id)
     if state is None and storage is not None and recorder.previous_tags.get(f"{TAG}trial_dir"):
         state = latest_checkpoint(storage, recorder.previous_tags[f"{TAG}trial_dir"])

@@ -10,14 +10,14 @@ import dataclasses
 import math
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.base import NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
@@ -47,7 +47,7 @@ class TrialSpec:
     device: str = "cpu"
 
     @classmethod
-    def from_flat(cls, config: dict[str, Any]) -> "TrialSpec":
+    def from_flat(cls, config: dict[str, Any]) -> TrialSpec:
         """Build from the flat ``section.key`` config of a sweep trial (see ``SweepSpec.base_config``)."""
 
         def section(prefix: str) -> dict[str, Any]:
@@ -128,7 +128,8 @@ class _Feed:
         pass skips a last batch of one sample: the head's BatchNorm cannot train on it."""
         training = generator is not None
         if self.inputs is None:
-            loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=training, generator=generator)
+            loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=training,
+                                                 generator=generator)
             for x, y in loader:
                 if not (training and len(y) == 1):
                     yield x.to(self.device), y.to(self.device)
@@ -162,7 +163,8 @@ def protocol_tag(model: NDEClassifier) -> str:
 
 
 @torch.no_grad()
-def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *, top5: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
+def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *,
+             top5: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
     """Metrics of ``model`` on a split with the regularizer's test protocol (MC passes if it stays on).
 
     Headline metrics (accuracy, top-5, AUROC) come from the point predictor: Algorithm 1's
@@ -373,7 +375,8 @@ def run_trial(
         train_time = time.perf_counter() - start
         val, _ = evaluate(model, built.feeds["val"], built.batch_size, spec.seed, top5=built.top5)
         if on_epoch is not None:
-            on_epoch({"train_loss": train_loss, "val_loss": val["nll"], f"val_{built.metric_name}": val[built.metric_name],
+            on_epoch({"train_loss": train_loss, "val_loss": val["nll"],
+                      f"val_{built.metric_name}": val[built.metric_name],
                       "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time})
         if not math.isfinite(val["nll"]):
             return diverged("validation")

@@ -6,7 +6,8 @@ Numbers are finite ints or floats, never booleans (:mod:`ndebench.platform.field
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ndebench.platform.fields import integer, is_number
 from ndebench.regularizers.rates import check_m, check_p

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-
+from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer, Role
 from ndebench.regularizers.rates import Rates, solve_rates
 from ndebench.regularizers.registry import HyperParam, register_regularizer
@@ -31,7 +31,8 @@ class RenewalPaths:
         return counts.reshape(*t.shape, *counts.shape[1:])
 
     def indicator(self, t: torch.Tensor) -> torch.Tensor:
-        """``I(t)`` of shape ``(*t.shape, B, H)``: 1 while active, 0 while inactive (active on ``[S_{2n}, S_{2n+1})``)."""
+        """``I(t)`` of shape ``(*t.shape, B, H)``: 1 while active, 0 while inactive
+        (active on ``[S_{2n}, S_{2n+1})``)."""
         return (self._count(t) % 2 == 0).to(self.switches.dtype)
 
     def renewals(self, t: torch.Tensor) -> torch.Tensor:
@@ -195,30 +196,20 @@ class _Draw:
         return self.step_masks[k] if isinstance(k, int) else self.step_masks.index_select(0, k.reshape(1))[0]
 
 
-def _check_p(value: Any) -> str | None:
-    return None if isinstance(value, (int, float)) and 0.0 < value < 1.0 else "must lie in the open interval (0, 1)"
-
-
-def _check_m(value: Any) -> str | None:
-    return None if isinstance(value, (int, float)) and 0.0 < value < math.inf else "must be a finite number > 0"
-
-
 def _check_mask(value: Any) -> str | None:
     return None if value in ("left", "occupancy") else "must be 'left' or 'occupancy'"
 
 
-def _check_n_mc(value: Any) -> str | None:
-    return None if isinstance(value, int) and value >= 1 else "must be an integer >= 1"
 
 
 @register_regularizer(
     "continuum_dropout",
     summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test",
     hyperparams={
-        "p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), _check_p, "dropout rate P(inactive at T)"),
-        "m": HyperParam((5, 10, 50, 100), _check_m, "expected number of renewals in [t0, T]"),
+        "p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.dropout_rate, "dropout rate P(inactive at T)"),
+        "m": HyperParam((5, 10, 50, 100), checks.expected_renewals, "expected number of renewals in [t0, T]"),
         "mask": HyperParam(("left",), _check_mask, "per-step mask for fixed-step solvers"),
-        "n_mc": HyperParam((5,), _check_n_mc, "Monte-Carlo passes at test time"),
+        "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time"),
     },
 )
 class ContinuumDropout(Regularizer):
@@ -257,7 +248,8 @@ class ContinuumDropout(Regularizer):
             masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
             # Small masks are cast once here; large ones stay bool (a quarter of the memory, no page faults
             # for a fresh float buffer) and each step's slice is cast when the field reads it.
-            return _Draw(paths=None, step_masks=masks.to(spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks, spec=spec)
+            return _Draw(paths=None, step_masks=masks.to(spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks,
+                         spec=spec)
         paths = sample_renewal_paths(
             spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )

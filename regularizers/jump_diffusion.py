@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer, Role
 from ndebench.regularizers.registry import HyperParam, register_regularizer
@@ -63,7 +62,8 @@ JUMP_HYPERPARAMS = {
 
 @register_regularizer(
     "jump_diffusion",
-    summary="Jump diffusion (Liu et al.'s repo): z -> z + scale*z*Z*Bernoulli(rate*dt) per step; paper's p = rate; off at test",
+    summary="Jump diffusion (Liu et al.'s repo): z -> z + scale*z*Z*Bernoulli(rate*dt) per step; "
+            "paper's p = rate; off at test",
     hyperparams=JUMP_HYPERPARAMS,
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
@@ -109,8 +109,10 @@ class JumpDiffusion(Regularizer):
 
 @register_regularizer(
     "jump_diffusion_ttn",
-    summary="Jump diffusion kept on at test time (TTN): label, top-5 and AUROC from the softmax averaged over n_mc passes",
-    hyperparams={**JUMP_HYPERPARAMS, "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time")},
+    summary="Jump diffusion kept on at test time (TTN): label, top-5 and AUROC from the softmax "
+            "averaged over n_mc passes",
+    hyperparams={**JUMP_HYPERPARAMS,
+                 "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time")},
     incompatible_models=INCOMPATIBLE,
     requires_fixed_step=True,
 )

@@ -4,11 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.registry import HyperParam, register_regularizer
+from torch import nn
 
 
 class UnitDropout(nn.Module):

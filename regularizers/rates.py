@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from scipy.optimize import brentq
 
-
 P_RANGE = (1e-6, 1.0 - 1e-6)
 M_RANGE = (1e-6, 1e6)
 

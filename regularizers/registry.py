@@ -1,8 +1,9 @@
 """Regularizer registry: ``register_regularizer``, ``create_regularizer``, ``list_regularizers``."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.registry import HyperParam, register_regularizer

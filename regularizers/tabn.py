@@ -4,11 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.registry import HyperParam, register_regularizer
+from torch import nn
 
 
 def bin_weights(t: torch.Tensor | float, t0: float, t1: float, bins: int) -> tuple[int, float]:

@@ -10,13 +10,12 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as sps
-
 from analysis_study import CHANNELS, DATASETS, GRID, MODELS, RATES, study_frame
 from ndebench.platform import tracking
 from ndebench.platform.cli import main
 from ndebench.platform.significance import friedman_gate, mark
 from ndebench.platform.trajectories import sample_trajectories
+from scipy import stats as sps
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"
 
@@ -32,7 +31,8 @@ def _log_study(uri: str, frame: pd.DataFrame) -> None:
         tags = {f"ndebench.{k}": str(getattr(row, k)) for k in ("model", "dataset", "regularizer", "seed", "status")}
         tags |= {"ndebench.phase": "evaluate", **({"ndebench.variant": row.variant} if row.variant else {})}
         run_id = client.create_run(experiment, tags=tags).info.run_id
-        params = [Param(f"regularizer.{k}", str(getattr(row, k))) for k in ("p", "m", "rate") if np.isfinite(getattr(row, k))]
+        params = [Param(f"regularizer.{k}", str(getattr(row, k))) for k in ("p", "m", "rate")
+                  if np.isfinite(getattr(row, k))]
         metrics = [Metric("test_accuracy", row.test_accuracy, 0, 0), Metric("test_nll", row.test_nll, 0, 0)]
         metrics += [Metric("train_time_s", row.train_time_s + d, 0, step) for step, d in ((1, -0.5), (2, 0.5))]
         metrics += [Metric("epoch_time_s", row.epoch_time_s, 0, 1)]
@@ -233,14 +233,10 @@ def test_report_html_is_self_contained(crafted):
     names = {a.path for a in tracking.client(uri).list_artifacts(report_run, "report")}
     assert {"report/report.html", "report/sensitivity.md", "report/timing.md", "report/summary_extended.md"} <= names
     assert any(n.endswith(".pdf") for n in names)
-
-
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless chromium (Debian package) not installed")
-def test_report_html_renders_in_headless_chromium(crafted):
-    _, out, _ = crafted
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--dump-dom", (out / "report.html").as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
-    assert dom.count("<table") >= 10 and dom.count("<img") >= 10
+    if shutil.which("chromium"):  # Debian's package, where installed: the page also renders in a real browser
+        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--dump-dom", (out / "report.html").as_uri()],
+                             capture_output=True, text=True, timeout=120).stdout
+        assert dom.count("<table") == page.tables and dom.count("<img") == len(page.images)
 
 
 def test_trajectories_indicator_has_the_dropout_rate_and_the_latent_pauses():

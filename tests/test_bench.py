@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from ndebench.platform.bench import ROW_KEYS, interleaved_medians
 from ndebench.platform.cli import main
 
@@ -18,7 +17,8 @@ def test_bench_json_rows_have_the_documented_schema(capsys):
     finally:
         torch.set_num_threads(threads)
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["model"], r["batch"]) for r in rows] == [("neural_cde", 3), ("neural_cde", 5), ("ode_rnn", 3), ("ode_rnn", 5)]
+    assert [(r["model"], r["batch"]) for r in rows] == [("neural_cde", 3), ("neural_cde", 5),
+                                                       ("ode_rnn", 3), ("ode_rnn", 5)]
     for row in rows:
         assert tuple(row) == ROW_KEYS
         assert (row["hidden"], row["length"], row["solver"], row["device"], row["n_mc"]) == (4, 6, "euler", "cpu", 3)
@@ -29,7 +29,8 @@ def test_bench_json_rows_have_the_documented_schema(capsys):
 
 
 def test_bench_draw_reports_the_asked_shape(capsys):
-    assert main(["bench", "draw", "--json", "--batch", "4", "--hidden", "8", "--length", "11", "--m", "5", "--reps", "2"]) == 0
+    assert main(["bench", "draw", "--json", "--batch", "4", "--hidden", "8", "--length", "11", "--m", "5",
+                 "--reps", "2"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert {k: row[k] for k in ("batch", "hidden", "points", "horizon", "p", "m", "device")} == {
         "batch": 4, "hidden": 8, "points": 11, "horizon": 10.0, "p": 0.3, "m": 5.0, "device": "cpu"}

@@ -1,6 +1,5 @@
 """A trial resumed from its epoch checkpoint ends exactly like an uninterrupted one."""
 import pytest
-
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.config import TrainingConfig
 from ndebench.platform.trial import TrialSpec, load_trial_state, run_trial, save_trial_state
@@ -38,7 +37,8 @@ def test_resume_from_checkpoint_is_exact(tmp_path, model, regularizer, params):
 
 def test_resume_after_early_stop_trains_no_further(tmp_path):
     spec = _spec("neural_cde", "none", {})
-    spec = TrialSpec(**{**spec.__dict__, "training": TrainingConfig(epochs=40, min_epochs=0, patience=1, lr=1.0, threads=1)})
+    spec = TrialSpec(**{**spec.__dict__,
+                        "training": TrainingConfig(epochs=40, min_epochs=0, patience=1, lr=1.0, threads=1)})
     last = {}
     full = run_trial(spec, on_checkpoint=lambda epoch, snapshot: last.update(state=snapshot(), epoch=epoch))
     assert full.epochs < 40 and last["state"]["stop"]

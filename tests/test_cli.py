@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ndebench.platform.cli import main
 from ndebench.regularizers.rates import dropout_rate, expected_renewals
 
@@ -54,7 +53,8 @@ def test_validate_summarises_the_quickstart(capsys):
     assert "valid" in out and "neural_cde x uea/BasicMotions x continuum_dropout" in out
 
 
-@pytest.mark.parametrize("what,name", [("models", "neural_cde"), ("regularizers", "continuum_dropout"), ("datasets", "uea/BasicMotions")])
+@pytest.mark.parametrize("what,name", [("models", "neural_cde"), ("regularizers", "continuum_dropout"),
+                                       ("datasets", "uea/BasicMotions")])
 def test_list(capsys, what, name):
     assert main(["list", what]) == 0
     assert name in capsys.readouterr().out
@@ -75,7 +75,8 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
             "regularizer": "none", "seed": "0"}
     TrialRecorder(uri, "uistudy", {"model": "neural_cde"}, "abc", tags).finish("ok", {"test_accuracy": 0.5}, {}, {})
     port = 5000 + os.getpid() % 1000
-    proc = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri,
+                             "--port", str(port)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -90,7 +91,8 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
         request = urllib.request.Request(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=uistudy")
         experiment = json.load(urllib.request.urlopen(request, timeout=10))["experiment"]
         body = json.dumps({"experiment_ids": [experiment["experiment_id"]]}).encode()
-        search = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"})
+        search = urllib.request.Request(f"{base}/api/2.0/mlflow/runs/search", data=body,
+                                        headers={"Content-Type": "application/json"})
         runs = json.load(urllib.request.urlopen(search, timeout=10))["runs"]
         run_tags = {t["key"]: t["value"] for t in runs[0]["data"]["tags"]}
         assert run_tags["ndebench.regularizer"] == "none" and run_tags["ndebench.status"] == "ok"
@@ -163,7 +165,8 @@ def test_config_file_errors_name_the_file(tmp_path, capsys, monkeypatch):
     ("study: x\nstudy: y\n", "bad.yaml line 2, column 1: not valid YAML: duplicate key 'study' (first on line 1)"),
     ("study: [unclosed\n", "not valid YAML"),
     ("", "bad.yaml' is empty"),
-    ("study: x\n{a: 1}: 2\n", "bad.yaml line 2, column 1: not valid YAML: while constructing a mapping found unhashable key"),
+    ("study: x\n{a: 1}: 2\n", "bad.yaml line 2, column 1: not valid YAML: "
+                              "while constructing a mapping found unhashable key"),
     ("study: !!python/object:os.system x\n", "could not determine a constructor for the tag"),
     ("study: x\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\ntraining: {lr: {choice: []}}\n",
      "training.lr.choice needs a list, got []"),

@@ -8,7 +8,6 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-
 from ndebench.platform.cluster import ClusterError, check_cluster
 from ndebench.platform.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
 

@@ -3,7 +3,6 @@ import copy
 
 import pytest
 import yaml
-
 from ndebench.platform.config import ConfigError, Space, config_hash, load_spec, parse_spec, searched_keys
 
 BASE = {
@@ -47,10 +46,12 @@ def test_regularizer_defaults_are_the_papers_search_space():
 @pytest.mark.parametrize("raw,message", [
     (with_(["trainng"], {}), r"unknown key\(s\) \['trainng'\].*valid keys"),
     (with_(["training", "epoch"], 3), r"unknown key\(s\) \['epoch'\] in training"),
-    (with_(["regularizers", "continuum_dropout", "p"], 1.5), r"regularizers.continuum_dropout.p=1.5 must lie in the open interval \(0, 1\)"),
+    (with_(["regularizers", "continuum_dropout", "p"], 1.5),
+     r"regularizers.continuum_dropout.p=1.5 must lie in \[1e-06, 1 - 1e-06\] \(a dropout rate in \(0, 1\)\)"),
     (with_(["regularizers", "continuum_dropout", "p"], [0.2, 1.5]), r"p=1.5"),
-    (with_(["regularizers", "continuum_dropout", "m"], 0), r"m=0 must be"),
-    (with_(["regularizers", "continuum_dropout", "q"], 1), r"unknown key\(s\) \['q'\] in regularizers.continuum_dropout"),
+    (with_(["regularizers", "continuum_dropout", "m"], 0), r"m=0 must lie in \[1e-06, 1e\+06\]"),
+    (with_(["regularizers", "continuum_dropout", "q"], 1),
+     r"unknown key\(s\) \['q'\] in regularizers.continuum_dropout"),
     (with_(["regularizers", "dropuot"], {}), r"unknown regularizer 'dropuot'; valid regularizers: .*continuum_dropout"),
     (with_(["models"], ["neural_cdee"]), r"unknown model 'neural_cdee'; valid models: .*neural_cde"),
     (with_(["datasets"], ["uea/BasicMotionz"]), r"unknown uea dataset 'BasicMotionz'.*BasicMotions"),
@@ -65,7 +66,8 @@ def test_regularizer_defaults_are_the_papers_search_space():
     (with_(["dataset_options"], {"missing_rate": 1.0}), r"missing_rate=1.0 must be a finite number in \[0, 1\)"),
     (with_(["study"], "a b"), r"study='a b'"),
     (with_(["report", "test"], "wilcoxon"), r"report.test='wilcoxon' must be one of 'student', 'welch', 'paired'"),
-    (with_(["report", "correction"], "bonferroni"), r"report.correction='bonferroni' must be one of 'none', 'holm', 'bh'"),
+    (with_(["report", "correction"], "bonferroni"),
+     r"report.correction='bonferroni' must be one of 'none', 'holm', 'bh'"),
 ])
 def test_bad_configs_name_the_problem(raw, message):
     with pytest.raises(ConfigError, match=message):
@@ -100,7 +102,8 @@ def test_every_shipped_tune_config_validates():
 
 # Hardening probes (issue 14): each bad value is refused naming the key, the value and what is expected.
 
-@pytest.mark.parametrize("study", ["..", ".", "../up", "a/b", "a\nb", "tab\there", "", "-x", "a..b", "x" * 101, 5, None])
+@pytest.mark.parametrize("study", ["..", ".", "../up", "a/b", "a\nb", "tab\there", "", "-x", "a..b", "x" * 101,
+                                   5, None])
 def test_study_names_are_safe_folder_names(study):
     with pytest.raises(ConfigError, match=r"study=.* must be a name of letters, digits"):
         parse_spec(with_(["study"], study))
@@ -127,7 +130,8 @@ def test_duplicate_yaml_keys_are_errors_naming_the_key_and_lines(tmp_path):
     path = tmp_path / "dup.yaml"
     path.write_text("study: t\nmodels: [neural_cde]\ndatasets: [synthetic]\nregularizers: [none]\n"
                     "training:\n  lr: [0.1, 0.01]\n  epochs: 2\n  lr: 0.5\n")
-    with pytest.raises(ConfigError, match=r"dup.yaml line 8, column 3: not valid YAML: duplicate key 'lr' \(first on line 6\)"):
+    with pytest.raises(ConfigError,
+                       match=r"dup.yaml line 8, column 3: not valid YAML: duplicate key 'lr' \(first on line 6\)"):
         load_spec(path)
 
 
@@ -143,7 +147,8 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     (["training", "epochs"], True, r"training.epochs=True must be an integer >= 1"),
     (["training", "epochs"], [2, False], r"training.epochs=False must be an integer >= 1"),
     (["training", "lr"], float("inf"), r"training.lr=inf must be a finite number > 0"),
-    (["training", "lr"], {"loguniform": [1e-4, float("inf")]}, r"training.lr.loguniform=\[0.0001, inf\]: bounds must be finite numbers"),
+    (["training", "lr"], {"loguniform": [1e-4, float("inf")]},
+     r"training.lr.loguniform=\[0.0001, inf\]: bounds must be finite numbers"),
     (["training", "lr"], {"uniform": ["a", 1]}, r"training.lr.uniform=\['a', 1\]: bounds must be finite numbers"),
     (["training", "batch_size"], "big", r"training.batch_size='big' must be one of 'auto' or an integer >= 1"),
     (["training", "grad_clip"], float("nan"), r"training.grad_clip=nan must be null or a finite number > 0"),
@@ -151,7 +156,8 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     (["tune", "seed"], "abc", r"tune.seed='abc' must be an integer"),
     (["tune", "max_concurrent"], -1, r"tune.max_concurrent=-1 must be null or an integer >= 1"),
     (["tune", "metric"], 5, r"tune.metric=5 must be a string"),
-    (["evaluate", "seeds"], [0, True], r"evaluate.seeds=\[0, True\] must be a list; its item True must be an integer >= 0"),
+    (["evaluate", "seeds"], [0, True],
+     r"evaluate.seeds=\[0, True\] must be a list; its item True must be an integer >= 0"),
     (["evaluate", "seeds"], 3, r"evaluate.seeds=3 must be a list"),
     (["data_dir"], 5, r"data_dir=5 must be null or a string"),
     (["description"], ["x"], r"description=\['x'\] must be a string"),
@@ -162,9 +168,12 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     (["solver", "adjoint"], "yes", r"solver.adjoint='yes' must be true or false"),
     (["model", "hidden_size"], True, r"model.hidden_size=True must be an integer >= 1"),
     (["model", "interpolation"], "cubic", r"model.interpolation='cubic' must be one of 'hermite', 'natural', 'linear'"),
-    (["regularizers", "continuum_dropout", "m"], True, r"regularizers.continuum_dropout.m=True must be a finite number"),
-    (["regularizers", "continuum_dropout", "n_mc"], False, r"regularizers.continuum_dropout.n_mc=False must be a finite number"),
-    (["regularizers", "continuum_dropout", "m"], float("inf"), r"regularizers.continuum_dropout.m=inf must be a finite number"),
+    (["regularizers", "continuum_dropout", "m"], True,
+     r"regularizers.continuum_dropout.m=True must be a finite number"),
+    (["regularizers", "continuum_dropout", "n_mc"], False,
+     r"regularizers.continuum_dropout.n_mc=False must be a finite number"),
+    (["regularizers", "continuum_dropout", "m"], float("inf"),
+     r"regularizers.continuum_dropout.m=inf must be a finite number"),
     (["dataset_options", "missing_rate"], True, r"missing_rate=True must be a finite number in \[0, 1\)"),
 ])
 def test_every_field_is_type_checked(path, value, message):

@@ -3,10 +3,14 @@ import math
 
 import pytest
 import torch
-
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.regularizers.base import PassSpec, StepClock
-from ndebench.regularizers.continuum_dropout import ContinuumDropout, random_words, sample_grid_states, sample_renewal_paths
+from ndebench.regularizers.continuum_dropout import (
+    ContinuumDropout,
+    random_words,
+    sample_grid_states,
+    sample_renewal_paths,
+)
 from ndebench.regularizers.rates import expected_active_time, solve_rates
 from ndebench.regularizers.registry import create_regularizer
 
@@ -41,7 +45,8 @@ def test_process_starts_active_and_covers_the_horizon():
 
 
 def test_indicator_is_deterministic_in_t_and_flips_at_switches():
-    paths = sample_renewal_paths(4, 3, solve_rates(0.3, 10, 1.0), 0.0, 1.0, torch.Generator().manual_seed(5), dtype=torch.float64)
+    paths = sample_renewal_paths(4, 3, solve_rates(0.3, 10, 1.0), 0.0, 1.0, torch.Generator().manual_seed(5),
+                                 dtype=torch.float64)
     t = torch.tensor(0.37, dtype=torch.float64)
     assert torch.equal(paths.indicator(t), paths.indicator(t))
     first = paths.switches[0, 0, 0]
@@ -77,7 +82,8 @@ def test_paused_components_do_not_move_and_active_ones_move_by_dt():
     assert (increments == 0).any() and (increments != 0).any()
     # The mask integrates to the active time on the grid: z(T) = sum_k I(t_k) dt.
     reg2 = ContinuumDropout(p=0.4, m=10)
-    draw = reg2.draw(PassSpec(64, 8, 0.0, 1.0, times, TrialRNG.from_seed(3).regularizer, torch.device("cpu"), torch.float64))
+    draw = reg2.draw(PassSpec(64, 8, 0.0, 1.0, times, TrialRNG.from_seed(3).regularizer, torch.device("cpu"),
+                              torch.float64))
     assert torch.allclose(path[-1], draw.step_masks.sum(0) * dt)
 
 
@@ -98,7 +104,8 @@ def test_occupancy_mask_is_the_active_fraction_of_each_step():
     path = integrate(ConstantField(), torch.zeros(16, 4, dtype=torch.float64), times, solver=SolverConfig("euler"),
                      rng=TrialRNG.from_seed(0), regularizer=reg, output="times")
     # Euler with the occupancy mask integrates I exactly: z(T) equals the active time of [0, T].
-    paths = sample_renewal_paths(16, 4, reg.rates(1.0), 0.0, 1.0, TrialRNG.from_seed(0).regularizer, dtype=torch.float64)
+    paths = sample_renewal_paths(16, 4, reg.rates(1.0), 0.0, 1.0, TrialRNG.from_seed(0).regularizer,
+                                 dtype=torch.float64)
     assert torch.allclose(path[-1], paths.active_time(torch.tensor(1.0, dtype=torch.float64)), atol=1e-12)
 
 
@@ -129,7 +136,8 @@ def _grid_chain_moments(rates, grid):
     return active, offs, ons
 
 
-@pytest.mark.parametrize("p,m,T,points", [(0.3, 10, 1.0, 101), (0.5, 100, 160.0, 161), (0.1, 5, 2.0, 7), (0.4, 50, 1.0, 1001)])
+@pytest.mark.parametrize("p,m,T,points", [(0.3, 10, 1.0, 101), (0.5, 100, 160.0, 161), (0.1, 5, 2.0, 7),
+                                          (0.4, 50, 1.0, 1001)])
 def test_grid_sampler_matches_the_markov_chain_on_the_grid(p, m, T, points):
     rates = solve_rates(p, m, T)
     grid = torch.linspace(0.0, T, points, dtype=torch.float64)
@@ -160,7 +168,8 @@ def test_grid_renewal_count_tends_to_m_and_expected_active_time_to_the_integral(
     rates = solve_rates(p, m, T)
     active, _, ons = _grid_chain_moments(rates, torch.linspace(0.0, T, 20001, dtype=torch.float64))
     assert ons == pytest.approx(m, rel=2e-3)
-    assert (active[:-1].sum().item() * T / 20000) == pytest.approx(expected_active_time(rates.lambda1, rates.lambda2, T), rel=1e-3)
+    assert (active[:-1].sum().item() * T / 20000) == pytest.approx(
+        expected_active_time(rates.lambda1, rates.lambda2, T), rel=1e-3)
 
 
 @pytest.mark.parametrize("p,m,T", [(0.3, 10, 1.0), (0.5, 100, 160.0)])
@@ -168,7 +177,8 @@ def test_grid_sampler_agrees_with_the_switching_time_sampler_on_the_grid(p, m, T
     rates = solve_rates(p, m, T)
     grid = torch.linspace(0.0, T, 41, dtype=torch.float64)
     fast = sample_grid_states(grid, 100, 100, rates, torch.Generator().manual_seed(1)).double()
-    slow = sample_renewal_paths(100, 100, rates, 0.0, T, torch.Generator().manual_seed(2), dtype=torch.float64).indicator(grid)
+    slow = sample_renewal_paths(100, 100, rates, 0.0, T, torch.Generator().manual_seed(2),
+                                dtype=torch.float64).indicator(grid)
     n = 100 * 100
     pooled = (fast.mean((1, 2)) + slow.mean((1, 2))) / 2
     se = torch.sqrt(2 * pooled * (1 - pooled) / n).clamp(min=1e-12)
@@ -199,8 +209,9 @@ class MatrixField(torch.nn.Module):
         return torch.tanh(self.net(z))
 
 
-@pytest.mark.parametrize("method,adjoint,step_size", [("euler", True, None), ("rk4", True, None), ("euler", False, None),
-                                                       ("rk4", True, 0.03), ("midpoint", False, 0.07)])
+@pytest.mark.parametrize("method,adjoint,step_size", [("euler", True, None), ("rk4", True, None),
+                                                      ("euler", False, None), ("rk4", True, 0.03),
+                                                      ("midpoint", False, 0.07)])
 def test_counted_steps_give_the_same_masks_as_lookup_by_time(monkeypatch, method, adjoint, step_size):
     # The step clock must reproduce the time lookup exactly: forward values and adjoint gradients agree bit for bit.
     times = torch.linspace(0, 1, 21, dtype=torch.float64)

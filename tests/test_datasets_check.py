@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from ndebench.datasets.cache import cache_path, cached
 from ndebench.datasets.check import check_dataset, dataset_statuses, describe_shape, preflight_problems
 from ndebench.datasets.registry import list_datasets
@@ -136,7 +135,6 @@ def test_preflight_names_a_speech_clip_that_is_not_16khz_mono(tmp_path):
 
 def test_sweep_stops_before_ray_naming_the_corrupt_file(tmp_path, monkeypatch, capsys):
     import yaml
-
     from ndebench.platform.cli import main
 
     monkeypatch.chdir(tmp_path)

@@ -11,14 +11,13 @@ import torch
 import torchvision.datasets.cifar
 import torchvision.datasets.stl10
 import torchvision.datasets.svhn
-from torch.utils.data import DataLoader
-from torchvision import transforms as T
-from torchvision.datasets.utils import calculate_md5
-
 from ndebench.datasets import images
 from ndebench.datasets.check import check_dataset, dataset_status
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.registry import create_dataset
+from torch.utils.data import DataLoader
+from torchvision import transforms as T
+from torchvision.datasets.utils import calculate_md5
 
 TRAIN, TEST = 60, 20
 

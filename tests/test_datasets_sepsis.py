@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from ndebench.datasets import sepsis
 from ndebench.datasets.check import check_dataset
 from ndebench.datasets.files import CorruptFileError, MissingDataError

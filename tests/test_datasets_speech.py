@@ -7,14 +7,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from scipy.io import wavfile
-
 from ndebench.datasets import speech_commands
 from ndebench.datasets.check import check_dataset, dataset_status
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.protocol import NORM_EPS
 from ndebench.datasets.registry import create_dataset
 from ndebench.datasets.speech_commands import CLASSES, FOLDER
+from scipy.io import wavfile
 
 # A different clip count per class, so the class-index order is visible in the label counts.
 COUNTS = {label: 6 + i for i, label in enumerate(CLASSES)}
@@ -47,7 +46,10 @@ def torchaudio_mfcc(audio: torch.Tensor, n_mels: int) -> torch.Tensor:
     spec = torch.stft(audio.double(), 200, hop_length=100, window=torch.hann_window(200, dtype=torch.float64),
                       center=True, pad_mode="reflect", return_complex=True).abs() ** 2
     freqs = torch.linspace(0, 8000, 101, dtype=torch.float64)
-    mel = lambda f: 2595.0 * math.log10(1.0 + f / 700.0)
+
+    def mel(f):
+        return 2595.0 * math.log10(1.0 + f / 700.0)
+
     f_pts = 700.0 * (10 ** (torch.linspace(mel(0.0), mel(8000.0), n_mels + 2, dtype=torch.float64) / 2595.0) - 1.0)
     slopes = f_pts[None, :] - freqs[:, None]
     down, up = -slopes[:, :-2] / (f_pts[1:-1] - f_pts[:-2]), slopes[:, 2:] / (f_pts[2:] - f_pts[1:-1])

@@ -7,7 +7,6 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from ndebench.datasets.files import CorruptFileError, MissingDataError, resolve_data_dir
 from ndebench.datasets.protocol import NORM_EPS, resample_series
 from ndebench.datasets.registry import create_dataset, list_datasets
@@ -225,7 +224,10 @@ def test_synthetic_is_deterministic_balanced_and_shaped():
 def test_synthetic_classes_are_separable_by_their_frequency():
     """Nearest class-mean power spectrum classifies the test split well: the set is learnable."""
     bundle = create_dataset("synthetic", seed=0)
-    spectrum = lambda split: torch.fft.rfft(split.values[..., 0], dim=1).abs()[:, 1:5]
+
+    def spectrum(split):
+        return torch.fft.rfft(split.values[..., 0], dim=1).abs()[:, 1:5]
+
     centroids = torch.stack([spectrum(bundle.train)[bundle.train.targets == k].mean(0) for k in range(3)])
     predicted = torch.cdist(spectrum(bundle.test), centroids).argmin(1)
     assert (predicted == bundle.test.targets).float().mean() > 0.9

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model

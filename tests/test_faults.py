@@ -8,9 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
-
 from ndebench.platform.cli import main
 from ndebench.platform.runframe import parse_param
 from ndebench.platform.tracking import TAG, client, search
@@ -24,7 +22,7 @@ CONFIG = {
     "tune": {"max_failures": 1},
 }
 RESUMED = {
-    "study": "resumed", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["continuum_dropout"],
+    "study": "resumed", "models": ["neural_cde"], "datasets": ["synthetic"],
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]}, "regularizers": {"continuum_dropout": {"p": 0.3, "m": 10}},
     "training": {"epochs": 25, "min_epochs": 25, "patience": 25, "lr": 0.01},
 }
@@ -129,6 +127,10 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
     for metric in ("train_loss", "val_loss", "train_time_s"):
         steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, metric) if m.step)
         assert steps == list(range(1, 26)), metric  # step 0 holds the best epoch's final value
+    provenance = {"version", "git_commit", "git_dirty", "python", "lib.torch", "lib.ray", "lib.mlflow", "host"}
+    for any_run in search(uri, "resumed"):
+        assert {f"{TAG}{key}" for key in provenance} <= set(any_run.data.tags), any_run.info.run_name
+    assert run.data.tags[f"{TAG}device"].startswith("cpu: ") and run.data.tags[f"{TAG}node"] != "local"
     spec = TrialSpec.from_flat({k: parse_param(v) for k, v in run.data.params.items()})
     uninterrupted = run_trial(spec)
     assert uninterrupted.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
@@ -136,10 +138,10 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
 
 DRIVER = {
     "study": "driver", "models": ["neural_cde"], "datasets": ["synthetic"],
-    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.2, 0.4], "m": 10}},
+    "regularizers": {"none": {}, "continuum_dropout": {"p": 0.3, "m": 10}},
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
-    "training": {"epochs": 12, "min_epochs": 12, "patience": 12, "lr": [0.01, 0.02]},
-    "base": {"sampler": "grid"}, "tune": {"sampler": "grid"},
+    "training": {"epochs": 8, "min_epochs": 8, "patience": 8, "lr": [0.01, 0.02]},
+    "base": {"sampler": "grid"},
 }
 
 
@@ -155,29 +157,36 @@ def _runs_logged(db: Path, phase: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize("phase", ["base", "evaluate"])
-def test_resume_after_the_driver_is_killed(tmp_path, phase):
-    """SIGKILL of `ndebench run` while a stage trains, then `--resume`: every planned evaluate run exists once
-    and no run is left running."""
-    (tmp_path / "driver.yaml").write_text(yaml.safe_dump(DRIVER))
-    command = [sys.executable, "-m", "ndebench.platform.cli", "run", "driver.yaml"]
-    driver = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def _kill_during(command: list[str], cwd: Path, phase: str) -> None:
+    """Start ``command`` and SIGKILL it once a trial of ``phase`` has logged an epoch."""
+    driver = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
         deadline = time.time() + 300
-        while _runs_logged(tmp_path / "mlflow.db", phase) == 0:
+        while _runs_logged(cwd / "mlflow.db", phase) == 0:
             assert driver.poll() is None and time.time() < deadline, f"the sweep never reached the {phase} stage"
             time.sleep(0.2)
         driver.kill()
         driver.wait()
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the local Ray processes the dead driver leaves behind
+
+
+def test_resume_after_the_driver_is_killed_in_search_and_in_evaluate(tmp_path):
+    """SIGKILL of `ndebench run` while the base stage trains, then of its `--resume` while evaluate trains,
+    then `--resume` again: every planned evaluate run exists once and no run is left running."""
+    (tmp_path / "driver.yaml").write_text(yaml.safe_dump(DRIVER))
+    command = [sys.executable, "-m", "ndebench.platform.cli", "run", "driver.yaml"]
+    _kill_during(command, tmp_path, "base")
+    _kill_during([*command, "--resume"], tmp_path, "evaluate")
     resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "driver")
-    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING" or r.data.tags.get(f"{TAG}status") == "running"]
-    evaluated = [r for r in runs if r.data.tags.get(f"{TAG}kind") == "trial" and r.data.tags[f"{TAG}phase"] == "evaluate"]
+    assert not [r.info.run_id for r in runs
+                if r.info.status == "RUNNING" or r.data.tags.get(f"{TAG}status") == "running"]
+    evaluated = [r for r in runs
+                 if r.data.tags.get(f"{TAG}kind") == "trial" and r.data.tags[f"{TAG}phase"] == "evaluate"]
     keys = sorted((r.data.tags[f"{TAG}regularizer"], r.data.tags[f"{TAG}seed"]) for r in evaluated)
     assert keys == [("continuum_dropout", "0"), ("continuum_dropout", "1"), ("none", "0"), ("none", "1")]
     assert all(r.data.tags[f"{TAG}status"] == "ok" for r in evaluated)

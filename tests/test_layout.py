@@ -12,7 +12,8 @@ FOLDERS = ("platform", "models", "regularizers", "datasets")
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_code_folders_are_namespace_packages(folder):
     assert not list((ROOT / folder).rglob("__init__.py")), f"{folder}/ must not contain __init__.py"
-    assert not [p for p in (ROOT / folder).iterdir() if p.is_dir() and p.name != "__pycache__"], f"{folder}/ must stay flat"
+    assert not [p for p in (ROOT / folder).iterdir()
+                if p.is_dir() and p.name != "__pycache__"], f"{folder}/ must stay flat"
 
 
 def test_stdlib_platform_not_shadowed_from_repo_root():

@@ -3,9 +3,12 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from ndebench.platform.metrics import (
-    calibration_bins, classification_metrics, expected_calibration_error, merge_calibration_bins, uncertainty_metrics,
+    calibration_bins,
+    classification_metrics,
+    expected_calibration_error,
+    merge_calibration_bins,
+    uncertainty_metrics,
 )
 
 # Two occupied bins: (0.8, 0.9] holds A (right) and B (wrong) at confidence 0.85; (0.6, 0.7] holds C (right)

@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from ndebench.datasets.registry import create_dataset
 from ndebench.models import integrate as integrate_module
 from ndebench.models.base import index_batch
@@ -38,9 +37,11 @@ def make(name: str, regularizer=None, **kwargs):
     torch.manual_seed(0)
     if model_info(name).input_kind == "image":
         return create_model(
-            name, in_channels=3, num_classes=CLASSES, image_size=32, hidden_size=16, width=8, regularizer=regularizer, **kwargs
+            name, in_channels=3, num_classes=CLASSES, image_size=32, hidden_size=16, width=8, regularizer=regularizer,
+            **kwargs,
         )
-    return create_model(name, in_channels=CHANNELS, num_classes=CLASSES, times=TIMES, hidden_size=8, regularizer=regularizer, **kwargs)
+    return create_model(name, in_channels=CHANNELS, num_classes=CLASSES, times=TIMES, hidden_size=8,
+                        regularizer=regularizer, **kwargs)
 
 
 def data(name: str, model, static: torch.Tensor | None = None):
@@ -219,7 +220,8 @@ def test_ode_rnn_gru_jumps_are_not_masked(monkeypatch):
     """With every component paused the ODE segments are the identity, yet the GRU still updates h."""
     states = []
     real = integrate_module.integrate
-    monkeypatch.setattr("ndebench.models.ode_rnn.integrate", lambda f, z, t, **k: states.append((z, real(f, z, t, **k))) or states[-1][1])
+    monkeypatch.setattr("ndebench.models.ode_rnn.integrate",
+                        lambda f, z, t, **k: states.append((z, real(f, z, t, **k))) or states[-1][1])
     model = make("ode_rnn", ForcedOff(p=0.5, m=5))
     model.eval()
     with torch.no_grad():
@@ -291,7 +293,8 @@ def test_trains_above_chance_on_basic_motions(name, basic_motions):
     n, chance = len(targets), 1.0 / bundle.num_classes
     threshold = chance + 4.5 * math.sqrt(chance * (1 - chance) / n)
     torch.manual_seed(0)
-    model = create_model(name, in_channels=bundle.channels, num_classes=bundle.num_classes, times=times, solver=SolverConfig("euler"))
+    model = create_model(name, in_channels=bundle.channels, num_classes=bundle.num_classes, times=times,
+                         solver=SolverConfig("euler"))
     inputs = model.prepare(times, values, bundle.train.static)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     rng = TrialRNG.from_seed(0)
@@ -320,7 +323,8 @@ PAPER_SIZES = {  # Appendix E.3, millions of parameters for 10 and 100 classes
 
 
 def parameter_count(name: str, classes: int, **kwargs) -> int:
-    return sum(p.numel() for p in create_model(name, in_channels=3, num_classes=classes, image_size=32, **kwargs).parameters())
+    return sum(p.numel()
+               for p in create_model(name, in_channels=3, num_classes=classes, image_size=32, **kwargs).parameters())
 
 
 @pytest.mark.parametrize("name", IMAGE)

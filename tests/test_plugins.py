@@ -41,13 +41,15 @@ def make_plugin(root: Path, body: str = PLUGIN) -> dict[str, str]:
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ndebench-testplugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "".join(f"[ndebench.{group}]\nplugin = ndebench_testplugin\n\n" for group in ("models", "regularizers", "datasets"))
+        "".join(f"[ndebench.{group}]\nplugin = ndebench_testplugin\n\n"
+                for group in ("models", "regularizers", "datasets"))
     )
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_entry_point_components_register_and_train(tmp_path):

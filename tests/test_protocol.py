@@ -5,7 +5,6 @@ from types import SimpleNamespace
 import optuna
 import pyarrow.fs as pafs
 import pytest
-
 from ndebench.platform.config import ConfigError, parse_spec
 from ndebench.platform.plan import plan_stages, sweep_cells, tune_stage
 from ndebench.platform.searcher import CellSearcher, PerCellASHA
@@ -64,7 +63,8 @@ def test_paper_protocol_searches_base_then_the_regularizer_on_the_frozen_base():
 
 def test_base_stage_settings_and_epochs():
     spec = spec_with(tune={"sampler": "grid"}, training={"epochs": 50, "lr": {"loguniform": [1e-4, 1e-2]}},
-                     base={"sampler": "tpe", "num_samples": 20, "epochs": 10, "scheduler": "asha", "n_startup_trials": 5})
+                     base={"sampler": "tpe", "num_samples": 20, "epochs": 10, "scheduler": "asha",
+                           "n_startup_trials": 5})
     base, tune = plan_stages(spec)
     assert base.cells[0].budget == 20 and base.cells[0].template["training.epochs"] == 10
     assert base.tune.scheduler == "asha" and base.tune.n_startup_trials == 5 and tune.tune.sampler == "grid"
@@ -124,9 +124,8 @@ def _trial(trial_id, cell):
 
 
 def test_asha_compares_trials_only_within_their_cell():
-    from ray.tune.schedulers import TrialScheduler
-
     from ndebench.platform.config import AshaConfig
+    from ray.tune.schedulers import TrialScheduler
 
     scheduler = PerCellASHA("val_loss", "min", AshaConfig(grace_period=1, reduction_factor=2), {"a": 4, "b": 4})
     a1, a2, b1 = _trial("a1", "a"), _trial("a2", "a"), _trial("b1", "b")
@@ -199,7 +198,8 @@ def test_evaluated_configs_take_base_values_and_variants_keep_their_point(tmp_pa
     assert len(configs) == 6 and {c["training.lr"] for c in configs.values()} == {0.005}
     assert configs["neural_cde__synthetic__continuum_dropout"]["regularizer.p"] == 0.3
     variant = configs["neural_cde__synthetic__continuum_dropout[p=0.1,m=5]"]
-    assert (variant["regularizer.p"], variant["regularizer.m"], variant["variant"]) == (0.1, 5, "continuum_dropout[p=0.1,m=5]")
+    assert ((variant["regularizer.p"], variant["regularizer.m"], variant["variant"])
+            == (0.1, 5, "continuum_dropout[p=0.1,m=5]"))
     assert variant["training.epochs"] == 2 and variant["device"] == "cpu"
 
 

@@ -2,14 +2,20 @@
 import math
 
 import pytest
-
 from ndebench.platform.cli import main
 from ndebench.regularizers import checks
 from ndebench.regularizers.rates import (
-    M_RANGE, P_RANGE, asymptotic_rates, dropout_rate, expected_active_time, expected_renewals, solve_rates,
+    M_RANGE,
+    P_RANGE,
+    asymptotic_rates,
+    dropout_rate,
+    expected_active_time,
+    expected_renewals,
+    solve_rates,
 )
 
-GRID = [(p, m, T) for p in (0.01, 0.1, 0.3, 0.5, 0.9, 0.99) for m in (0.01, 1, 5, 10, 50, 100, 1000) for T in (0.5, 1.0, 160.0)]
+GRID = [(p, m, T) for p in (0.01, 0.1, 0.3, 0.5, 0.9, 0.99) for m in (0.01, 1, 5, 10, 50, 100, 1000)
+        for T in (0.5, 1.0, 160.0)]
 
 
 @pytest.mark.parametrize("p,m,T", GRID)
@@ -43,7 +49,8 @@ def test_expected_active_time_limits():
 
 
 @pytest.mark.parametrize("p,m,T,word", [
-    (0.0, 10, 1, "p=0.0"), (1.0, 10, 1, "p=1.0"), (1.5, 10, 1, "p=1.5"), (-0.1, 10, 1, "p=-0.1"), (math.nan, 10, 1, "p=nan"),
+    (0.0, 10, 1, "p=0.0"), (1.0, 10, 1, "p=1.0"), (1.5, 10, 1, "p=1.5"), (-0.1, 10, 1, "p=-0.1"),
+    (math.nan, 10, 1, "p=nan"),
     (0.3, 0, 1, "m=0"), (0.3, -2, 1, "m=-2"), (0.3, 10, 0, "T=0"), (0.3, 10, -1, "T=-1"),
 ])
 def test_invalid_inputs_are_named(p, m, T, word):
@@ -98,3 +105,13 @@ def test_rates_command_refuses_with_exit_2(capsys, argv, needle):
     assert main(["rates", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("key, value", [("m", 1e-12), ("m", 2e6), ("p", 1e-300), ("p", 1.0)])
+def test_the_config_accepts_exactly_the_solvers_range(key, value):
+    from ndebench.platform.config import ConfigError, parse_spec
+
+    raw = {"study": "s", "models": ["neural_cde"], "datasets": ["synthetic"],
+           "regularizers": {"continuum_dropout": {key: value}}}
+    with pytest.raises(ConfigError, match=rf"regularizers.continuum_dropout.{key}={value!r} must lie in \["):
+        parse_spec(raw)

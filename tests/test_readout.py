@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.base import TimedInputs, repeat_batch
 from ndebench.models.integrate import SolverConfig, TrialRNG
@@ -83,7 +82,8 @@ def test_sde_reads_each_sample_at_its_own_index(bundle):
     z = model.latent(TimedInputs(prepared, final), TrialRNG.from_seed(3))
     # The same Brownian path, read at hour 72 for every sample and at each index by hand.
     model.times = data.times
-    everyone = [model.latent(TimedInputs(prepared, torch.full_like(final, k)), TrialRNG.from_seed(3)) for k in final.tolist()]
+    everyone = [model.latent(TimedInputs(prepared, torch.full_like(final, k)), TrialRNG.from_seed(3))
+                for k in final.tolist()]
     for b, k in enumerate(final.tolist()):
         assert torch.allclose(z[b], everyone[b][b])
     repeated = repeat_batch(TimedInputs(prepared, final), 2)

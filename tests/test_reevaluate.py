@@ -3,7 +3,6 @@ several N_MC, recorded as reevaluate runs and tabulated by ``ndebench report``."
 import numpy as np
 import pytest
 import torch
-
 from ndebench.models.integrate import TrialRNG
 from ndebench.platform import tracking
 from ndebench.platform.cli import main

@@ -8,8 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torchcde
-from torch import nn
-
 from ndebench.models.base import FieldMLP
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, moved_times
 from ndebench.models.registry import create_model, list_models, model_info
@@ -18,16 +16,19 @@ from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.jump_diffusion import sample_jumps
 from ndebench.regularizers.registry import create_regularizer, list_regularizers, regularizer_info
 from ndebench.regularizers.tabn import TemporalBatchNorm, bin_weights
+from torch import nn
 
 BASELINES = ["naive_dropout_drift", "naive_dropout_head", "jump_diffusion", "jump_diffusion_ttn", "steer", "tabn"]
 
 
 def spec(batch: int, latent: int, seed: int = 0, grid: torch.Tensor | None = None, t0: float = 0.0, t1: float = 1.0):
-    return PassSpec(batch, latent, t0, t1, grid, torch.Generator().manual_seed(seed), torch.device("cpu"), torch.float32)
+    return PassSpec(batch, latent, t0, t1, grid, torch.Generator().manual_seed(seed), torch.device("cpu"),
+                    torch.float32)
 
 
 def solve(drift: nn.Module, z0: torch.Tensor, times: torch.Tensor, regularizer=None, method: str = "euler", **kw):
-    return integrate(drift, z0, times, solver=SolverConfig(method), rng=TrialRNG.from_seed(0), regularizer=regularizer, **kw)
+    return integrate(drift, z0, times, solver=SolverConfig(method), rng=TrialRNG.from_seed(0), regularizer=regularizer,
+                     **kw)
 
 
 def within_se(count: int, n: int, p: float, k: float = 5.0) -> bool:
@@ -112,7 +113,8 @@ def test_naive_drift_mask_constant_within_a_pass(method):
     def run(seed: int) -> list[tuple[float, torch.Tensor]]:
         masks.clear()
         rng = TrialRNG.from_seed(seed)
-        integrate(field, torch.randn(32, 6), torch.linspace(0, 1, 5), solver=SolverConfig(method), rng=rng, regularizer=reg)
+        integrate(field, torch.randn(32, 6), torch.linspace(0, 1, 5), solver=SolverConfig(method), rng=rng,
+                  regularizer=reg)
         return list(masks)
 
     first = run(0)
@@ -192,7 +194,8 @@ def test_jump_needs_fixed_step_solver():
 
 def test_listed_incompatible_pairs_are_rejected():
     reasons = regularizer_info("jump_diffusion").incompatible_models
-    sde = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "image_nsde_additive", "image_nsde_multiplicative"}
+    sde = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde",
+           "image_nsde_additive", "image_nsde_multiplicative"}
     assert set(reasons) == sde and all("Appendix G" in r for r in reasons.values())
     assert "gru_ode" in regularizer_info("tabn").incompatible_models
     assert "gru_ode" in regularizer_info("naive_dropout_drift").incompatible_models
@@ -236,7 +239,8 @@ def test_steer_integrates_to_drawn_end_in_training_and_T_in_eval():
 
 def test_moved_end_time_keeps_the_step_grid():
     times = torch.linspace(0, 1, 11, dtype=torch.float64)
-    torch.testing.assert_close(moved_times(times, 0.55), torch.cat([times[:6], torch.tensor([0.55], dtype=torch.float64)]))
+    torch.testing.assert_close(moved_times(times, 0.55),
+                               torch.cat([times[:6], torch.tensor([0.55], dtype=torch.float64)]))
     extended = moved_times(times, 1.23)
     torch.testing.assert_close(extended[-4:], torch.tensor([1.0, 1.1, 1.2, 1.23], dtype=torch.float64))
     assert extended.numel() == 14

@@ -4,10 +4,9 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as sps
-
 from ndebench.platform.metrics import calibration_bins
 from ndebench.platform.report import build_report, format_console_table, latex_escape, primary_metrics
+from scipy import stats as sps
 
 BASE = np.array([0.80, 0.81, 0.82, 0.83, 0.84])
 # Against BASE (sample std 0.0158, so the standard error of the difference is 0.01) with Student's test:
@@ -142,7 +141,8 @@ def test_paired_and_welch_are_named(tmp_path):
 
 def test_primary_metric_per_dataset():
     runs = pd.DataFrame({"dataset": ["bin", "bin", "c100", "plain"], "test_accuracy": [0.9, 0.8, 0.5, 0.7],
-                         "test_auroc": [0.95, np.nan, np.nan, np.nan], "test_top5_accuracy": [np.nan, np.nan, 0.8, np.nan]})
+                         "test_auroc": [0.95, np.nan, np.nan, np.nan],
+                         "test_top5_accuracy": [np.nan, np.nan, 0.8, np.nan]})
     assert primary_metrics(runs) == {"bin": "test_auroc", "c100": "test_top5_accuracy", "plain": "test_accuracy"}
 
 
@@ -154,7 +154,8 @@ def test_explicit_metric_and_bad_arguments(tmp_path):
         build_report(runs, tmp_path, "demo", metric="test_auroc")
     with pytest.raises(ValueError, match="unknown test 'ttest'"):
         build_report(runs, tmp_path, "demo", test="ttest")
-    with pytest.raises(ValueError, match=r"no evaluate-phase runs of study 'nope'; studies in the runs: \['another', 'demo'\]"):
+    with pytest.raises(ValueError,
+                       match=r"no evaluate-phase runs of study 'nope'; studies in the runs: \['another', 'demo'\]"):
         build_report(runs, tmp_path, "nope")
     with pytest.raises(ValueError, match=r"lack the columns \['seed'\]"):
         build_report(runs.drop(columns="seed"), tmp_path, "demo")
@@ -187,7 +188,8 @@ def test_model_column_groups_and_critical_difference_figure(tmp_path):
     assert ("neural_cde: no critical-difference diagram: 3 dataset(s) with every method, fewer than the 6"
             in files.table_md.read_text())
     pct = np.mean([100 * 0.10 / (BASE.mean() + 0.01 * i) for i in range(3)])
-    assert f"| neural_cde | continuum_dropout | 3 | +0.100 (0.000) | {pct:+.2f} | 3/3 | 0.2500 |" in files.table_md.read_text()
+    assert (f"| neural_cde | continuum_dropout | 3 | +0.100 (0.000) | {pct:+.2f} | 3/3 | 0.2500 |"
+            in files.table_md.read_text())
 
 
 # Partial failures (issue 14): running, stopped, diverged and errored runs never break a report.

@@ -2,7 +2,6 @@
 import math
 
 import pytest
-
 from ndebench.datasets.uea import shipped_sets
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.config import TrainingConfig

@@ -3,10 +3,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from ndebench.platform import stats
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
-
-from ndebench.platform import stats
 
 pytestmark = pytest.mark.filterwarnings("error")
 

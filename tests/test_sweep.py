@@ -5,11 +5,9 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-
 from ndebench.platform.cli import main
 from ndebench.platform.tracking import TAG, evaluate_runs, search
 
@@ -64,11 +62,13 @@ def sweep(tmp_path_factory):
     register_broken()
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": register_broken, "env_vars": {"NDEBENCH_TEST_BROKEN": str(flag)}})
+             runtime_env={"worker_process_setup_hook": register_broken,
+                          "env_vars": {"NDEBENCH_TEST_BROKEN": str(flag)}})
     config = root / "e2e.yaml"
     config.write_text(yaml.safe_dump(SPEC))
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    args = ["run", str(config), "--tracking-uri", uri, "--storage-path", (root / "ray").as_uri(), "--out", str(root / "reports")]
+    args = ["run", str(config), "--tracking-uri", uri, "--storage-path", (root / "ray").as_uri(),
+            "--out", str(root / "reports")]
     code, out = _run(args)
     yield root, uri, args, code, out, flag
     ray.shutdown()
@@ -135,7 +135,8 @@ def test_mlflow_hierarchy_study_cell_trial(sweep):
 def test_cell_runs_carry_the_evaluate_aggregates(sweep):
     root, uri, args, code, out, flag = sweep
     frame = evaluate_runs(uri, "e2e", with_calibration=False)
-    cells = [r for r in _cell_runs(uri) if r.data.tags[f"{TAG}phase"] == "evaluate" and r.data.tags[f"{TAG}model"] == "neural_cde"]
+    cells = [r for r in _cell_runs(uri)
+             if r.data.tags[f"{TAG}phase"] == "evaluate" and r.data.tags[f"{TAG}model"] == "neural_cde"]
     assert len(cells) == 2
     for cell in cells:
         regularizer = cell.data.tags[f"{TAG}regularizer"]

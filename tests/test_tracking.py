@@ -3,10 +3,14 @@ import subprocess
 import sys
 
 import pytest
-
 from ndebench.platform.cli import main
 from ndebench.platform.tracking import (
-    TAG, TrialRecorder, client, close_orphaned_runs, evaluate_runs, planned_seeds,
+    TAG,
+    TrialRecorder,
+    client,
+    close_orphaned_runs,
+    evaluate_runs,
+    planned_seeds,
 )
 
 STUDY = "crafted"
@@ -96,3 +100,17 @@ def test_fresh_database_created_by_concurrent_processes(tmp_path):
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in results]
     assert len({out.strip() for out, _ in results}) == 1
+
+
+def test_runs_have_short_names_and_the_experiment_opens_in_the_model_training_view(tmp_path):
+    from ndebench.platform.tracking import ensure_experiment, run_name, study_run
+
+    assert run_name({"regularizer": "continuum_dropout", "regularizer.p": 0.3, "regularizer.m": 10,
+                     "regularizer.n_mc": 5, "phase": "evaluate", "seed": 0}) == "cd m=10 p=0.3 s0"
+    assert run_name({"regularizer": "none", "phase": "base", "training.lr": 0.003,
+                     "seed": 2}) == "base none lr=0.003 s2"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study_run(uri, "named", description="what the study asks", params={}, yaml_text=None)
+    experiment = client(uri).get_experiment(ensure_experiment(uri, "named"))
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert experiment.tags["mlflow.note.content"] == "what the study asks"

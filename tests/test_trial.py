@@ -1,10 +1,9 @@
 """The Ray-free trial loop: reproducibility, early stopping, divergence, test-split isolation."""
 import math
 
+import ndebench.platform.trial as trial_module
 import pytest
 import torch
-
-import ndebench.platform.trial as trial_module
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.config import TrainingConfig

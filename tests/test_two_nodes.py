@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ndebench.platform.tracking import TAG, search
 
 pytestmark = pytest.mark.cluster

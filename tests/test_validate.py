@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from ndebench.platform.cli import main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "tune_configs").glob("*.yaml"))
