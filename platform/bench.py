@@ -179,7 +179,7 @@ def bench_draw(*, batch: int, hidden: int, points: int, horizon: float, p: float
 
 
 def _tiny_trial_config(seed: int, epochs: int) -> dict[str, Any]:
-    return {"study": "bench-platform", "phase": "tune", "model": "neural_cde", "dataset": "synthetic",
+    return {"study": "bench-platform", "phase": "tune", "cell": "bench", "model": "neural_cde", "dataset": "synthetic",
             "regularizer": "none", "seed": seed, "model.hidden_size": 8, "solver.method": "euler",
             "solver.adjoint": False, "training.epochs": epochs, "training.min_epochs": epochs,
             "training.batch_size": 32, "training.threads": 1}
@@ -235,7 +235,7 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
             # The trainable looks fixed configs up by key, as the sweep's evaluate phase does.
             log_path = os.path.join(tmp, "in_trial.txt")
             fn = tune.with_resources(tune.with_parameters(
-                _timed_trainable, log_path=log_path, tracking_uri=uri,
+                _timed_trainable, log_path=log_path, tracking_uri=uri, parents={},
                 evaluate_configs={str(i): c for i, c in enumerate(configs)}), {"cpu": 1})
             for concurrent in (1, 2):
                 tuner = tune.Tuner(
