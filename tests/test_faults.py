@@ -131,6 +131,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
     for any_run in search(uri, "resumed"):
         assert {f"{TAG}{key}" for key in provenance} <= set(any_run.data.tags), any_run.info.run_name
     assert run.data.tags[f"{TAG}device"].startswith("cpu: ") and run.data.tags[f"{TAG}node"] != "local"
+    assert [a.path for a in client(uri).list_artifacts(run.info.run_id, "model")] == ["model/state_dict.pt"]
     spec = TrialSpec.from_flat({k: parse_param(v) for k, v in run.data.params.items()})
     uninterrupted = run_trial(spec)
     assert uninterrupted.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
