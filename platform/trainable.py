@@ -93,15 +93,18 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         state = latest_checkpoint(storage, recorder.previous_tags[f"{TAG}trial_dir"])
     logged = last_logged_step(recorder.client, recorder.run_id) if recorder.reattached else 0
     epoch = state["epoch"] if state is not None else 0
+    latest: dict[str, float] = {}
 
     def on_epoch(record: dict[str, float]) -> None:
         nonlocal epoch
         epoch += 1
+        latest.update(record)
         if epoch > logged:
             recorder.log_metrics(record, step=epoch)
 
     def on_checkpoint(done: int, snapshot: Any) -> None:
-        report = {"epoch": done, "status": "running", "run_id": recorder.run_id}
+        # The epoch's metrics go with every report: ASHA and the progress view read them.
+        report = dict(latest, epoch=done, status="running", run_id=recorder.run_id)
         if done % checkpoint_every:
             tune.report(report)
             return
