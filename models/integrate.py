@@ -44,26 +44,45 @@ class SolverConfig:
             raise ValueError("solver method 'srk' has no adjoint in torchsde; use 'euler' or 'milstein' with adjoint")
 
 
+# Every random stream of a trial is the trial seed plus one of these offsets. They are distinct primes far
+# apart, so two streams never share a generator seed, also across trials whose seeds differ by a few units
+# (seed s's noise stream is not seed s + 1's regularizer stream). The regularizer stream takes the seed itself.
+NOISE_SEED_OFFSET = 7919
+SHUFFLE_SEED_OFFSET = 104_729
+# Evaluation restarts from its own seed, so every evaluation of the same weights gives the same numbers.
+EVAL_SEED_OFFSET = 1_000_003
+
+
 @dataclass
 class TrialRNG:
-    """The generators of one trial: ``regularizer`` feeds regularizer draws, ``noise`` seeds Brownian motion.
+    """The generators of one trial: ``regularizer`` feeds regularizer draws, ``noise`` seeds Brownian motion,
+    ``shuffle`` orders the training mini-batches.
 
-    Both are CPU generators. Regularizer draws for a model on an accelerator come from a generator on that
+    All are CPU generators. Regularizer draws for a model on an accelerator come from a generator on that
     device (:meth:`regularizer_on`), seeded once from ``regularizer``: the same trial seed gives the same
     draws run to run on one device, and the draw never crosses the host-device boundary.
     """
 
     regularizer: torch.Generator
     noise: torch.Generator
+    shuffle: torch.Generator
     _on_device: dict[str, torch.Generator] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_seed(cls, seed: int) -> TrialRNG:
-        return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 7919))
+        """The training streams of trial seed ``seed``: regularizer ``seed``, noise and shuffle at their offsets."""
+        return cls(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + NOISE_SEED_OFFSET),
+                   torch.Generator().manual_seed(seed + SHUFFLE_SEED_OFFSET))
+
+    @classmethod
+    def for_evaluation(cls, seed: int) -> TrialRNG:
+        """The streams of an evaluation of trial seed ``seed``: :meth:`from_seed` of ``seed + EVAL_SEED_OFFSET``."""
+        return cls.from_seed(seed + EVAL_SEED_OFFSET)
 
     def state(self) -> dict[str, Any]:
         """The state of every generator, device generators included (for a trial checkpoint)."""
         return {"regularizer": self.regularizer.get_state(), "noise": self.noise.get_state(),
+                "shuffle": self.shuffle.get_state(),
                 "on_device": {key: g.get_state() for key, g in self._on_device.items()}}
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -74,6 +93,7 @@ class TrialRNG:
             self._on_device[key].set_state(value)
         self.regularizer.set_state(state["regularizer"])
         self.noise.set_state(state["noise"])
+        self.shuffle.set_state(state["shuffle"])
 
     def regularizer_on(self, device: torch.device | str) -> torch.Generator:
         """The regularizer generator for ``device``: ``regularizer`` itself on the CPU."""

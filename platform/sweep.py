@@ -58,6 +58,12 @@ def decode(space: Space, text: str) -> Any:
     return int(text) if space.kind == "randint" else float(text)
 
 
+def _trial_dirname(trial: Any) -> str:
+    """A trial's folder under the storage path: its id, as Ray's logs and errors name it. Ray's default adds up to
+    130 characters of the config and a timestamp, unreadable with our flat ``section.key`` configs."""
+    return trial.trial_id
+
+
 @dataclass
 class SweepOutcome:
     study: str
@@ -136,6 +142,8 @@ class Sweep:
             if self.address:
                 ray.init(address=self.address, log_to_driver=self.verbose)
             else:
+                # Trials pass only small configs and results through the object store (data are loaded in the
+                # worker), so 256 MiB is plenty; Ray's default of 30% of RAM would reserve gigabytes of /dev/shm.
                 ray.init(include_dashboard=False, object_store_memory=256 * 1024**2, log_to_driver=self.verbose)
         resources = ray.cluster_resources()
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
@@ -151,6 +159,8 @@ class Sweep:
 
     def _resolve(self, config: dict[str, Any]) -> dict[str, Any]:
         config = dict(config, data_dir=self.data_dir, device=self._device)
+        # torch defaults to one thread per core of the node, so concurrent trials would oversubscribe it; a
+        # trial uses the CPUs Ray reserved for it.
         config.setdefault("training.threads", max(1, int(self.spec.resources.cpu)))
         return config
 
@@ -245,7 +255,7 @@ class Sweep:
         self._fit(stage.name, self._trainable(stage.name, parents), tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
-            max_concurrent_trials=searcher.max_live, trial_dirname_creator=lambda trial: trial.trial_id,
+            max_concurrent_trials=searcher.max_live, trial_dirname_creator=_trial_dirname,
         ), {}, [progress, MarkStopped(self.tracking_uri)])
         self._close_orphans(stage.name, progress.outcomes)
         for cell in run.cells:
@@ -343,7 +353,7 @@ class Sweep:
             progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                      self._say_console, self.progress_every_s)
             self._fit("evaluate", self._trainable("evaluate", parents, trials), tune.TuneConfig(
-                reuse_actors=True, trial_dirname_creator=lambda trial: trial.trial_id),
+                reuse_actors=True, trial_dirname_creator=_trial_dirname),
                 {"trial": tune.grid_search(list(trials))}, [progress])
             self._close_orphans("evaluate", progress.outcomes, trials)
             outcomes.update(progress.outcomes)

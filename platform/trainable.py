@@ -123,7 +123,10 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         recorder.finish("error", {}, {"error": message}, {})
         tune.report({"status": "error", "message": message, "run_id": recorder.run_id})
         return
-    tags = {"test_protocol": result.protocol["test_protocol"], "epochs": result.epochs, "best_epoch": result.best_epoch}
+    protocol = result.protocol
+    tags = {"test_protocol": protocol["test_protocol"], "n_mc": protocol["n_mc"],
+            "point_predictor": protocol["point_predictor"], "epochs": result.epochs, "best_epoch": result.best_epoch,
+            **{f"regularizer.{key}": value for key, value in protocol["regularizer"].items()}}
     if result.message:
         tags["message"] = result.message
     final = {**result.val, **result.test} if result.status == "ok" else {}

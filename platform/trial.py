@@ -26,8 +26,6 @@ from ndebench.platform.config import TrainingConfig
 from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
 from ndebench.regularizers.registry import create_regularizer
 
-EVAL_SEED_OFFSET = 1_000_003
-
 
 @dataclass(frozen=True)
 class TrialSpec:
@@ -65,7 +63,9 @@ class TrialSpec:
 
 @dataclass
 class TrialResult:
-    """Outcome of a trial. ``status``: ``ok``, ``diverged`` (non-finite loss) or ``error``."""
+    """Outcome of a trial. ``status``: ``ok``, ``diverged`` (non-finite loss) or ``error``; ``protocol``: the
+    test protocol (``test_protocol``, ``n_mc``, ``point_predictor``) and ``regularizer``, the regularizer's
+    :meth:`~ndebench.regularizers.base.Regularizer.describe`."""
 
     status: str
     epochs: int
@@ -172,11 +172,11 @@ def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *,
     whose ``point_predictor`` is ``mc_probs`` (``jump_diffusion_ttn``, as Liu et al.). NLL, ECE and the
     reliability bins come from the MC predictive distribution (``Prediction.probs``); ``z_cov_trace`` and
     ``predictive_entropy`` are Section 3.3's uncertainty (:func:`uncertainty_metrics`). The MC draws come
-    from a generator reset to ``seed + EVAL_SEED_OFFSET`` so that every evaluation of the same weights
+    from :meth:`TrialRNG.for_evaluation` of ``seed``, so that every evaluation of the same weights
     gives the same numbers. Returns (metrics, calibration bins).
     """
     model.eval()
-    rng = TrialRNG.from_seed(seed + EVAL_SEED_OFFSET)
+    rng = TrialRNG.for_evaluation(seed)
     from_probs = model.regularizer.point_predictor == "mc_probs"
     probs, scores, z_var, targets = [], [], [], []
     for inputs, y in feed.batches(batch_size, None):
@@ -201,19 +201,18 @@ class BestState:
     val: dict[str, float]
 
 
-def _rng_state(rng: TrialRNG, shuffle: torch.Generator) -> dict[str, Any]:
+def _rng_state(rng: TrialRNG) -> dict[str, Any]:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-             "shuffle": shuffle.get_state(), "trial": rng.state()}
+             "trial": rng.state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def _load_rng_state(state: dict[str, Any], rng: TrialRNG, shuffle: torch.Generator) -> None:
+def _load_rng_state(state: dict[str, Any], rng: TrialRNG) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    shuffle.set_state(state["shuffle"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     rng.load_state(state["trial"])
@@ -278,14 +277,13 @@ class _Training:
         else:
             self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
         self.rng = TrialRNG.from_seed(seed)
-        self.shuffle = torch.Generator().manual_seed(seed)
         self.best = BestState(math.inf, 0, copy.deepcopy(self.model.state_dict()), {})
         self.epoch, self.stop = 0, False
 
     def snapshot(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "stop": self.stop, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "best": dataclasses.asdict(self.best), "rng": _rng_state(self.rng, self.shuffle)}
+                "best": dataclasses.asdict(self.best), "rng": _rng_state(self.rng)}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -293,7 +291,7 @@ class _Training:
         self.scheduler.load_state_dict(state["scheduler"])
         self.best = BestState(**state["best"])
         self.epoch, self.stop = state["epoch"], state["stop"]
-        _load_rng_state(state["rng"], self.rng, self.shuffle)
+        _load_rng_state(state["rng"], self.rng)
 
     def train_epoch(self) -> float | None:
         """One pass over the training split; the mean loss, or ``None`` at the first non-finite batch loss."""
@@ -301,7 +299,7 @@ class _Training:
         device = next(model.parameters()).device
         model.train()
         total, count = 0.0, 0
-        for inputs, targets in built.feeds["train"].batches(built.batch_size, self.shuffle):
+        for inputs, targets in built.feeds["train"].batches(built.batch_size, self.rng.shuffle):
             self.optimizer.zero_grad(set_to_none=True)
             loss = _loss(model(inputs, self.rng), targets, built.pos_weight) + model.penalty().to(device)
             if not torch.isfinite(loss):
@@ -348,7 +346,7 @@ def run_trial(
 
     Checkpoints: after every epoch ``on_checkpoint(epoch, snapshot)`` may call ``snapshot()`` for the full
     training state (weights, optimizer, scheduler, :class:`BestState`, the early-stopping decision and every
-    random state: Python, NumPy, torch, the shuffle generator and the :class:`TrialRNG` generators). A trial
+    random state: Python, NumPy, torch and the :class:`TrialRNG` generators). A trial
     started with ``resume_state=snapshot()`` continues after that epoch and ends with exactly the metrics of
     an uninterrupted trial on the same device.
     """
@@ -356,7 +354,7 @@ def run_trial(
     model = built.model
     training = _Training(built, spec.training, spec.seed)
     regularizer = model.regularizer
-    protocol = {**regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
+    protocol = {"regularizer": regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
                 "point_predictor": regularizer.point_predictor}
     if resume_state is not None:
         training.restore(resume_state)

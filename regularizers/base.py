@@ -145,5 +145,6 @@ class Regularizer(nn.Module):
         return None
 
     def describe(self) -> dict[str, Any]:
-        """Protocol facts recorded with every run (so a table never mixes protocols silently)."""
+        """The regularizer's protocol facts and hyperparameters, recorded on every trial run as the MLflow tags
+        ``ndebench.regularizer.<key>`` (so a table never mixes protocols silently)."""
         return {"test_time": self.test_time, "stochastic": self.stochastic}

@@ -264,4 +264,4 @@ class ContinuumDropout(Regularizer):
         return out * draw.mask(t).to(out.dtype)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "n_mc": self.n_mc, "mask": self.mask_mode}
+        return {**super().describe(), "p": self.p, "m": self.m, "n_mc": self.n_mc, "mask": self.mask_mode}

@@ -8,7 +8,7 @@ from ndebench.datasets.registry import create_dataset
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.platform.metrics import classification_metrics
-from ndebench.platform.trial import EVAL_SEED_OFFSET, _Feed, evaluate, protocol_tag, resolve_batch_size
+from ndebench.platform.trial import _Feed, evaluate, protocol_tag, resolve_batch_size
 from ndebench.regularizers.registry import create_regularizer
 
 
@@ -35,7 +35,7 @@ def fixed_model(name, regularizer, *, num_classes, binary=False, **params):
 
 def reference_prediction(model, feed, seed=0):
     model.eval()
-    return model.predict(feed.inputs, TrialRNG.from_seed(seed + EVAL_SEED_OFFSET))
+    return model.predict(feed.inputs, TrialRNG.for_evaluation(seed))
 
 
 def test_top5_comes_from_the_head_on_the_mean_latent():

@@ -7,7 +7,7 @@ from ndebench.models.integrate import TrialRNG
 from ndebench.platform import tracking
 from ndebench.platform.cli import main
 from ndebench.platform.reevaluate import parse_n_mc
-from ndebench.platform.trial import EVAL_SEED_OFFSET, TrialSpec, _loss, build_trial
+from ndebench.platform.trial import TrialSpec, _loss, build_trial
 from ndebench.platform.weights import load_weights, log_weights
 
 FLAT = {"study": "tiny", "model": "neural_cde", "dataset": "synthetic", "seed": 0, "phase": "evaluate",
@@ -40,7 +40,7 @@ def _accuracy_by_hand(config: dict, state: dict, n_mc: int) -> float:
     built = build_trial(TrialSpec.from_flat(config))
     built.model.load_state_dict(state)
     built.model.eval()
-    rng = TrialRNG.from_seed(config["seed"] + EVAL_SEED_OFFSET)
+    rng = TrialRNG.for_evaluation(config["seed"])
     hits = []
     with torch.no_grad():
         for inputs, y in built.feeds["test"].batches(built.batch_size, None):

@@ -229,7 +229,7 @@ def test_steer_integrates_to_drawn_end_in_training_and_T_in_eval():
     z0 = torch.zeros(3, 2)
     for seed in range(5):
         expected = reg.draw(spec(3, 2, seed=seed))
-        rng = TrialRNG(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(99))
+        rng = TrialRNG(torch.Generator().manual_seed(seed), torch.Generator().manual_seed(99), torch.Generator())
         z = integrate(One(), z0, times, solver=SolverConfig("euler"), rng=rng, regularizer=reg)
         torch.testing.assert_close(z, torch.full_like(z0, expected))
     reg.eval()

@@ -94,6 +94,18 @@ def test_grid_sampler_counts_under_the_paper_protocol(sweep):
         ("0.1", "5"), ("0.1", "10"), ("0.3", "5"), ("0.3", "10")}
 
 
+def test_trial_runs_record_the_regularizer_description_as_tags(sweep):
+    root, uri, args, code, out, flag = sweep
+    for run in _trials(uri, "tune"):
+        tags = run.data.tags
+        assert float(tags[f"{TAG}regularizer.p"]) == float(run.data.params["regularizer.p"])
+        assert float(tags[f"{TAG}regularizer.m"]) == float(run.data.params["regularizer.m"])
+        protocol = (tags[f"{TAG}regularizer.test_time"], tags[f"{TAG}n_mc"], tags[f"{TAG}test_protocol"])
+        assert protocol == ("mc", "5", "mc5")
+    none = [r for r in _trials(uri, "evaluate") if r.data.tags[f"{TAG}regularizer"] == "none"]
+    assert none and all(r.data.tags[f"{TAG}regularizer.test_time"] == "deterministic" for r in none)
+
+
 def test_every_regularizer_evaluates_with_the_base_stage_hyperparameters(sweep):
     root, uri, args, code, out, flag = sweep
     base = [r for r in _trials(uri, "base") if r.data.tags[f"{TAG}model"] == "neural_cde"]
@@ -189,3 +201,27 @@ def test_resume_after_the_fix_runs_only_the_failed_cells(sweep):
     total = len(_trials(uri))
     again, _ = _run(args + ["--resume"])
     assert again == 0 and len(_trials(uri)) == total
+
+
+def test_asha_stops_a_hopeless_trial_which_never_becomes_the_base_config(sweep, tmp_path):
+    """Under ``max_concurrent: 1`` the grid runs in order: lr 0.01 sets rung 1, then lr 1e-9 (which cannot learn)
+    is below the rung's cutoff and ASHA stops it. Needs the per-epoch metrics in the trial's reports."""
+    root, *_ = sweep
+    spec = {"study": "asha", "protocol": "paper", "models": ["neural_cde"], "datasets": ["synthetic"],
+            "regularizers": ["none"], "model": {"hidden_size": 8},
+            "training": {"epochs": 4, "min_epochs": 4, "patience": 4, "lr": [0.01, 1e-9]},
+            "base": {"sampler": "grid", "scheduler": "asha", "max_concurrent": 1,
+                     "asha": {"grace_period": 1, "reduction_factor": 2}},
+            "evaluate": {"seeds": [0]}, "resources": {"cpu": 1}}
+    config = tmp_path / "asha.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code, out = _run(["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
+                      "--out", str(tmp_path / "reports")])
+    assert code == 0, out
+    runs = [r for r in search(uri, "asha") if r.data.tags.get(f"{TAG}kind") == "trial"]
+    base = {float(r.data.params["training.lr"]): r for r in runs if r.data.tags[f"{TAG}phase"] == "base"}
+    assert base[1e-9].data.tags[f"{TAG}status"] == "stopped" and base[1e-9].info.status == "KILLED"
+    assert base[0.01].data.tags[f"{TAG}status"] == "ok" and base[0.01].data.tags[f"{TAG}epochs"] == "4"
+    evaluate = [r for r in runs if r.data.tags[f"{TAG}phase"] == "evaluate"]
+    assert [float(r.data.params["training.lr"]) for r in evaluate] == [0.01]
