@@ -1,14 +1,15 @@
 """ANCDE (Jhin et al.): an attention CDE and the main CDE it drives, solved jointly as one augmented CDE."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.neural_cde import FinalTanh
 from ndebench.models.registry import register_model
 from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
 
@@ -63,8 +64,9 @@ class AugmentedField(nn.Module):
     summary="Attentive Neural CDE: an attention CDE a(t) gates the path, Y = X * sigmoid(a); dz = f(z) dY",
     paper="Jhin et al., Attentive Neural Controlled Differential Equations for Time-series Classification "
     "and Forecasting, ICDM 2021 / Knowledge and Information Systems 2023",
+    family="cde",
 )
-class ANCDE(NDEClassifier):
+class ANCDE(TimeSeriesNDE):
     """``a(0) = Linear(X(t0))``, ``z(0) = Linear(X(t0) * alpha(t0)) [+ MLP(static)]``;
     ``[a, z]`` solves one CDE in ``X``.
 
@@ -82,32 +84,25 @@ class ANCDE(NDEClassifier):
     Solver default: RK4 on the observation grid, adjoint (the ANCDE repository's defaults).
     """
 
+    default_solver: ClassVar[SolverConfig] = SolverConfig(method="rk4", adjoint=True)
+
     def __init__(
         self,
+        data: DataSpec,
         *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
         attention_size: int = 20,
         attention_hidden_size: int = 10,
         timewise: bool = True,
         mask_attention: bool = False,
         interpolation: Interpolation = "natural",
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="rk4", adjoint=True),
-        binary: bool = False,
+        **common: Any,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        channels = in_channels + 1
-        self.register_buffer("times", times.clone())
+        super().__init__(data, **common)
+        channels, hidden_size, num_layers = self.in_channels + 1, self.hidden_size, self.num_layers
         self.interpolation, self.channels, self.mask_attention = interpolation, channels, mask_attention
         self.attention_initial = nn.Linear(channels, channels)
         self.initial = nn.Linear(channels, hidden_size)
-        self.static = StaticInput(static_channels, hidden_size)
+        self.static = StaticInput(self.static_channels, hidden_size)
         attention_norm = self.regularizer.field_layer if mask_attention else None
         self.attention = AttentionField(channels, attention_size, attention_hidden_size, num_layers, attention_norm)
         self.timewise = nn.Linear(channels, 1) if timewise else None

@@ -1,13 +1,14 @@
 """Neural ODE classifier for time series (Chen et al. 2018): the data enter through z(0) only."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
+from ndebench.models.integrate import TrialRNG, integrate
 from ndebench.models.registry import register_model
 from ndebench.models.snsde import snsde_readout
 from ndebench.models.static import PathEncoder
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
 
@@ -27,8 +28,9 @@ class TimeDrift(nn.Module):
     "neural_ode",
     summary="Neural ODE: z(0) = Linear(x(t0)), dz = tanh(MLP(sin t, cos t, z)) dt; data enter through z(0) only",
     paper="Chen et al., Neural Ordinary Differential Equations, NeurIPS 2018",
+    family="ode",
 )
-class NeuralODE(NDEClassifier):
+class NeuralODE(TimeSeriesNDE):
     """``z(0) = Linear([t0, x(t0)])``, ``dz/dt = f(t, z)``, logits = head(z(T)).
 
     As in the SNSDE pipeline's zero-diffusion model with input option 3, the series enters through the
@@ -38,25 +40,11 @@ class NeuralODE(NDEClassifier):
     ``z(0)``; latent ``(B, H)``.
     """
 
-    def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="euler"),
-        binary: bool = False,
-    ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        self.register_buffer("times", times.clone())
-        self.encoder = PathEncoder(in_channels, hidden_size, static_channels)
-        self.field = TimeDrift(hidden_size, num_layers, self.regularizer.field_layer)
-        self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
+    def __init__(self, data: DataSpec, **common: Any):
+        super().__init__(data, **common)
+        self.encoder = PathEncoder(self.in_channels, self.hidden_size, self.static_channels)
+        self.field = TimeDrift(self.hidden_size, self.num_layers, self.regularizer.field_layer)
+        self.head = nn.Sequential(snsde_readout(self.hidden_size), self.head)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         return self.encoder.prepare(times, values, static)
