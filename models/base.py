@@ -212,10 +212,11 @@ class NDEClassifier(nn.Module):
         self.hidden_size = hidden_size
         self.regularizer = regularizer if regularizer is not None else Regularizer()
         self.solver = solver if solver is not None else self.default_solver
-        kind = "sde" if getattr(self, "family", None) == "sde" else "ode"
-        if self.solver.method not in solver_methods(kind):
-            raise ValueError(f"{type(self).__name__} is an {kind.upper()} model: solver method {self.solver.method!r} "
-                             f"does not solve it; valid: {', '.join(solver_methods(kind))}")
+        family = getattr(self, "family", "ode")
+        valid = solver_methods("sde" if family == "sde" else "ode")
+        if self.solver.method not in valid:
+            raise ValueError(f"{type(self).__name__}: solver method {self.solver.method!r} does not solve "
+                             f"{family.upper()}s; valid: {', '.join(valid)}")
         num_outputs = 1 if data.binary else data.num_classes
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
         self.head = ClassifierHead(hidden_size, num_outputs, dropout, head_grad_scale)

@@ -398,11 +398,12 @@ def _check_solvers(raw: Any, models: tuple[str, ...]) -> dict[str, SolverConfig]
         except ValueError as exc:  # SolverConfig's own checks name the field: "method='rk5' is not a solver; ..."
             raise ConfigError(f"{where}.{exc}") from None
     for model in models:
-        kind = "sde" if model_info(model).family == "sde" else "ode"
+        family = model_info(model).family
+        kind = "sde" if family == "sde" else "ode"
         method = _solver_of(model, out).method
         if method not in solver_methods(kind):
             where = "solver" if model not in out else f"solver.{model}"
-            raise ConfigError(f"{where}.method={method!r} does not solve the {kind.upper()} model {model!r}; valid: "
+            raise ConfigError(f"{where}.method={method!r} does not solve the {family.upper()} model {model!r}; valid: "
                               f"{', '.join(solver_methods(kind))} (set it per model, e.g. solver: {{{model}: "
                               "{method: ...}})")
     return out
