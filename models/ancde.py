@@ -4,12 +4,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, split_readout
+from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.neural_cde import FinalTanh
 from ndebench.models.registry import register_model
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
+from ndebench.models.static import StaticInput, spline_control, spline_inputs
+from ndebench.models.timeseries import Interpolation
 from torch import nn
 
 
@@ -109,21 +109,16 @@ class ANCDE(TimeSeriesNDE):
         self.main = FinalTanh(channels, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return spline_inputs(self.static, times, values, static, self.interpolation)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         inputs, final = split_readout(inputs)
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(self.times, coeffs, self.interpolation)
+        X, static = spline_control(self.static, self.times, inputs, self.interpolation)
         x0 = X.evaluate(self.times[0])
         a0 = self.attention_initial(x0)
         alpha0 = torch.sigmoid(a0 if self.timewise is None else self.timewise(a0))
         z0 = self.static(self.initial(x0 * alpha0), static)
         field = AugmentedField(self.attention, self.main, self.timewise, X)
-        state = integrate(
-            field, torch.cat([a0, z0], dim=-1), self.times, solver=self.solver, rng=rng, control=X,
-            regularizer=self.regularizer, regularized=None if self.mask_attention else slice(self.channels, None),
-            output=readout_output(final),
-        )
-        return read_at(state, final)[..., self.channels :]
+        regularized = None if self.mask_attention else slice(self.channels, None)
+        state = self.solve(field, torch.cat([a0, z0], dim=-1), final, rng, control=X, regularized=regularized)
+        return state[..., self.channels :]

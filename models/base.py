@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
-from ndebench.models.integrate import SolverConfig, TrialRNG, solver_methods
+from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, solver_methods
 from ndebench.regularizers.base import Regularizer
 from torch import nn
 
@@ -187,16 +187,19 @@ class NDEClassifier(nn.Module):
 
     A model is built as ``cls(data, regularizer, solver, **hyperparameters)``: ``data`` a :class:`DataSpec`,
     ``regularizer`` ``None`` for the identity, ``solver`` ``None`` for the class's ``default_solver``; its
-    hyperparameters are its constructors' keyword-only parameters (``models.registry.model_options``).
+    hyperparameters are its constructors' keyword-only parameters (``models.registry.model_options``), here
+    the latent size ``hidden_size`` H and the vector fields' hidden layers ``num_layers``.
     ``family`` (``ode``, ``cde``, ``sde``) and ``field_layers`` (whether the vector fields insert the
     regularizer's ``field_layer``s) are what regularizers decide compatibility by; ``register_model``
-    declares them. ``head_grad_scale`` multiplies the head's last-layer gradients (100 in the time-series
-    pipeline).
+    declares them. ``head_dropout`` is the head's dropout rate unless the regularizer sets one;
+    ``head_grad_scale`` multiplies the head's last-layer gradients (100 in the time-series pipeline).
     """
 
     family: ClassVar[Family]
     field_layers: ClassVar[bool] = True
     default_solver: ClassVar[SolverConfig] = SolverConfig()
+    head_dropout: ClassVar[float] = 0.1
+    head_grad_scale: ClassVar[float] = 100.0
 
     def __init__(
         self,
@@ -204,12 +207,11 @@ class NDEClassifier(nn.Module):
         regularizer: Regularizer | None = None,
         solver: SolverConfig | None = None,
         *,
-        hidden_size: int,
-        head_dropout: float = 0.1,
-        head_grad_scale: float = 100.0,
+        hidden_size: int = 32,
+        num_layers: int = 1,
     ):
         super().__init__()
-        self.hidden_size = hidden_size
+        self.hidden_size, self.num_layers = hidden_size, num_layers
         self.regularizer = regularizer if regularizer is not None else Regularizer()
         self.solver = solver if solver is not None else self.default_solver
         family = getattr(self, "family", "ode")
@@ -218,8 +220,8 @@ class NDEClassifier(nn.Module):
             raise ValueError(f"{type(self).__name__}: solver method {self.solver.method!r} does not solve "
                              f"{family.upper()}s; valid: {', '.join(valid)}")
         num_outputs = 1 if data.binary else data.num_classes
-        dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
-        self.head = ClassifierHead(hidden_size, num_outputs, dropout, head_grad_scale)
+        dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else self.head_dropout
+        self.head = ClassifierHead(hidden_size, num_outputs, dropout, self.head_grad_scale)
         self.mc_chunk: int | None = None
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
@@ -279,28 +281,29 @@ class NDEClassifier(nn.Module):
 class TimeSeriesNDE(NDEClassifier):
     """Base of the time-series classifiers: what every one of them shares.
 
-    It keeps ``data.times`` ``(L,)`` as the ``times`` buffer (moved with the model), the latent size
-    ``hidden_size`` H and the vector fields' ``num_layers``, the input channels C and the static channels S
-    of ``data``. A subclass states only what differs, as the SDE variants of ``snsde.py`` do: its own
-    keyword-only hyperparameters (the rest go on as ``**common``), its ``default_solver`` and the modules
-    it builds, created after the head in a fixed order (so a seed gives the same initial weights).
+    It keeps ``data.times`` ``(L,)`` as the ``times`` buffer (moved with the model) and the input channels C
+    and static channels S of ``data``; :meth:`solve` runs the latent dynamics over ``times``. A subclass
+    states only what differs, as the SDE variants of ``snsde.py`` do: its own keyword-only hyperparameters
+    (the common ones go on as ``**common``), its ``default_solver`` and the modules it builds, created after
+    the head in a fixed order (so a seed gives the same initial weights).
     """
 
-    def __init__(
-        self,
-        data: DataSpec,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig | None = None,
-        *,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-    ):
+    def __init__(self, data: DataSpec, **common: Any):
         if data.times is None:
             raise ValueError(f"{type(self).__name__} is a time-series model: its DataSpec needs the observation "
                              "times (L,)")
-        super().__init__(data, regularizer, solver, hidden_size=hidden_size)
+        super().__init__(data, **common)
         self.register_buffer("times", data.times.clone())
-        self.in_channels, self.static_channels, self.num_layers = data.in_channels, data.static_channels, num_layers
+        self.in_channels, self.static_channels = data.in_channels, data.static_channels
+
+    def solve(self, field: nn.Module, z0: torch.Tensor, final: torch.Tensor | None, rng: TrialRNG,
+              **options: Any) -> torch.Tensor:
+        """``z(T)`` ``(B, H)``: :func:`~ndebench.models.integrate.integrate` of ``field`` from ``z0`` ``(B, H)``
+        over the model's ``times`` with its solver and regularizer (``options``: ``control``, ``diffusion``,
+        ``regularized``), read at each sample's ``final`` index when given (:func:`read_at`)."""
+        path = integrate(field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
+                         output=readout_output(final), **options)
+        return read_at(path, final)
 
 
 def _chunks(total: int, size: int) -> list[int]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from ndebench.models.base import DataSpec, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
+from ndebench.models.base import DataSpec, Inputs, TimeSeriesNDE, split_readout
 from ndebench.models.control import ReadsControl
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import register_model
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
+from ndebench.models.static import StaticInput, spline_control, spline_inputs
+from ndebench.models.timeseries import Interpolation
 from torch import nn
 
 
@@ -76,17 +76,11 @@ class GRUODE(TimeSeriesNDE):
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         if self.intensity:
             values = torch.cat([(~torch.isnan(values)).cumsum(1).to(values.dtype), values], dim=-1)
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return spline_inputs(self.static, times, values, static, self.interpolation)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         inputs, final = split_readout(inputs)
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(self.times, coeffs, self.interpolation)
-        h0 = self.static(coeffs.new_zeros(coeffs.shape[0], self.hidden_size), static)
-        field = ReadsControl(self.field, X, origin=X.evaluate(self.times[0]))
-        path = integrate(
-            field, h0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        X, static = spline_control(self.static, self.times, inputs, self.interpolation)
+        x0 = X.evaluate(self.times[0])
+        h0 = self.static(x0.new_zeros(x0.shape[0], self.hidden_size), static)
+        return self.solve(ReadsControl(self.field, X, origin=x0), h0, final, rng)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE
+from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
 from ndebench.models.timeseries import Interpolation
@@ -54,10 +54,5 @@ class NeuralCDE(TimeSeriesNDE):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        inputs, final = split_readout(inputs)
-        X, z0 = self.encoder.encode(self.times, inputs)
-        path = integrate(
-            self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        X, z0, final = self.encoder.encode(self.times, inputs)
+        return self.solve(self.field, z0, final, rng, control=X)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
-from ndebench.models.integrate import TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE
+from ndebench.models.integrate import TrialRNG
 from ndebench.models.registry import register_model
 from ndebench.models.snsde import snsde_readout
 from ndebench.models.static import PathEncoder
@@ -50,10 +50,5 @@ class NeuralODE(TimeSeriesNDE):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        inputs, final = split_readout(inputs)
-        _, z0 = self.encoder.encode(self.times, inputs)
-        path = integrate(
-            self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        _, z0, final = self.encoder.encode(self.times, inputs)
+        return self.solve(self.field, z0, final, rng)

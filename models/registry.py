@@ -36,8 +36,6 @@ class ModelInfo:
 REGISTRY: Registry[NDEClassifier, ModelInfo] = Registry(
     "model", builtins="ndebench.models.builtin", entry_point="ndebench.models"
 )
-list_models = REGISTRY.names
-model_info = REGISTRY.info
 
 
 def register_model(
@@ -102,3 +100,7 @@ def create_model(
     if unknown:
         raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; valid: {sorted(model_options(name))}")
     return REGISTRY.get(name)(data, regularizer=regularizer, solver=solver, **hyperparams)
+
+
+list_models = REGISTRY.names
+model_info = REGISTRY.info

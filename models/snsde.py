@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, read_at, readout_output, split_readout
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE
 from ndebench.models.control import ReadsControl
-from ndebench.models.integrate import TrialRNG, integrate
+from ndebench.models.integrate import TrialRNG
 from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
 from ndebench.models.timeseries import Interpolation
@@ -120,14 +120,9 @@ class SNSDEClassifier(TimeSeriesNDE):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        inputs, final = split_readout(inputs)
-        X, z0 = self.encoder.encode(self.times, inputs)
+        X, z0, final = self.encoder.encode(self.times, inputs)
         drift = ReadsControl(self.drift, X) if self.drift.control else self.drift
-        path = integrate(
-            drift, z0, self.times, solver=self.solver, rng=rng, diffusion=self.diffusion, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        return self.solve(drift, z0, final, rng, diffusion=self.diffusion)
 
 
 @register_model(

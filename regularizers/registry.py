@@ -43,8 +43,6 @@ class RegularizerInfo:
 REGISTRY: Registry[Regularizer, RegularizerInfo] = Registry(
     "regularizer", builtins="ndebench.regularizers.builtin", entry_point="ndebench.regularizers"
 )
-list_regularizers = REGISTRY.names
-regularizer_info = REGISTRY.info
 
 
 def register_regularizer(
@@ -79,3 +77,7 @@ def create_regularizer(name: str, **hyperparams: Any) -> Regularizer:
         if problem:
             raise ValueError(f"regularizer {name!r}: {key}={value!r} {problem}")
     return REGISTRY.create(name, **hyperparams)
+
+
+list_regularizers = REGISTRY.names
+regularizer_info = REGISTRY.info
