@@ -86,10 +86,10 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, device: to
 
 def _build(case: ModelCase, regularizer: str, params: dict[str, Any], times: torch.Tensor, device: torch.device) -> Any:
     torch.manual_seed(0)
-    model = create_model(case.model, DataSpec(CHANNELS, CLASSES, times=times), hidden_size=case.hidden,
-                         regularizer=create_regularizer(regularizer, **params))
     # the model's own solver settings (adjoint or not, as in its reference pipeline) with the asked method
-    model.solver = dataclasses.replace(model.solver, method=case.solver)
+    solver = dataclasses.replace(model_info(case.model).default_solver, method=case.solver)
+    model = create_model(case.model, DataSpec(CHANNELS, CLASSES, times=times), hidden_size=case.hidden,
+                         regularizer=create_regularizer(regularizer, **params), solver=solver)
     return model.to(device)
 
 

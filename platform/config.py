@@ -277,10 +277,6 @@ def _check_training(training: dict[str, Value]) -> None:
             _require(f"training.{key}", v, rules[key])
 
 
-def _model_params(model: str) -> set[str]:
-    return set(model_options(model))
-
-
 def _model_rules(model: str) -> dict[str, typed.Rule]:
     """Type rules of a model's hyperparameters, from its constructor's annotations."""
     return {name: typed.hint_rule(option.annotation) for name, option in model_options(model).items()}
@@ -292,7 +288,7 @@ def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> N
         if name not in valid:
             raise ConfigError(f"models: unknown model {name!r}; valid models: {', '.join(valid)}")
     for name in models:
-        params = _model_params(name)
+        params = set(model_options(name))
         bad = sorted(set(model_section) - params)
         if bad:
             raise ConfigError(f"model: key(s) {bad} are not hyperparameters of model {name!r}; valid: {sorted(params)}")

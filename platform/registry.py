@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 from ndebench.platform.plugins import load_entry_points
 
 T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741 - the info type, beside T the product type
+InfoT = TypeVar("InfoT")
 
 
 class UnknownNameError(KeyError):
@@ -18,7 +18,7 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
-class Registry(Generic[T, I]):
+class Registry(Generic[T, InfoT]):
     """Maps names to factories and to what is known about each (its info record).
 
     ``register(name, info)`` is a decorator; ``create(name, **kwargs)`` calls the factory; ``info(name)``
@@ -35,10 +35,10 @@ class Registry(Generic[T, I]):
         self.kind = kind
         self.builtins, self.entry_point = builtins, entry_point
         self._factories: dict[str, Callable[..., T]] = {}
-        self._info: dict[str, I] = {}
+        self._info: dict[str, InfoT] = {}
         self._loaded = False
 
-    def register(self, name: str, info: I | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    def register(self, name: str, info: InfoT | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
             if name in self._factories:
                 raise ValueError(f"{self.kind} {name!r} is already registered; registered: {self.names()}")
@@ -68,7 +68,7 @@ class Registry(Generic[T, I]):
                 f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}"
             ) from None
 
-    def info(self, name: str) -> I:
+    def info(self, name: str) -> InfoT:
         """The record registered with ``name`` (``UnknownNameError`` listing the valid names if none)."""
         self.get(name)
         return self._info[name]
