@@ -37,8 +37,8 @@ class NeuralCDE(TimeSeriesNDE):
     states (App. E.2) and Kidger's Speech/Sepsis pipelines do; ``interpolation="hermite"`` (Hermite cubic
     with backward differences) is what torch-ists' UEA runs effectively gave the NCDE (its natural-spline
     list names ``'ncde'``, the model is ``'neuralcde'``). Inputs: coefficients ``(N, L - 1, 4 (C + 1))``,
-    or with ``static_channels = S``
-    the tuple ``(coefficients, static (N, S))`` whose MLP is added to ``z(0)``; latent ``(B, H)``.
+    or with ``S = data.static_channels`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
+    ``z(0)``; latent ``(B, H)``.
     Continuum Dropout masks rows of the matrix field, i.e. the components of ``f(z) dX/dt``.
     """
 

@@ -36,7 +36,7 @@ class NeuralODE(TimeSeriesNDE):
     As in the SNSDE pipeline's zero-diffusion model with input option 3, the series enters through the
     initial state only (the Hermite spline fills missing initial values), and the head starts with that
     pipeline's readout (as for the Neural SDEs). Inputs: spline coefficients ``(N, L - 1, 4 (C + 1))``, or
-    with ``static_channels = S`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
+    with ``S = data.static_channels`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
     ``z(0)``; latent ``(B, H)``.
     """
 

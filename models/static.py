@@ -35,7 +35,7 @@ class StaticInput(nn.Module):
             if static is not None:
                 raise ValueError(
                     f"got static features of shape {tuple(static.shape)} but the model was built with "
-                    "static_channels=0; pass static_channels=S to create_model"
+                    "static_channels=0; give create_model a DataSpec with static_channels=S"
                 )
             return main
         if static is None or static.dim() != 2 or static.shape != (main.shape[0], self.static_channels):

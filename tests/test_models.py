@@ -217,6 +217,13 @@ def test_hyperparameters_are_the_keyword_only_parameters():
         make("neural_cde", hiden_size=4)
 
 
+def test_a_model_needs_data_of_its_kind():
+    with pytest.raises(ValueError, match="NeuralCDE is a time-series model: its DataSpec needs the observation times"):
+        create_model("neural_cde", DataSpec(3, 2, image_size=(8, 8)))
+    with pytest.raises(ValueError, match=r"ImageNODE is an image model: its DataSpec needs the image size \(H, W\)"):
+        create_model("image_node", DataSpec(3, 2, times=TIMES))
+
+
 def test_register_model_takes_the_family_of_a_registered_parent(monkeypatch):
     from ndebench.models import registry
     from ndebench.models.neural_cde import NeuralCDE
