@@ -1,14 +1,15 @@
 """ANCDE (Jhin et al.): an attention CDE and the main CDE it drives, solved jointly as one augmented CDE."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, split_readout
+from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.neural_cde import FinalTanh
 from ndebench.models.registry import register_model
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
-from ndebench.regularizers.base import Regularizer
+from ndebench.models.static import StaticInput, spline_control, spline_inputs
+from ndebench.models.timeseries import Interpolation
 from torch import nn
 
 
@@ -63,8 +64,9 @@ class AugmentedField(nn.Module):
     summary="Attentive Neural CDE: an attention CDE a(t) gates the path, Y = X * sigmoid(a); dz = f(z) dY",
     paper="Jhin et al., Attentive Neural Controlled Differential Equations for Time-series Classification "
     "and Forecasting, ICDM 2021 / Knowledge and Information Systems 2023",
+    family="cde",
 )
-class ANCDE(NDEClassifier):
+class ANCDE(TimeSeriesNDE):
     """``a(0) = Linear(X(t0))``, ``z(0) = Linear(X(t0) * alpha(t0)) [+ MLP(static)]``;
     ``[a, z]`` solves one CDE in ``X``.
 
@@ -82,53 +84,41 @@ class ANCDE(NDEClassifier):
     Solver default: RK4 on the observation grid, adjoint (the ANCDE repository's defaults).
     """
 
+    default_solver: ClassVar[SolverConfig] = SolverConfig(method="rk4", adjoint=True)
+
     def __init__(
         self,
+        data: DataSpec,
         *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
         attention_size: int = 20,
         attention_hidden_size: int = 10,
         timewise: bool = True,
         mask_attention: bool = False,
         interpolation: Interpolation = "natural",
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="rk4", adjoint=True),
-        binary: bool = False,
+        **common: Any,
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        channels = in_channels + 1
-        self.register_buffer("times", times.clone())
+        super().__init__(data, **common)
+        channels, hidden_size, num_layers = self.in_channels + 1, self.hidden_size, self.num_layers
         self.interpolation, self.channels, self.mask_attention = interpolation, channels, mask_attention
         self.attention_initial = nn.Linear(channels, channels)
         self.initial = nn.Linear(channels, hidden_size)
-        self.static = StaticInput(static_channels, hidden_size)
+        self.static = StaticInput(self.static_channels, hidden_size)
         attention_norm = self.regularizer.field_layer if mask_attention else None
         self.attention = AttentionField(channels, attention_size, attention_hidden_size, num_layers, attention_norm)
         self.timewise = nn.Linear(channels, 1) if timewise else None
         self.main = FinalTanh(channels, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return spline_inputs(self.static, times, values, static, self.interpolation)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         inputs, final = split_readout(inputs)
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(self.times, coeffs, self.interpolation)
+        X, static = spline_control(self.static, self.times, inputs, self.interpolation)
         x0 = X.evaluate(self.times[0])
         a0 = self.attention_initial(x0)
         alpha0 = torch.sigmoid(a0 if self.timewise is None else self.timewise(a0))
         z0 = self.static(self.initial(x0 * alpha0), static)
         field = AugmentedField(self.attention, self.main, self.timewise, X)
-        state = integrate(
-            field, torch.cat([a0, z0], dim=-1), self.times, solver=self.solver, rng=rng, control=X,
-            regularizer=self.regularizer, regularized=None if self.mask_attention else slice(self.channels, None),
-            output=readout_output(final),
-        )
-        return read_at(state, final)[..., self.channels :]
+        regularized = None if self.mask_attention else slice(self.channels, None)
+        state = self.solve(field, torch.cat([a0, z0], dim=-1), final, rng, control=X, regularized=regularized)
+        return state[..., self.channels :]

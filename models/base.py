@@ -3,13 +3,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
-from ndebench.models.integrate import SolverConfig, TrialRNG
+from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, solver_methods
 from ndebench.regularizers.base import Regularizer
-from ndebench.regularizers.none import NoRegularizer
 from torch import nn
+
+Family = Literal["ode", "cde", "sde"]
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What a model is told of its data, filled once from the dataset (the platform's ``trial.data_spec``).
+
+    ``in_channels`` C (values per time point, or image channels); ``num_classes`` K; ``binary``: one logit
+    (a binary task) instead of K; ``times`` ``(L,)`` the common observation grid of a time-series set
+    (``None`` for images); ``image_size`` ``(H, W)`` of an image set (``None`` for time series);
+    ``static_channels`` S, the time-invariant features per sample (0: none).
+    """
+
+    in_channels: int
+    num_classes: int
+    binary: bool = False
+    times: torch.Tensor | None = None
+    image_size: tuple[int, int] | None = None
+    static_channels: int = 0
 
 
 class TimedInputs(NamedTuple):
@@ -165,27 +184,44 @@ class NDEClassifier(nn.Module):
     :func:`ndebench.models.integrate.integrate`). Time-series inputs may come wrapped in :class:`TimedInputs`
     (per-sample final observation indices): ``latent`` then returns ``z`` at each sample's own final time
     (:func:`split_readout`, :func:`readout_output`, :func:`read_at`). Image models take image batches directly.
+
+    A model is built as ``cls(data, regularizer, solver, **hyperparameters)``: ``data`` a :class:`DataSpec`,
+    ``regularizer`` ``None`` for the identity, ``solver`` ``None`` for the class's ``default_solver``; its
+    hyperparameters are its constructors' keyword-only parameters (``models.registry.model_options``), here
+    the latent size ``hidden_size`` H and the vector fields' hidden layers ``num_layers``.
+    ``family`` (``ode``, ``cde``, ``sde``) and ``field_layers`` (whether the vector fields insert the
+    regularizer's ``field_layer``s) are what regularizers decide compatibility by; ``register_model``
+    declares them. ``head_dropout`` is the head's dropout rate unless the regularizer sets one;
     ``head_grad_scale`` multiplies the head's last-layer gradients (100 in the time-series pipeline).
     """
 
+    family: ClassVar[Family]
+    field_layers: ClassVar[bool] = True
+    default_solver: ClassVar[SolverConfig] = SolverConfig()
+    head_dropout: ClassVar[float] = 0.1
+    head_grad_scale: ClassVar[float] = 100.0
+
     def __init__(
         self,
+        data: DataSpec,
+        regularizer: Regularizer | None = None,
+        solver: SolverConfig | None = None,
         *,
-        hidden_size: int,
-        num_classes: int,
-        regularizer: Regularizer | None,
-        solver: SolverConfig,
-        head_dropout: float = 0.1,
-        binary: bool = False,
-        head_grad_scale: float = 100.0,
+        hidden_size: int = 32,
+        num_layers: int = 1,
     ):
         super().__init__()
-        self.hidden_size = hidden_size
-        self.regularizer = regularizer if regularizer is not None else NoRegularizer()
-        self.solver = solver
-        num_outputs = 1 if binary else num_classes
-        dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else head_dropout
-        self.head = ClassifierHead(hidden_size, num_outputs, dropout, head_grad_scale)
+        self.hidden_size, self.num_layers = hidden_size, num_layers
+        self.regularizer = regularizer if regularizer is not None else Regularizer()
+        self.solver = solver if solver is not None else self.default_solver
+        family = getattr(self, "family", "ode")
+        valid = solver_methods("sde" if family == "sde" else "ode")
+        if self.solver.method not in valid:
+            raise ValueError(f"{type(self).__name__}: solver method {self.solver.method!r} does not solve "
+                             f"{family.upper()}s; valid: {', '.join(valid)}")
+        num_outputs = 1 if data.binary else data.num_classes
+        dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else self.head_dropout
+        self.head = ClassifierHead(hidden_size, num_outputs, dropout, self.head_grad_scale)
         self.mc_chunk: int | None = None
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
@@ -242,6 +278,35 @@ class NDEClassifier(nn.Module):
         return Prediction(logits=self.head(z_mean), probs=probs.mean(0), z_mean=z_mean, z_var=z_var)
 
 
+class TimeSeriesNDE(NDEClassifier):
+    """Base of the time-series classifiers: what every one of them shares.
+
+    It keeps ``data.times`` ``(L,)`` as the ``times`` buffer (moved with the model) and the input channels C
+    and static channels S of ``data``; :meth:`solve` runs the latent dynamics over ``times``. A subclass
+    states only what differs, as the SDE variants of ``snsde.py`` do: its own keyword-only hyperparameters
+    (the common ones go on as ``**common``), its ``default_solver`` and the modules it builds, created after
+    the head in a fixed order (so a seed gives the same initial weights).
+    """
+
+    def __init__(self, data: DataSpec, **common: Any):
+        if data.times is None:
+            raise ValueError(f"{type(self).__name__} is a time-series model: its DataSpec needs the observation "
+                             "times (L,)")
+        super().__init__(data, **common)
+        self.register_buffer("times", data.times.clone())
+        self.in_channels, self.static_channels = data.in_channels, data.static_channels
+
+    def solve(self, field: nn.Module, z0: torch.Tensor, final: torch.Tensor | None, rng: TrialRNG,
+              **options: Any) -> torch.Tensor:
+        """``z(T)`` ``(B, H)``: :func:`~ndebench.models.integrate.integrate` of ``field`` from ``z0`` ``(B, H)``
+        over the model's ``times`` with its solver and regularizer (``options``: ``control``, ``diffusion``,
+        ``regularized``), read at each sample's ``final`` index when given (:func:`read_at`)."""
+        path = integrate(field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
+                         output=readout_output(final), **options)
+        return read_at(path, final)
+
+
 def _chunks(total: int, size: int) -> list[int]:
     """``total`` split into parts of ``size`` (the last one smaller)."""
     return [min(size, total - start) for start in range(0, total, size)]
+

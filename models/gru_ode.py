@@ -1,14 +1,15 @@
 """GRU-ODE (De Brouwer et al., NeurIPS 2019) as a time-series classifier, following Kidger's GRU-ODE baseline."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
-from ndebench.models.base import Inputs, NDEClassifier, read_at, readout_output, split_readout
+from ndebench.models.base import DataSpec, Inputs, TimeSeriesNDE, split_readout
 from ndebench.models.control import ReadsControl
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import register_model
-from ndebench.models.static import StaticInput
-from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients, with_time_channel
-from ndebench.regularizers.base import Regularizer
+from ndebench.models.static import StaticInput, spline_control, spline_inputs
+from ndebench.models.timeseries import Interpolation
 from torch import nn
 
 
@@ -40,8 +41,10 @@ class GRUODEField(nn.Module):
     "gru_ode",
     summary="GRU-ODE: dh/dt = (1 - u)(g - h), GRU gates driven by the spline X(t) of [t, x]",
     paper="De Brouwer et al., GRU-ODE-Bayes: Continuous Modeling of Sporadically-Observed Time Series, NeurIPS 2019",
+    family="ode",
+    field_layers=False,
 )
-class GRUODE(NDEClassifier):
+class GRUODE(TimeSeriesNDE):
     """``h(0) = 0 [+ MLP(static)]``, ``dh/dt = GRUODEField(X(t) - X(t0), h)``, logits = head(h(T)).
 
     Kidger's baseline solves this as a CDE on ``[x, h]`` whose ``x`` block copies ``X(t) - X(t0)`` and whose
@@ -56,46 +59,28 @@ class GRUODE(NDEClassifier):
     drift dropout) have nothing to act on.
     """
 
+    default_solver: ClassVar[SolverConfig] = SolverConfig(method="rk4", adjoint=True)
+
     def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-        interpolation: Interpolation = "natural",
-        intensity: bool = False,
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="rk4", adjoint=True),
-        binary: bool = False,
+        self, data: DataSpec, *, interpolation: Interpolation = "natural", intensity: bool = False, **common: Any
     ):
-        if num_layers != 1:
-            raise ValueError(f"gru_ode: num_layers={num_layers}; the GRU-ODE field has no hidden layers, "
+        super().__init__(data, **common)
+        if self.num_layers != 1:
+            raise ValueError(f"gru_ode: num_layers={self.num_layers}; the GRU-ODE field has no hidden layers, "
                              "use num_layers=1")
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        self.register_buffer("times", times.clone())
         self.interpolation, self.intensity = interpolation, intensity
-        channels = 1 + in_channels * (2 if intensity else 1)
-        self.static = StaticInput(static_channels, hidden_size)
-        self.field = GRUODEField(channels, hidden_size)
+        channels = 1 + self.in_channels * (2 if intensity else 1)
+        self.static = StaticInput(self.static_channels, self.hidden_size)
+        self.field = GRUODEField(channels, self.hidden_size)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         if self.intensity:
             values = torch.cat([(~torch.isnan(values)).cumsum(1).to(values.dtype), values], dim=-1)
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return spline_inputs(self.static, times, values, static, self.interpolation)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         inputs, final = split_readout(inputs)
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(self.times, coeffs, self.interpolation)
-        h0 = self.static(coeffs.new_zeros(coeffs.shape[0], self.hidden_size), static)
-        field = ReadsControl(self.field, X, origin=X.evaluate(self.times[0]))
-        path = integrate(
-            field, h0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        X, static = spline_control(self.static, self.times, inputs, self.interpolation)
+        x0 = X.evaluate(self.times[0])
+        h0 = self.static(x0.new_zeros(x0.shape[0], self.hidden_size), static)
+        return self.solve(ReadsControl(self.field, X, origin=x0), h0, final, rng)

@@ -1,16 +1,19 @@
 """Image classifiers of the paper (Appendix E.3): conv features -> NDE over depth [0, 10] -> classifier."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
-from ndebench.models.base import FieldMLP, NDEClassifier, mlp
+from ndebench.models.base import DataSpec, FieldMLP, NDEClassifier, mlp
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.models.registry import register_model
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
-IMAGE_SDE_PAPERS = (
-    "Tzen & Raginsky, arXiv 1905.09883 (2019); Liu et al., How Does Noise Help Robustness?, CVPR 2020; "
-    "Kong et al., SDE-Net, ICML 2020"
+IMAGE_SDE = dict(  # what the image SDE variants register alike
+    paper="Tzen & Raginsky, arXiv 1905.09883 (2019); Liu et al., How Does Noise Help Robustness?, CVPR 2020; "
+    "Kong et al., SDE-Net, ICML 2020",
+    input_kind="image",
+    family="sde",
 )
 
 
@@ -84,11 +87,12 @@ class ImageNDE(NDEClassifier):
     """``z(0) = features(image)`` ``(B, H)``, ``dz = f(t, z) dt [+ g(t, z) dW]`` over depth ``[0, depth]``,
     logits = head(z(T)).
 
-    Inputs are image batches ``(B, in_channels, image_size, image_size)`` (``prepare`` checks the shape and
-    returns them unchanged). Default solver: Euler (Euler-Maruyama for SDEs) with ``dt = 0.1`` over depth
-    ``T = 10``, backpropagation through the solver. The head is the platform's classifier head without
-    the gradient scaling of the time-series pipeline and without dropout (``head_dropout = 0``: App. E.3
-    has no dropout in the unregularized image classifier; ``naive_dropout_head`` sets its own rate).
+    Inputs are image batches ``(B, C, height, width)``, ``C`` = ``data.in_channels`` and ``(height, width)`` =
+    ``data.image_size`` (``prepare`` checks the shape and returns them unchanged). Default solver: Euler
+    (Euler-Maruyama for SDEs) with ``dt = 0.1`` over depth ``T = 10``, backpropagation through the solver.
+    The head is the platform's classifier head without the gradient scaling of the time-series pipeline and
+    without dropout (``head_dropout = 0``: App. E.3 has no dropout in the unregularized image classifier;
+    ``naive_dropout_head`` sets its own rate).
     ``hidden_size`` (1024 in the paper) is the NDE width, ``width`` the extractor's first channel count.
     Parameters: 10.62M / 10.71M (NODE, 10 / 100 classes) and 12.72M / 12.81M (NSDEs) with ``width = 64``,
     +1.2% over the paper's 10.49M / 10.59M and 12.59M / 12.69M, whose extractor is not published; the
@@ -96,35 +100,25 @@ class ImageNDE(NDEClassifier):
     lands within 0.4% of all four counts.
     """
 
-    multiplicative: bool | None = None
+    multiplicative: ClassVar[bool | None] = None
+    default_solver: ClassVar[SolverConfig] = SolverConfig(method="euler", step_size=0.1)
+    head_dropout = 0.0
+    head_grad_scale = 1.0
 
-    def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        image_size: int,
-        hidden_size: int = 1024,
-        num_layers: int = 1,
-        width: int = 64,
-        depth: float = 10.0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="euler", step_size=0.1),
-        binary: bool = False,
-    ):
-        super().__init__(
-            hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver, binary=binary,
-            head_dropout=0.0, head_grad_scale=1.0,
-        )
-        self.in_channels, self.image_size = in_channels, image_size
+    def __init__(self, data: DataSpec, *, hidden_size: int = 1024, width: int = 64, depth: float = 10.0,
+                 **common: Any):
+        if data.image_size is None:
+            raise ValueError(f"{type(self).__name__} is an image model: its DataSpec needs the image size (H, W)")
+        super().__init__(data, hidden_size=hidden_size, **common)
+        self.in_channels, self.image_size = data.in_channels, tuple(data.image_size)
         self.register_buffer("span", torch.tensor([0.0, float(depth)]))
-        self.features = feature_extractor(in_channels, hidden_size, width)
-        self.drift = DepthDrift(hidden_size, num_layers, self.regularizer.field_layer)
+        self.features = feature_extractor(self.in_channels, hidden_size, width)
+        self.drift = DepthDrift(hidden_size, self.num_layers, self.regularizer.field_layer)
         self.diffusion = None if self.multiplicative is None else DepthDiffusion(hidden_size, self.multiplicative)
 
     def prepare(self, times: torch.Tensor | None, values: torch.Tensor,
                 static: torch.Tensor | None = None) -> torch.Tensor:
-        expected = (self.in_channels, self.image_size, self.image_size)
+        expected = (self.in_channels, *self.image_size)
         if values.dim() != 4 or tuple(values.shape[1:]) != expected:
             raise ValueError(f"expected images of shape (N, {', '.join(map(str, expected))}), "
                              f"got {tuple(values.shape)}")
@@ -145,6 +139,7 @@ class ImageNDE(NDEClassifier):
     summary="Image Neural ODE: conv features (1024-d) -> dz = tanh(MLP(t, z)) dt over depth 10 (Euler, dt 0.1)",
     paper="Chen et al., Neural Ordinary Differential Equations, NeurIPS 2018",
     input_kind="image",
+    family="ode",
 )
 class ImageNODE(ImageNDE):
     """The paper's image Neural ODE (10.49M parameters for 10 classes)."""
@@ -153,8 +148,7 @@ class ImageNODE(ImageNDE):
 @register_model(
     "image_nsde_additive",
     summary="Image Neural SDE, additive noise: dz = f(t, z) dt + sigma(t) dW over depth 10 (Euler-Maruyama)",
-    paper=IMAGE_SDE_PAPERS,
-    input_kind="image",
+    **IMAGE_SDE,
 )
 class ImageNSDEAdditive(ImageNDE):
     """The paper's image Neural SDE with additive noise (12.59M parameters for 10 classes)."""
@@ -165,8 +159,7 @@ class ImageNSDEAdditive(ImageNDE):
 @register_model(
     "image_nsde_multiplicative",
     summary="Image Neural SDE, multiplicative noise: dz = f(t, z) dt + sigma(t) z dW over depth 10 (Euler-Maruyama)",
-    paper=IMAGE_SDE_PAPERS,
-    input_kind="image",
+    **IMAGE_SDE,
 )
 class ImageNSDEMultiplicative(ImageNDE):
     """The paper's image Neural SDE with multiplicative noise (12.59M parameters for 10 classes)."""

@@ -18,12 +18,19 @@ from torch import nn
 ODE_FIXED = ("euler", "midpoint", "heun2", "heun3", "rk4")
 ODE_ADAPTIVE = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
 SDE_METHODS = ("euler", "milstein", "srk")
+METHODS = ODE_FIXED + ODE_ADAPTIVE + tuple(m for m in SDE_METHODS if m not in ODE_FIXED)
+
+
+def solver_methods(kind: Literal["ode", "sde"]) -> tuple[str, ...]:
+    """The methods that solve ``kind`` dynamics: torchdiffeq's for ODEs and CDEs, torchsde's for SDEs."""
+    return ODE_FIXED + ODE_ADAPTIVE if kind == "ode" else SDE_METHODS
 
 
 @dataclass(frozen=True)
 class SolverConfig:
-    """Solver settings from the sweep config.
+    """Solver settings from the sweep config, checked once when built (``ValueError`` naming the field).
 
+    ``method`` one of :data:`METHODS` (:func:`solver_methods` says which solve ODEs and which SDEs);
     ``step_size=None`` steps on the observation grid (for the UEA protocol, ``1/(L-1)``, i.e. the reference
     pipelines' ``max(min dt, 1e-3)`` for L <= 1001). ``rtol``/``atol`` apply to adaptive ODE solvers only.
     """
@@ -34,14 +41,14 @@ class SolverConfig:
     rtol: float = 1e-3
     atol: float = 1e-4
 
-    def check(self, kind: Literal["ode", "sde"]) -> None:
-        valid = ODE_FIXED + ODE_ADAPTIVE if kind == "ode" else SDE_METHODS
-        if self.method not in valid:
-            raise ValueError(f"unknown {kind.upper()} solver method {self.method!r}; valid: {', '.join(valid)}")
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method={self.method!r} is not a solver; valid: {', '.join(METHODS)}")
         if self.step_size is not None and not self.step_size > 0:
-            raise ValueError(f"solver step_size={self.step_size!r} must be > 0")
-        if kind == "sde" and self.method == "srk" and self.adjoint:
-            raise ValueError("solver method 'srk' has no adjoint in torchsde; use 'euler' or 'milstein' with adjoint")
+            raise ValueError(f"step_size={self.step_size!r} must be > 0")
+        if self.method == "srk" and self.adjoint:
+            raise ValueError("adjoint=True: method 'srk' has no adjoint in torchsde; use 'euler' or 'milstein' "
+                             "with adjoint")
 
 
 # Every random stream of a trial is the trial seed plus one of these offsets. They are distinct primes far
@@ -298,7 +305,6 @@ def integrate(
     ``output="final"``, or ``(L, B, H)`` at ``times`` for ``output="times"``.
     """
     kind: Literal["ode", "sde"] = "sde" if diffusion is not None else "ode"
-    solver.check(kind)
     t0, t1 = times[0], times[-1]
     sde_dt = (solver.step_size or float((times[1:] - times[:-1]).min())) if kind == "sde" else None
     part = None if regularized is None else _part(regularized, z0.shape[-1])

@@ -1,13 +1,14 @@
 """Neural CDE (Kidger et al., NeurIPS 2020) with the FinalTanh vector field."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE
+from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
 from ndebench.models.timeseries import Interpolation
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
 
@@ -27,47 +28,31 @@ class FinalTanh(nn.Module):
     "neural_cde",
     summary="Neural CDE: dz = f(z) dX(t), X a spline of [t, x]; FinalTanh matrix field",
     paper="Kidger et al., Neural Controlled Differential Equations for Irregular Time Series, NeurIPS 2020",
+    family="cde",
 )
-class NeuralCDE(NDEClassifier):
+class NeuralCDE(TimeSeriesNDE):
     """``z(0) = Linear(X(t0))``, ``z(t) = z(0) + int_0^t f(z(s)) dX(s)``, logits = head(z(T)).
 
     ``X`` interpolates ``[t, x]`` (``C + 1`` channels) with a natural cubic spline by default, as the paper
     states (App. E.2) and Kidger's Speech/Sepsis pipelines do; ``interpolation="hermite"`` (Hermite cubic
     with backward differences) is what torch-ists' UEA runs effectively gave the NCDE (its natural-spline
     list names ``'ncde'``, the model is ``'neuralcde'``). Inputs: coefficients ``(N, L - 1, 4 (C + 1))``,
-    or with ``static_channels = S``
-    the tuple ``(coefficients, static (N, S))`` whose MLP is added to ``z(0)``; latent ``(B, H)``.
+    or with ``S = data.static_channels`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
+    ``z(0)``; latent ``(B, H)``.
     Continuum Dropout masks rows of the matrix field, i.e. the components of ``f(z) dX/dt``.
     """
 
-    def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-        interpolation: Interpolation = "natural",
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="euler", adjoint=True),
-        binary: bool = False,
-    ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        self.register_buffer("times", times.clone())
-        self.encoder = PathEncoder(in_channels, hidden_size, static_channels, interpolation)
-        self.field = FinalTanh(in_channels + 1, hidden_size, hidden_size, num_layers, self.regularizer.field_layer)
+    default_solver: ClassVar[SolverConfig] = SolverConfig(method="euler", adjoint=True)
+
+    def __init__(self, data: DataSpec, *, interpolation: Interpolation = "natural", **common: Any):
+        super().__init__(data, **common)
+        self.encoder = PathEncoder(self.in_channels, self.hidden_size, self.static_channels, interpolation)
+        self.field = FinalTanh(self.in_channels + 1, self.hidden_size, self.hidden_size, self.num_layers,
+                               self.regularizer.field_layer)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        inputs, final = split_readout(inputs)
-        X, z0 = self.encoder.encode(self.times, inputs)
-        path = integrate(
-            self.field, z0, self.times, solver=self.solver, rng=rng, control=X, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        X, z0, final = self.encoder.encode(self.times, inputs)
+        return self.solve(self.field, z0, final, rng, control=X)

@@ -1,13 +1,14 @@
 """Neural ODE classifier for time series (Chen et al. 2018): the data enter through z(0) only."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE
+from ndebench.models.integrate import TrialRNG
 from ndebench.models.registry import register_model
 from ndebench.models.snsde import snsde_readout
 from ndebench.models.static import PathEncoder
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
 
@@ -27,45 +28,27 @@ class TimeDrift(nn.Module):
     "neural_ode",
     summary="Neural ODE: z(0) = Linear(x(t0)), dz = tanh(MLP(sin t, cos t, z)) dt; data enter through z(0) only",
     paper="Chen et al., Neural Ordinary Differential Equations, NeurIPS 2018",
+    family="ode",
 )
-class NeuralODE(NDEClassifier):
+class NeuralODE(TimeSeriesNDE):
     """``z(0) = Linear([t0, x(t0)])``, ``dz/dt = f(t, z)``, logits = head(z(T)).
 
     As in the SNSDE pipeline's zero-diffusion model with input option 3, the series enters through the
     initial state only (the Hermite spline fills missing initial values), and the head starts with that
     pipeline's readout (as for the Neural SDEs). Inputs: spline coefficients ``(N, L - 1, 4 (C + 1))``, or
-    with ``static_channels = S`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
+    with ``S = data.static_channels`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to
     ``z(0)``; latent ``(B, H)``.
     """
 
-    def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="euler"),
-        binary: bool = False,
-    ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        self.register_buffer("times", times.clone())
-        self.encoder = PathEncoder(in_channels, hidden_size, static_channels)
-        self.field = TimeDrift(hidden_size, num_layers, self.regularizer.field_layer)
-        self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
+    def __init__(self, data: DataSpec, **common: Any):
+        super().__init__(data, **common)
+        self.encoder = PathEncoder(self.in_channels, self.hidden_size, self.static_channels)
+        self.field = TimeDrift(self.hidden_size, self.num_layers, self.regularizer.field_layer)
+        self.head = nn.Sequential(snsde_readout(self.hidden_size), self.head)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        inputs, final = split_readout(inputs)
-        _, z0 = self.encoder.encode(self.times, inputs)
-        path = integrate(
-            self.field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        _, z0, final = self.encoder.encode(self.times, inputs)
+        return self.solve(self.field, z0, final, rng)

@@ -1,13 +1,14 @@
 """ODE-RNN (Rubanova et al., NeurIPS 2019) as in Kidger's baseline used by the torch-ists pipeline."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, split_readout
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE, split_readout
 from ndebench.models.integrate import SolverConfig, TrialRNG, begin_pass, integrate, moved_times
 from ndebench.models.registry import register_model
 from ndebench.models.static import StaticInput
 from ndebench.models.timeseries import Interpolation, control_path, spline_coefficients
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
 
@@ -15,8 +16,9 @@ from torch import nn
     "ode_rnn",
     summary="ODE-RNN: h evolves by an ODE between observations and jumps by a GRU cell at each observation",
     paper="Rubanova, Chen and Duvenaud, Latent ODEs for Irregularly-Sampled Time Series, NeurIPS 2019",
+    family="ode",
 )
-class ODERNN(NDEClassifier):
+class ODERNN(TimeSeriesNDE):
     """``h(t_0^-) = 0 [+ MLP(static)]``; at each grid time ``t_i``:
     ``h(t_i^-) = ODESolve(f, h(t_{i-1}), [t_{i-1}, t_i])``,
     then ``h(t_i) = GRUCell(u_i, h(t_i^-))`` for samples with an observation at ``t_i``; logits = head(h(T)), or
@@ -37,27 +39,17 @@ class ODERNN(NDEClassifier):
     after it are dropped, and past ``T`` the state evolves without observations on steps of the mean spacing.
     """
 
+    default_solver: ClassVar[SolverConfig] = SolverConfig(method="euler", adjoint=True)
+
     def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-        interpolation: Interpolation = "natural",
-        intensity: bool = True,
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="euler", adjoint=True),
-        binary: bool = False,
+        self, data: DataSpec, *, interpolation: Interpolation = "natural", intensity: bool = True, **common: Any
     ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        self.register_buffer("times", times.clone())
-        self.in_channels, self.interpolation, self.intensity = in_channels, interpolation, intensity
-        self.static = StaticInput(static_channels, hidden_size)
-        self.field = FieldMLP(hidden_size, hidden_size, hidden_size, num_layers, self.regularizer.field_layer, nn.Tanh)
+        super().__init__(data, **common)
+        self.interpolation, self.intensity = interpolation, intensity
+        hidden_size, in_channels = self.hidden_size, self.in_channels
+        self.static = StaticInput(self.static_channels, hidden_size)
+        self.field = FieldMLP(hidden_size, hidden_size, hidden_size, self.num_layers, self.regularizer.field_layer,
+                              nn.Tanh)
         self.cell = nn.GRUCell(1 + 2 * in_channels if intensity else in_channels, hidden_size)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:

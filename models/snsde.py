@@ -7,16 +7,15 @@ bounds are the pipeline's stabilizers and are kept.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
-from ndebench.models.base import FieldMLP, Inputs, NDEClassifier, read_at, readout_output, split_readout
+from ndebench.models.base import DataSpec, FieldMLP, Inputs, TimeSeriesNDE
 from ndebench.models.control import ReadsControl
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.models.integrate import TrialRNG
 from ndebench.models.registry import register_model
 from ndebench.models.static import PathEncoder
 from ndebench.models.timeseries import Interpolation
-from ndebench.regularizers.base import Regularizer
 from torch import nn
 
 OH_2024 = ("Oh, Lim and Kim, Stable Neural Stochastic Differential Equations in Analyzing Irregular Time Series Data, "
@@ -94,7 +93,7 @@ def snsde_readout(hidden_size: int) -> nn.Sequential:
     return nn.Sequential(nn.Tanh(), nn.Linear(hidden_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, hidden_size))
 
 
-class SNSDEClassifier(NDEClassifier):
+class SNSDEClassifier(TimeSeriesNDE):
     """``z(0) = Linear(X(t0)) [+ MLP(static)]``, ``dz = f(t, z) dt + g(t, z) dW`` (Ito, diagonal), logits = head(z(T)).
 
     ``X`` is the Hermite cubic spline (backward differences) of ``[t, x]`` (``C + 1`` channels), as in the
@@ -108,25 +107,11 @@ class SNSDEClassifier(NDEClassifier):
     drift_form: ClassVar[dict[str, bool]]
     diffusion_form: ClassVar[dict[str, bool]]
 
-    def __init__(
-        self,
-        *,
-        in_channels: int,
-        num_classes: int,
-        times: torch.Tensor,
-        hidden_size: int = 32,
-        num_layers: int = 1,
-        interpolation: Interpolation = "hermite",
-        static_channels: int = 0,
-        regularizer: Regularizer | None = None,
-        solver: SolverConfig = SolverConfig(method="euler"),
-        binary: bool = False,
-    ):
-        super().__init__(hidden_size=hidden_size, num_classes=num_classes, regularizer=regularizer, solver=solver,
-                         binary=binary)
-        self.register_buffer("times", times.clone())
-        self.encoder = PathEncoder(in_channels, hidden_size, static_channels, interpolation)
-        self.drift = SNSDEDrift(in_channels + 1, hidden_size, num_layers, norm=self.regularizer.field_layer,
+    def __init__(self, data: DataSpec, *, interpolation: Interpolation = "hermite", **common: Any):
+        super().__init__(data, **common)
+        hidden_size = self.hidden_size
+        self.encoder = PathEncoder(self.in_channels, hidden_size, self.static_channels, interpolation)
+        self.drift = SNSDEDrift(self.in_channels + 1, hidden_size, self.num_layers, norm=self.regularizer.field_layer,
                                 **self.drift_form)
         self.diffusion = SNSDEDiffusion(hidden_size, **self.diffusion_form)
         self.head = nn.Sequential(snsde_readout(hidden_size), self.head)
@@ -135,20 +120,16 @@ class SNSDEClassifier(NDEClassifier):
         return self.encoder.prepare(times, values, static)
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
-        inputs, final = split_readout(inputs)
-        X, z0 = self.encoder.encode(self.times, inputs)
+        X, z0, final = self.encoder.encode(self.times, inputs)
         drift = ReadsControl(self.drift, X) if self.drift.control else self.drift
-        path = integrate(
-            drift, z0, self.times, solver=self.solver, rng=rng, diffusion=self.diffusion, regularizer=self.regularizer,
-            output=readout_output(final),
-        )
-        return read_at(path, final)
+        return self.solve(drift, z0, final, rng, diffusion=self.diffusion)
 
 
 @register_model(
     "neural_sde",
     summary="Naive Neural SDE: dz = tanh(MLP(sin t, cos t, z)) dt + g(t, z) dW; data enter through z(0) only",
     paper="Tzen & Raginsky, Neural Stochastic Differential Equations, arXiv 1905.09883 (2019); forms of " + OH_2024,
+    family="sde",
 )
 class NeuralSDE(SNSDEClassifier):
     """Input option 3 (latent and time, no control), noise option 18 (``g`` an MLP of ``sin t, cos t, z``)."""
@@ -161,6 +142,7 @@ class NeuralSDE(SNSDEClassifier):
     "neural_lsde",
     summary="Neural LSDE (Langevin-type): dz = f(z, X(t)) dt + sigma(t) dW, additive time-only noise",
     paper=OH_2024,
+    family="sde",
 )
 class NeuralLSDE(SNSDEClassifier):
     """Input option 2 (latent and control, no time features), noise option 16 (``g = sigma(t)``)."""
@@ -173,6 +155,7 @@ class NeuralLSDE(SNSDEClassifier):
     "neural_lnsde",
     summary="Neural LNSDE (linear noise): dz = f(t, z, X(t)) dt + sigma(t) z dW",
     paper=OH_2024,
+    family="sde",
 )
 class NeuralLNSDE(SNSDEClassifier):
     """Input option 4 (latent, time and control), noise option 17 (``g = sigma(t) z``)."""
@@ -185,6 +168,7 @@ class NeuralLNSDE(SNSDEClassifier):
     "neural_gsde",
     summary="Neural GSDE (geometric): dz = tanh(h(t, z, X(t)) * tanh(z)) dt + sigma(t) z dW",
     paper=OH_2024,
+    family="sde",
 )
 class NeuralGSDE(SNSDEClassifier):
     """Input option 6 (latent, time and control, geometric factor ``tanh(z)``), noise option 17."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ndebench.models.base import Inputs
+from ndebench.models.base import Inputs, split_readout
 from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
 from torch import nn
 
@@ -35,7 +35,7 @@ class StaticInput(nn.Module):
             if static is not None:
                 raise ValueError(
                     f"got static features of shape {tuple(static.shape)} but the model was built with "
-                    "static_channels=0; pass static_channels=S to create_model"
+                    "static_channels=0; give create_model a DataSpec with static_channels=S"
                 )
             return main
         if static is None or static.dim() != 2 or static.shape != (main.shape[0], self.static_channels):
@@ -50,12 +50,27 @@ class StaticInput(nn.Module):
         return z0 if self.net is None else z0 + self.net(static)
 
 
+def spline_inputs(static_input: StaticInput, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None,
+                  interpolation: str) -> Inputs:
+    """A split's inputs to a spline-driven model: torchcde coefficients ``(N, L - 1, 4 (C + 1))`` of the time
+    channel and the values ``(N, L, C)``, with the static features packed alongside (:meth:`StaticInput.pack`)."""
+    return static_input.pack(spline_coefficients(times, with_time_channel(times, values), interpolation), static)
+
+
+def spline_control(static_input: StaticInput, times: torch.Tensor, inputs: Inputs,
+                   interpolation: str) -> tuple[Any, torch.Tensor | None]:
+    """The control path ``X`` (a torchcde interpolation) and the static features ``(B, S)`` or ``None`` of a
+    batch of :func:`spline_inputs`."""
+    coeffs, static = static_input.unpack(inputs)
+    return control_path(times, coeffs, interpolation), static
+
+
 class PathEncoder(nn.Module):
     """Input side of the spline-driven models: ``[t, x]`` -> control path ``X`` and ``z(0)``.
 
-    :meth:`prepare` (once per split) builds torchcde coefficients ``(N, L - 1, 4 (C + 1))`` of the time
-    channel and the values ``(N, L, C)``, with static features packed alongside; :meth:`encode` (per batch)
-    returns the interpolation ``X`` and ``z(0) = Linear(X(t0)) + MLP(static)`` of shape ``(B, H)``.
+    :meth:`prepare` (once per split) builds :func:`spline_inputs`; :meth:`encode` (per batch) returns the
+    interpolation ``X``, ``z(0) = Linear(X(t0)) + MLP(static)`` of shape ``(B, H)`` and each sample's final
+    observation index ``(B,)`` (``None`` unless the inputs are :class:`~ndebench.models.base.TimedInputs`).
     """
 
     def __init__(self, in_channels: int, hidden_size: int, static_channels: int = 0, interpolation: str = "hermite"):
@@ -65,10 +80,9 @@ class PathEncoder(nn.Module):
         self.static = StaticInput(static_channels, hidden_size)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None) -> Inputs:
-        coeffs = spline_coefficients(times, with_time_channel(times, values), self.interpolation)
-        return self.static.pack(coeffs, static)
+        return spline_inputs(self.static, times, values, static, self.interpolation)
 
-    def encode(self, times: torch.Tensor, inputs: Inputs) -> tuple[Any, torch.Tensor]:
-        coeffs, static = self.static.unpack(inputs)
-        X = control_path(times, coeffs, self.interpolation)
-        return X, self.static(self.initial(X.evaluate(times[0])), static)
+    def encode(self, times: torch.Tensor, inputs: Inputs) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
+        inputs, final = split_readout(inputs)
+        X, static = spline_control(self.static, times, inputs, self.interpolation)
+        return X, self.static(self.initial(X.evaluate(times[0])), static), final

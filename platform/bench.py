@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SDE_METHODS, SolverConfig, TrialRNG, begin_pass
+from ndebench.models.base import DataSpec
+from ndebench.models.integrate import METHODS, SolverConfig, TrialRNG, begin_pass
 from ndebench.models.registry import create_model, list_models, model_info
 from ndebench.regularizers.registry import create_regularizer
 
@@ -85,12 +86,10 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, device: to
 
 def _build(case: ModelCase, regularizer: str, params: dict[str, Any], times: torch.Tensor, device: torch.device) -> Any:
     torch.manual_seed(0)
-    model = create_model(
-        case.model, in_channels=CHANNELS, num_classes=CLASSES, times=times, hidden_size=case.hidden,
-        regularizer=create_regularizer(regularizer, **params),
-    )
     # the model's own solver settings (adjoint or not, as in its reference pipeline) with the asked method
-    model.solver = dataclasses.replace(model.solver, method=case.solver)
+    solver = dataclasses.replace(model_info(case.model).default_solver, method=case.solver)
+    model = create_model(case.model, DataSpec(CHANNELS, CLASSES, times=times), hidden_size=case.hidden,
+                         regularizer=create_regularizer(regularizer, **params), solver=solver)
     return model.to(device)
 
 
@@ -157,9 +156,8 @@ def model_cases(models: list[str], hiddens: list[int], batches: list[int], **com
     for name in models:
         if name not in valid:
             raise ValueError(f"unknown or non-time-series model {name!r} for bench; valid: {', '.join(valid)}")
-    methods = sorted(set(ODE_FIXED + ODE_ADAPTIVE + SDE_METHODS))
-    if common.get("solver", "euler") not in methods:
-        raise ValueError(f"unknown solver method {common['solver']!r}; valid: {', '.join(methods)}")
+    if common.get("solver", "euler") not in METHODS:
+        raise ValueError(f"unknown solver method {common['solver']!r}; valid: {', '.join(sorted(METHODS))}")
     return [ModelCase(model, h, b, **common) for model, h, b in itertools.product(models, hiddens, batches)]
 
 

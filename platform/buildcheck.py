@@ -30,6 +30,7 @@ def check_models_build(spec: SweepSpec) -> int:
 
     Raises :class:`ConfigError` naming the model, the values and the model's own message.
     """
+    from ndebench.models.base import DataSpec
     from ndebench.models.registry import create_model, model_info
     from ndebench.regularizers.registry import create_regularizer
 
@@ -40,20 +41,13 @@ def check_models_build(spec: SweepSpec) -> int:
         combos = list(itertools.product(*params.values()))
         if len(combos) > MAX_BUILDS_PER_MODEL:
             combos = [tuple(v[i % len(v)] for v in params.values()) for i in range(max(map(len, params.values())))]
-        kind = model_info(model).input_kind
+        data = (DataSpec(3, 2, image_size=(8, 8)) if model_info(model).input_kind == "image"
+                else DataSpec(2, 2, times=torch.linspace(0.0, 1.0, 4)))
         for combo in combos:
             values = dict(zip(params, combo))
-            kwargs: dict[str, Any] = dict(in_channels=2 if kind == "timeseries" else 3, num_classes=2,
-                                          regularizer=create_regularizer("none"), binary=False, **values)
-            if kind == "image":
-                kwargs["image_size"] = 8
-            else:
-                kwargs["times"] = torch.linspace(0.0, 1.0, 4)
-            solver = spec.solver_for(model)
-            if solver is not None:
-                kwargs["solver"] = solver
             try:
-                create_model(model, **kwargs)
+                create_model(model, data, regularizer=create_regularizer("none"), solver=spec.solver_for(model),
+                             **values)
             except Exception as exc:  # noqa: BLE001 - any refusal by the model is the user's config to fix
                 shown = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "its defaults"
                 raise ConfigError(f"model {model!r} refuses {shown}: {exc} (set it in a per-model block, "

@@ -246,15 +246,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
         for name in list_models():
             info = model_info(name)
-            print(f"{name:28s} [{info.input_kind}] {info.summary}\n{'':28s} {info.paper}")
+            print(f"{name:28s} [{info.input_kind}, {info.family}] {info.summary}\n{'':28s} {info.paper}")
     elif args.what == "regularizers":
+        from ndebench.models.registry import list_models, model_info
         from ndebench.regularizers.registry import list_regularizers, regularizer_info
 
         for name in list_regularizers():
             info = regularizer_info(name)
             space = ", ".join(f"{k} = {hp.choices[0]}" if len(hp.choices) == 1 else f"{k} in {list(hp.choices)}"
                               for k, hp in info.hyperparams.items())
-            print(f"{name:22s} {info.summary}" + (f"\n{'':22s} default search: {space}" if space else ""))
+            refused = [model for model in list_models() if info.incompatible(model_info(model))]
+            print(f"{name:22s} {info.summary}" + (f"\n{'':22s} default search: {space}" if space else "")
+                  + (f"\n{'':22s} not with: {', '.join(refused)}" if refused else ""))
     else:
         from ndebench.datasets.registry import dataset_info, list_datasets
 

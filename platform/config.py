@@ -10,10 +10,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import inspect
 import json
 import re
-import typing
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +19,8 @@ from typing import Any
 
 import yaml
 from ndebench.datasets.registry import split_name
-from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SDE_METHODS, SolverConfig
-from ndebench.models.registry import list_models, model_info
+from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SolverConfig, solver_methods
+from ndebench.models.registry import list_models, model_info, model_options
 from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
 from ndebench.regularizers.registry import list_regularizers, regularizer_info
@@ -279,22 +277,9 @@ def _check_training(training: dict[str, Value]) -> None:
             _require(f"training.{key}", v, rules[key])
 
 
-def _model_params(model: str) -> set[str]:
-    from ndebench.models.registry import _REGISTRY, _load_builtins
-
-    _load_builtins()
-    signature = inspect.signature(_REGISTRY.get(model).__init__)
-    reserved = {"self", "in_channels", "num_classes", "times", "regularizer", "solver", "binary", "image_size",
-                "static_channels"}
-    return {name for name in signature.parameters if name not in reserved}
-
-
 def _model_rules(model: str) -> dict[str, typed.Rule]:
     """Type rules of a model's hyperparameters, from its constructor's annotations."""
-    from ndebench.models.registry import _REGISTRY
-
-    hints = typing.get_type_hints(_REGISTRY.get(model).__init__)
-    return {name: typed.hint_rule(hints.get(name, Any)) for name in _model_params(model)}
+    return {name: typed.hint_rule(option.annotation) for name, option in model_options(model).items()}
 
 
 def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> None:
@@ -303,7 +288,7 @@ def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> N
         if name not in valid:
             raise ConfigError(f"models: unknown model {name!r}; valid models: {', '.join(valid)}")
     for name in models:
-        params = _model_params(name)
+        params = set(model_options(name))
         bad = sorted(set(model_section) - params)
         if bad:
             raise ConfigError(f"model: key(s) {bad} are not hyperparameters of model {name!r}; valid: {sorted(params)}")
@@ -370,11 +355,10 @@ def _check_regularizers(raw: Any, models: tuple[str, ...],
                     raise ConfigError(f"regularizers.{name}.{key}={v!r} {problem}")
             resolved[key] = value
         for model in models:
-            if model in info.incompatible_models:
-                raise ConfigError(f"regularizer {name!r} cannot be used with model {model!r}: "
-                                  f"{info.incompatible_models[model]}")
-            solver = solvers.get(model, solvers.get("default"))
-            method = solver.method if solver else "euler"
+            reason = info.incompatible(model_info(model))
+            if reason:
+                raise ConfigError(f"regularizer {name!r} cannot be used with model {model!r}: {reason}")
+            method = _solver_of(model, solvers).method
             if info.requires_fixed_step and method in ODE_ADAPTIVE:
                 raise ConfigError(
                     f"regularizer {name!r} needs a fixed-step solver but model {model!r} uses {method!r}; "
@@ -384,7 +368,12 @@ def _check_regularizers(raw: Any, models: tuple[str, ...],
     return out
 
 
-def _check_solvers(raw: Any) -> dict[str, SolverConfig]:
+def _solver_of(model: str, solvers: dict[str, SolverConfig]) -> SolverConfig:
+    """The solver ``model`` runs with: its own block, else the config's default, else the model's default."""
+    return solvers.get(model, solvers.get("default")) or model_info(model).default_solver
+
+
+def _check_solvers(raw: Any, models: tuple[str, ...]) -> dict[str, SolverConfig]:
     raw = _mapping(raw, "solver")
     fields = {f.name for f in dataclasses.fields(SolverConfig)}
     if raw and set(raw) <= fields:
@@ -395,14 +384,24 @@ def _check_solvers(raw: Any) -> dict[str, SolverConfig]:
         if key != "default" and key not in list_models():
             raise ConfigError(f"{where}: unknown key {key!r}; give solver settings directly or per model name "
                               f"({', '.join(list_models())})")
-        solver = _dataclass_from(SolverConfig, section, where, {
-            "step_size": typed.number(0, low_open=True, null=True), "rtol": typed.number(0, low_open=True),
-            "atol": typed.number(0, low_open=True),
-        })
-        valid = ODE_FIXED + ODE_ADAPTIVE + tuple(m for m in SDE_METHODS if m not in ODE_FIXED)
-        if solver.method not in valid:
-            raise ConfigError(f"{where}.method={solver.method!r} is not a solver; valid: {', '.join(valid)}")
-        out[key] = solver
+        try:
+            out[key] = _dataclass_from(SolverConfig, section, where, {
+                "step_size": typed.number(0, low_open=True, null=True), "rtol": typed.number(0, low_open=True),
+                "atol": typed.number(0, low_open=True),
+            })
+        except ConfigError:
+            raise
+        except ValueError as exc:  # SolverConfig's own checks name the field: "method='rk5' is not a solver; ..."
+            raise ConfigError(f"{where}.{exc}") from None
+    for model in models:
+        family = model_info(model).family
+        kind = "sde" if family == "sde" else "ode"
+        method = _solver_of(model, out).method
+        if method not in solver_methods(kind):
+            where = "solver" if model not in out else f"solver.{model}"
+            raise ConfigError(f"{where}.method={method!r} does not solve the {family.upper()} model {model!r}; valid: "
+                              f"{', '.join(solver_methods(kind))} (set it per model, e.g. solver: {{{model}: "
+                              "{method: ...}})")
     return out
 
 
@@ -543,7 +542,7 @@ def parse_spec(raw: Any) -> SweepSpec:
         raise ConfigError(str(exc)) from None
     training = {k: parse_value(v, f"training.{k}") for k, v in _mapping(raw.get("training"), "training").items()}
     _check_training(training)
-    solvers = _check_solvers(raw.get("solver"))
+    solvers = _check_solvers(raw.get("solver"), models)
     regularizers = _check_regularizers(raw.get("regularizers"), models, solvers)
     tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune", SEARCH_RULES), "tune")
     if tune_cfg.mode not in ("min", "max"):

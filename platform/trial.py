@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from ndebench.datasets.registry import create_dataset
-from ndebench.models.base import NDEClassifier, TimedInputs, index_batch, inputs_to
+from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.platform.config import TrainingConfig
@@ -111,7 +111,7 @@ class _Feed:
 
     def __init__(self, model: NDEClassifier, bundle: Any, split: Any, device: torch.device):
         self.device = device
-        if getattr(bundle, "input_kind", "timeseries") == "image":
+        if bundle.input_kind == "image":
             self.dataset, self.inputs, self.targets = split, None, None
         else:
             inputs = model.prepare(bundle.times, split.values, split.static)
@@ -230,6 +230,15 @@ class BuiltTrial:
     metric_name: str
 
 
+def data_spec(bundle: Any) -> DataSpec:
+    """What the model is told of a dataset bundle (time-series or image), read from it in this one place."""
+    if bundle.input_kind == "image":
+        return DataSpec(bundle.channels, bundle.num_classes, bundle.task == "binary", image_size=bundle.image_size)
+    static = bundle.train.static
+    return DataSpec(bundle.channels, bundle.num_classes, bundle.task == "binary", times=bundle.times,
+                    static_channels=0 if static is None else static.shape[1])
+
+
 def build_trial(spec: TrialSpec) -> BuiltTrial:
     """Seed Python, NumPy and torch from ``spec.seed``, load the data and build the model of ``spec`` (untrained:
     :func:`run_trial` trains it, re-evaluation loads trained weights with ``load_state_dict``)."""
@@ -240,17 +249,8 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
     bundle = create_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, **dict(spec.dataset_options))
     regularizer = create_regularizer(spec.regularizer, **spec.regularizer_params)
     binary = bundle.task == "binary"
-    kwargs: dict[str, Any] = dict(in_channels=bundle.channels, num_classes=bundle.num_classes, regularizer=regularizer,
-                                  binary=binary, **spec.model_params)
-    if getattr(bundle, "input_kind", "timeseries") == "image":
-        kwargs["image_size"] = bundle.image_size
-    else:
-        kwargs["times"] = bundle.times
-        if bundle.train.static is not None:
-            kwargs["static_channels"] = bundle.train.static.shape[1]
-    if spec.solver is not None:
-        kwargs["solver"] = spec.solver
-    model = create_model(spec.model, **kwargs).to(device)
+    model = create_model(spec.model, data_spec(bundle), regularizer=regularizer, solver=spec.solver,
+                         **spec.model_params).to(device)
     feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
     top5 = bundle.num_classes >= 100
     return BuiltTrial(

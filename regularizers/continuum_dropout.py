@@ -236,6 +236,8 @@ class ContinuumDropout(Regularizer):
     def __init__(self, p: float = 0.3, m: float = 10.0, mask: Literal["left", "occupancy"] = "left", n_mc: int = 5):
         super().__init__()
         self.p, self.m, self.mask_mode, self.n_mc = float(p), float(m), mask, int(n_mc)
+        # Built directly (not through create_regularizer), a p or m outside the rate solver's range fails here,
+        # with the same checks, rather than at the first training pass.
         solve_rates(self.p, self.m, 1.0)
 
     def rates(self, horizon: float) -> Rates:

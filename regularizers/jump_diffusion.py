@@ -2,23 +2,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer, Role
 from ndebench.regularizers.registry import HyperParam, register_regularizer
 
-_SDE_REASON = (
-    "jump diffusion is defined for ODE-type models only; in SDE models the diffusion network dominates the jump "
-    "term, so the paper does not pair them (Continuum Dropout paper, Appendix G 'Universal Applicability')"
-)
-INCOMPATIBLE = {
-    name: _SDE_REASON
-    for name in (
-        "neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "image_nsde_additive", "image_nsde_multiplicative",
-    )
-}
+if TYPE_CHECKING:
+    from ndebench.models.registry import ModelInfo
+
 RATES = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.2, 0.3, 0.4, 0.5)
 
 
@@ -54,6 +47,15 @@ def sample_jumps(spec: PassSpec, rate: float, scale: float) -> Jumps:
     return Jumps(signs.to(spec.device), dt.to(spec.device, spec.dtype), scale, spec)
 
 
+def not_on_sde(model: ModelInfo) -> str | None:
+    """Jump diffusion's compatibility predicate: every SDE model, built-in or registered later, is refused."""
+    if model.family != "sde":
+        return None
+    return ("jump diffusion is defined for ODE-type models only; in SDE models the diffusion network dominates the "
+            "jump term, so the paper does not pair them (Continuum Dropout paper, Appendix G 'Universal "
+            "Applicability')")
+
+
 JUMP_HYPERPARAMS = {
     "rate": HyperParam(RATES, checks.positive, "jump intensity lambda; per-step jump probability rate * dt"),
     "scale": HyperParam((1.0,), checks.positive, "jump size relative to the state (1: a jumping unit becomes 0 or 2z)"),
@@ -65,7 +67,7 @@ JUMP_HYPERPARAMS = {
     summary="Jump diffusion (Liu et al.'s repo): z -> z + scale*z*Z*Bernoulli(rate*dt) per step; "
             "paper's p = rate; off at test",
     hyperparams=JUMP_HYPERPARAMS,
-    incompatible_models=INCOMPATIBLE,
+    incompatible=not_on_sde,
     requires_fixed_step=True,
 )
 class JumpDiffusion(Regularizer):
@@ -113,7 +115,7 @@ class JumpDiffusion(Regularizer):
             "averaged over n_mc passes",
     hyperparams={**JUMP_HYPERPARAMS,
                  "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time")},
-    incompatible_models=INCOMPATIBLE,
+    incompatible=not_on_sde,
     requires_fixed_step=True,
 )
 class JumpDiffusionTTN(JumpDiffusion):

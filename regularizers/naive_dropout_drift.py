@@ -5,7 +5,8 @@ from typing import Any
 
 import torch
 from ndebench.regularizers import checks
-from ndebench.regularizers.base import PassSpec, Regularizer
+from ndebench.regularizers.base import PassSpec
+from ndebench.regularizers.field_layers import FieldLayerRegularizer, needs_field_layers
 from ndebench.regularizers.registry import HyperParam, register_regularizer
 from torch import nn
 
@@ -39,11 +40,9 @@ class UnitDropout(nn.Module):
     "naive_dropout_drift",
     summary="Standard dropout on the vector-field MLP's hidden units, one mask per forward pass; off at test",
     hyperparams={"p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.open_unit, "dropout probability of a hidden unit")},
-    incompatible_models={
-        "gru_ode": "its vector field is the GRU gate equations, with no hidden MLP layer for drift dropout to act on",
-    },
+    incompatible=needs_field_layers("drift dropout"),
 )
-class NaiveDropoutDrift(Regularizer):
+class NaiveDropoutDrift(FieldLayerRegularizer):
     """Dropout (Srivastava et al. 2014) on the hidden units of the drift / vector-field MLP.
 
     Each hidden layer of the field is ``act(m * (W x + b) / (1 - p))`` with ``m ~ Bernoulli(1 - p)`` per
@@ -57,22 +56,18 @@ class NaiveDropoutDrift(Regularizer):
     """
 
     stochastic = True
+    label = "naive_dropout_drift"
 
     def __init__(self, p: float = 0.3):
         super().__init__()
         self.p = float(p)
-        self._layers: list[UnitDropout] = []
 
-    def field_layer(self, num_features: int) -> nn.Module:
-        layer = UnitDropout(num_features)
-        self._layers.append(layer)
-        return layer
+    def make_layer(self, num_features: int) -> nn.Module:
+        return UnitDropout(num_features)
 
     def draw(self, spec: PassSpec) -> list[torch.Tensor]:
-        if not self._layers:
-            raise RuntimeError("naive_dropout_drift: the model's vector field has no field_layer hook (no FieldMLP)")
         masks = []
-        for layer in self._layers:
+        for layer in self.layers:
             u = torch.rand(spec.batch_size, layer.num_features, generator=spec.generator, device=spec.generator.device)
             keep = u >= self.p
             layer.mask = (keep.to(spec.dtype) / (1.0 - self.p)).to(spec.device)

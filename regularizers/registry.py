@@ -3,11 +3,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry
 from ndebench.regularizers.base import Regularizer
+
+if TYPE_CHECKING:  # models/ builds on regularizers/, never the other way at run time
+    from ndebench.models.registry import ModelInfo
+
+Incompatible = Callable[["ModelInfo"], "str | None"]
+
+
+def _compatible(model: ModelInfo) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -21,15 +29,20 @@ class HyperParam:
 
 @dataclass(frozen=True)
 class RegularizerInfo:
+    """What is known of a registered regularizer: its summary, search space (``hyperparams``), the models it
+    cannot act on (``incompatible(model_info)`` -> the reason, or ``None``) and whether it needs a fixed-step
+    solver."""
+
     name: str
     summary: str
     hyperparams: dict[str, HyperParam] = field(default_factory=dict)
-    incompatible_models: dict[str, str] = field(default_factory=dict)
+    incompatible: Incompatible = _compatible
     requires_fixed_step: bool = False
 
 
-_REGISTRY: Registry[Regularizer] = Registry("regularizer")
-_INFO: dict[str, RegularizerInfo] = {}
+REGISTRY: Registry[Regularizer, RegularizerInfo] = Registry(
+    "regularizer", builtins="ndebench.regularizers.builtin", entry_point="ndebench.regularizers"
+)
 
 
 def register_regularizer(
@@ -37,33 +50,22 @@ def register_regularizer(
     *,
     summary: str,
     hyperparams: dict[str, HyperParam] | None = None,
-    incompatible_models: dict[str, str] | None = None,
+    incompatible: Incompatible = _compatible,
     requires_fixed_step: bool = False,
 ) -> Callable[[type[Regularizer]], type[Regularizer]]:
     """Class decorator registering a regularizer with its one-line summary and default search space.
 
-    ``incompatible_models`` maps model names to the reason the pair cannot work; ``ndebench validate``
-    rejects such pairs with that reason, and adaptive solvers when ``requires_fixed_step``.
+    ``incompatible`` is a predicate over a model's declared properties (``ModelInfo.family``,
+    ``.field_layers``, ...) that returns why the pair cannot work, or ``None``; ``ndebench validate``
+    rejects such pairs with that reason, and adaptive solvers when ``requires_fixed_step``. A model
+    registered later is judged by the same predicate, with no edit here.
     """
-
-    def decorator(cls: type[Regularizer]) -> type[Regularizer]:
-        _REGISTRY.register(name)(cls)
-        _INFO[name] = RegularizerInfo(
-            name, summary, dict(hyperparams or {}), dict(incompatible_models or {}), requires_fixed_step
-        )
-        return cls
-
-    return decorator
-
-
-def _load_builtins() -> None:
-    from ndebench.regularizers import builtin  # noqa: F401  (registration side effect)
-    load_entry_points("ndebench.regularizers")
+    info = RegularizerInfo(name, summary, dict(hyperparams or {}), incompatible, requires_fixed_step)
+    return REGISTRY.register(name, info)
 
 
 def create_regularizer(name: str, **hyperparams: Any) -> Regularizer:
     """Instantiate the regularizer ``name`` with its hyperparameters (e.g. ``p=0.3, m=10`` for Continuum Dropout)."""
-    _load_builtins()
     info = regularizer_info(name)
     unknown = sorted(set(hyperparams) - set(info.hyperparams))
     if unknown:
@@ -74,15 +76,8 @@ def create_regularizer(name: str, **hyperparams: Any) -> Regularizer:
         problem = info.hyperparams[key].check(value)
         if problem:
             raise ValueError(f"regularizer {name!r}: {key}={value!r} {problem}")
-    return _REGISTRY.create(name, **hyperparams)
+    return REGISTRY.create(name, **hyperparams)
 
 
-def list_regularizers() -> list[str]:
-    _load_builtins()
-    return _REGISTRY.names()
-
-
-def regularizer_info(name: str) -> RegularizerInfo:
-    _load_builtins()
-    _REGISTRY.get(name)
-    return _INFO[name]
+list_regularizers = REGISTRY.names
+regularizer_info = REGISTRY.info

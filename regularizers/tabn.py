@@ -5,7 +5,8 @@ from typing import Any
 
 import torch
 from ndebench.regularizers import checks
-from ndebench.regularizers.base import PassSpec, Regularizer
+from ndebench.regularizers.base import PassSpec
+from ndebench.regularizers.field_layers import FieldLayerRegularizer, needs_field_layers
 from ndebench.regularizers.registry import HyperParam, register_regularizer
 from torch import nn
 
@@ -84,11 +85,9 @@ class TemporalBatchNorm(nn.Module):
         "bins": HyperParam((10, 50, 100), checks.integer_at_least(2), "number K of time nodes over [t0, T]"),
         "decay": HyperParam((0.0, 0.1), checks.non_negative, "weight of the affine-decay penalty"),
     },
-    incompatible_models={
-        "gru_ode": "its vector field is the GRU gate equations, with no hidden MLP layer for TA-BN to act on",
-    },
+    incompatible=needs_field_layers("TA-BN"),
 )
-class TABN(Regularizer):
+class TABN(FieldLayerRegularizer):
     """Temporal adaptive batch normalization (``shelljane/tabn-neuralode``, ``ntype='bilinear'``).
 
     A :class:`TemporalBatchNorm` follows every hidden linear layer of the vector-field MLP, before the
@@ -102,20 +101,17 @@ class TABN(Regularizer):
     correct ones, statistics are registered buffers, and the first hit of a node is not skipped.
     """
 
+    label = "tabn"
+
     def __init__(self, bins: int = 100, decay: float = 0.1):
         super().__init__()
         self.bins, self.decay = int(bins), float(decay)
-        self._layers: list[TemporalBatchNorm] = []
 
-    def field_layer(self, num_features: int) -> nn.Module:
-        layer = TemporalBatchNorm(num_features, self.bins)
-        self._layers.append(layer)
-        return layer
+    def make_layer(self, num_features: int) -> nn.Module:
+        return TemporalBatchNorm(num_features, self.bins)
 
     def draw(self, spec: PassSpec) -> None:
-        if not self._layers:
-            raise RuntimeError("tabn: the model's vector field has no field_layer hook (no FieldMLP)")
-        for layer in self._layers:
+        for layer in self.layers:
             layer.cover(spec.t0, spec.t1)
         return None
 

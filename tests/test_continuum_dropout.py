@@ -246,11 +246,12 @@ def test_step_clock_counts_forward_then_backward_and_restarts_for_a_second_backw
 
 
 def _tiny_ncde(reg):
+    from ndebench.models.base import DataSpec
     from ndebench.models.registry import create_model
 
     torch.manual_seed(0)
     times = torch.linspace(0, 1, 12)
-    model = create_model("neural_cde", in_channels=2, num_classes=3, times=times, hidden_size=8, regularizer=reg)
+    model = create_model("neural_cde", DataSpec(2, 3, times=times), hidden_size=8, regularizer=reg)
     model.eval()
     values = torch.randn(6, 12, 2, generator=torch.Generator().manual_seed(1))
     return model, model.prepare(times, values)

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from ndebench.datasets.registry import create_dataset
+from ndebench.models.base import DataSpec
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.platform.metrics import classification_metrics
@@ -24,8 +25,8 @@ def fixed_model(name, regularizer, *, num_classes, binary=False, **params):
     bundle = create_dataset("synthetic", seed=0, num_samples=60)
     torch.manual_seed(0)
     model = create_model(
-        name, in_channels=bundle.channels, num_classes=num_classes, times=bundle.times, hidden_size=8,
-        regularizer=create_regularizer(regularizer, **params), binary=binary, solver=SolverConfig("euler"),
+        name, DataSpec(bundle.channels, num_classes, binary, times=bundle.times), hidden_size=8,
+        regularizer=create_regularizer(regularizer, **params), solver=SolverConfig("euler"),
     )
     feed = _Feed(model, bundle, bundle.test, torch.device("cpu"))
     if binary:

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from ndebench.datasets.registry import create_dataset
 from ndebench.models import integrate as integrate_module
-from ndebench.models.base import index_batch
+from ndebench.models.base import DataSpec, index_batch
 from ndebench.models.integrate import SolverConfig, TrialRNG, begin_pass, pass_grid
-from ndebench.models.registry import create_model, list_models, model_info
+from ndebench.models.registry import create_model, list_models, model_info, model_options
 from ndebench.regularizers.base import PassSpec
 from ndebench.regularizers.continuum_dropout import ContinuumDropout
 from ndebench.regularizers.registry import create_regularizer
@@ -32,16 +33,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def make(name: str, regularizer=None, **kwargs):
+def make(name: str, regularizer=None, *, binary: bool = False, static_channels: int = 0, **kwargs):
     """A small model with parameters that depend only on the seed (regularizers here have no parameters)."""
     torch.manual_seed(0)
     if model_info(name).input_kind == "image":
-        return create_model(
-            name, in_channels=3, num_classes=CLASSES, image_size=32, hidden_size=16, width=8, regularizer=regularizer,
-            **kwargs,
-        )
-    return create_model(name, in_channels=CHANNELS, num_classes=CLASSES, times=TIMES, hidden_size=8,
-                        regularizer=regularizer, **kwargs)
+        return create_model(name, DataSpec(3, CLASSES, binary, image_size=(32, 32)), hidden_size=16, width=8,
+                            regularizer=regularizer, **kwargs)
+    return create_model(name, DataSpec(CHANNELS, CLASSES, binary, times=TIMES, static_channels=static_channels),
+                        hidden_size=8, regularizer=regularizer, **kwargs)
 
 
 def data(name: str, model, static: torch.Tensor | None = None):
@@ -142,7 +141,7 @@ def test_same_seed_same_output(name):
 def test_paused_components_do_not_move_over_a_step(name, monkeypatch):
     """Every solver step of every integrate call: components whose mask is 0 keep their value exactly.
 
-    The model's own ``integrate`` is replaced by one that solves the same problem with the same draw but
+    The model's ``integrate`` is replaced by one that solves the same problem with the same draw but
     returns the state at every step of the solver's grid, so each step's increment can be checked. Image
     models step by 1/8 here: torchsde accumulates its step times, and only with a binary step do its
     steps end exactly on the grid at which the states are read.
@@ -164,7 +163,9 @@ def test_paused_components_do_not_move_over_a_step(name, monkeypatch):
 
     exact_steps = {"solver": SolverConfig("euler", step_size=0.125)} if name in IMAGE else {}
     model = make(name, dropout(), **exact_steps)
-    monkeypatch.setattr(f"{type(model).__module__}.integrate", stepwise)
+    for module in ("ndebench.models.base", type(model).__module__):  # TimeSeriesNDE.solve, or the model's own calls
+        if hasattr(sys.modules[module], "integrate"):
+            monkeypatch.setattr(f"{module}.integrate", stepwise)
     logits(model, data(name, model))
     paused = moved = 0
     for grid, path, draw, part in steps:
@@ -177,11 +178,68 @@ def test_paused_components_do_not_move_over_a_step(name, monkeypatch):
     assert paused > 0 and moved > 0
 
 
+def test_unknown_solver_method_is_refused_when_the_config_is_built():
+    with pytest.raises(ValueError, match=r"method='rk45' is not a solver; valid: euler, .*dopri5.*milstein"):
+        SolverConfig(method="rk45")
+    with pytest.raises(ValueError, match=r"step_size=0 must be > 0"):
+        SolverConfig(step_size=0)
+    with pytest.raises(ValueError, match=r"adjoint=True: method 'srk' has no adjoint"):
+        SolverConfig("srk", adjoint=True)
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_unknown_solver_method_lists_the_valid_ones(name):
-    model = make(name, solver=SolverConfig(method="rk45"))
-    with pytest.raises(ValueError, match="rk45.*valid: .*euler"):
-        model(data(name, model), TrialRNG.from_seed(0))
+def test_a_solver_of_the_wrong_kind_is_refused_when_the_model_is_built(name):
+    sde = model_info(name).family == "sde"
+    wrong, valid = ("dopri5", "euler, milstein, srk") if sde else ("milstein", "euler, midpoint")
+    with pytest.raises(ValueError, match=f"solver method '{wrong}' does not solve (O|C|S)DEs; valid: {valid}"):
+        make(name, solver=SolverConfig(method=wrong))
+
+
+def test_families_and_field_layers_are_declared():
+    families = {name: model_info(name).family for name in MODELS}
+    assert {name for name, family in families.items() if family == "sde"} >= {
+        "neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "image_nsde_additive", "image_nsde_multiplicative"}
+    assert families["neural_cde"] == families["ancde"] == "cde"
+    assert families["neural_ode"] == families["ode_rnn"] == families["gru_ode"] == families["image_node"] == "ode"
+    assert [name for name in MODELS if not model_info(name).field_layers] == ["gru_ode"]
+    assert model_info("gru_ode").default_solver == SolverConfig("rk4", adjoint=True)
+
+
+def test_hyperparameters_are_the_keyword_only_parameters():
+    assert set(model_options("neural_ode")) == {"hidden_size", "num_layers"}
+    assert set(model_options("neural_cde")) == {"hidden_size", "num_layers", "interpolation"}
+    assert set(model_options("ancde")) == {"hidden_size", "num_layers", "interpolation", "attention_size",
+                                           "attention_hidden_size", "timewise", "mask_attention"}
+    assert set(model_options("image_node")) == {"hidden_size", "num_layers", "width", "depth"}
+    assert model_options("neural_sde")["interpolation"].default == "hermite"
+    assert model_options("ode_rnn")["intensity"].annotation is bool
+    with pytest.raises(ValueError, match=r"model 'neural_cde' has no hyperparameter\(s\) \['hiden_size'\]; valid: "):
+        make("neural_cde", hiden_size=4)
+
+
+def test_a_model_needs_data_of_its_kind():
+    with pytest.raises(ValueError, match="NeuralCDE is a time-series model: its DataSpec needs the observation times"):
+        create_model("neural_cde", DataSpec(3, 2, image_size=(8, 8)))
+    with pytest.raises(ValueError, match=r"ImageNODE is an image model: its DataSpec needs the image size \(H, W\)"):
+        create_model("image_node", DataSpec(3, 2, times=TIMES))
+
+
+def test_register_model_takes_the_family_of_a_registered_parent(monkeypatch):
+    from ndebench.models import registry
+    from ndebench.models.neural_cde import NeuralCDE
+    from ndebench.models.snsde import SNSDEClassifier
+    from ndebench.platform.registry import Registry
+
+    monkeypatch.setattr(registry, "REGISTRY", Registry("model"))
+
+    @registry.register_model("my_cde", summary="s", paper="p")
+    class MyCDE(NeuralCDE):
+        pass
+
+    assert registry.REGISTRY.info("my_cde").family == "cde" and registry.REGISTRY.info("my_cde").field_layers
+    with pytest.raises(ValueError, match=r"model 'my_sde': declare its family, .* one of ode, cde, sde"):
+        registry.register_model("my_sde", summary="s", paper="p")(type("MySDE", (SNSDEClassifier,), {}))
+    assert "my_sde" not in registry.REGISTRY
 
 
 # ---------------------------------------------------------------- time-series models
@@ -293,8 +351,7 @@ def test_trains_above_chance_on_basic_motions(name, basic_motions):
     n, chance = len(targets), 1.0 / bundle.num_classes
     threshold = chance + 4.5 * math.sqrt(chance * (1 - chance) / n)
     torch.manual_seed(0)
-    model = create_model(name, in_channels=bundle.channels, num_classes=bundle.num_classes, times=times,
-                         solver=SolverConfig("euler"))
+    model = create_model(name, DataSpec(bundle.channels, bundle.num_classes, times=times), solver=SolverConfig("euler"))
     inputs = model.prepare(times, values, bundle.train.static)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     rng = TrialRNG.from_seed(0)
@@ -324,7 +381,7 @@ PAPER_SIZES = {  # Appendix E.3, millions of parameters for 10 and 100 classes
 
 def parameter_count(name: str, classes: int, **kwargs) -> int:
     return sum(p.numel()
-               for p in create_model(name, in_channels=3, num_classes=classes, image_size=32, **kwargs).parameters())
+               for p in create_model(name, DataSpec(3, classes, image_size=(32, 32)), **kwargs).parameters())
 
 
 @pytest.mark.parametrize("name", IMAGE)
@@ -338,7 +395,7 @@ def test_image_models_have_the_paper_sizes(name):
     assert abs(parameter_count(name, 100) - parameter_count(name, 10) - 0.09225e6) < 1e3
     if name != "image_node":
         assert abs(parameter_count(name, 10) - parameter_count("image_node", 10) - 2.10e6) < 0.005e6
-    model = create_model(name, in_channels=3, num_classes=100, image_size=32)
+    model = create_model(name, DataSpec(3, 100, image_size=(32, 32)))
     assert not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
     out = model(model.prepare(None, torch.randn(2, 3, 32, 32)), TrialRNG.from_seed(0))
     out.logsumexp(-1).sum().backward()
@@ -349,5 +406,5 @@ def test_image_models_take_any_dataset_size_and_check_it():
     model = make("image_node")
     with pytest.raises(ValueError, match=r"\(N, 3, 32, 32\)"):
         model.prepare(None, torch.randn(2, 3, 96, 96))
-    stl = create_model("image_node", in_channels=3, num_classes=10, image_size=96, hidden_size=16, width=8)
+    stl = create_model("image_node", DataSpec(3, 10, image_size=(96, 96)), hidden_size=16, width=8)
     assert logits(stl, stl.prepare(None, torch.randn(2, 3, 96, 96))).shape == (2, 10)

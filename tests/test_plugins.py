@@ -89,3 +89,27 @@ def test_plugins_key_modules_are_imported(tmp_path):
 
     with pytest.raises(PluginError, match="'no_such_module_xyz'"):
         import_plugins(["no_such_module_xyz"])
+
+
+def test_a_registry_loads_its_builtins_once_on_first_lookup(tmp_path, monkeypatch):
+    import types
+
+    from ndebench.platform.registry import Registry, UnknownNameError
+
+    holder = types.ModuleType("widget_holder")
+    holder.REGISTRY, holder.imports = Registry("widget", builtins="widget_builtins"), 0
+    monkeypatch.setitem(sys.modules, "widget_holder", holder)
+    (tmp_path / "widget_builtins.py").write_text(
+        "import widget_holder\nwidget_holder.imports += 1\nwidget_holder.REGISTRY.register('cog', info='a cog')(dict)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        registry = holder.REGISTRY
+        assert registry.names() == ["cog"] and registry.info("cog") == "a cog"
+        assert registry.create("cog", teeth=3) == {"teeth": 3} and "cog" in registry and holder.imports == 1
+        with pytest.raises(UnknownNameError, match="unknown widget 'gear'; valid widgets: cog"):
+            registry.info("gear")
+        with pytest.raises(ValueError, match=r"widget 'cog' is already registered; registered: \['cog'\]"):
+            registry.register("cog")(dict)
+    finally:
+        sys.modules.pop("widget_builtins", None)

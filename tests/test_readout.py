@@ -9,6 +9,7 @@ from ndebench.models.base import TimedInputs, repeat_batch
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.models.timeseries import spline_coefficients
+from ndebench.platform.trial import data_spec
 from test_datasets_sepsis import make_stays
 
 MODELS = ["neural_cde", "ancde", "gru_ode", "ode_rnn", "neural_ode"]
@@ -54,8 +55,7 @@ def test_short_stay_gives_the_same_prediction_padded_to_72_hours_or_not(name, bu
     assert f < 30
     torch.manual_seed(0)
     model = create_model(
-        name, in_channels=data.channels, num_classes=2, binary=True, times=data.times, hidden_size=8,
-        static_channels=split.static.shape[1], solver=SolverConfig("euler"),
+        name, data_spec(data), hidden_size=8, solver=SolverConfig("euler"),
         **({} if name == "neural_ode" else {"interpolation": "hermite"}),
     ).eval()
     values, static = split.values[row:row + 1], split.static[row:row + 1]
@@ -73,10 +73,7 @@ def test_sde_reads_each_sample_at_its_own_index(bundle):
     _, data = bundle
     split = data.train
     torch.manual_seed(0)
-    model = create_model(
-        "neural_lsde", in_channels=data.channels, num_classes=2, binary=True, times=data.times, hidden_size=8,
-        static_channels=split.static.shape[1],
-    ).eval()
+    model = create_model("neural_lsde", data_spec(data), hidden_size=8).eval()
     prepared = model.prepare(data.times, split.values[:6], split.static[:6])
     final = split.final_index[:6]
     z = model.latent(TimedInputs(prepared, final), TrialRNG.from_seed(3))
