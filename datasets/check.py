@@ -18,11 +18,6 @@ from ndebench.datasets.images import dataset_labels
 from ndebench.datasets.registry import DataDir, DatasetInfo, create_dataset, dataset_info, list_datasets
 
 
-def expected_shape(name: str) -> Mapping[str, Any]:
-    """The public archive's sizes for dataset ``name`` as registered (empty where unknown); reads no file."""
-    return dataset_info(name).expected
-
-
 def describe_shape(expected: Mapping[str, Any]) -> str:
     """One line: ``N x L x C, K classes`` for time series, ``train + test images CxHxW, K classes`` for images;
     ``?`` stands for a size the registration leaves out, ``unknown`` for none at all."""
