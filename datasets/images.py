@@ -61,8 +61,6 @@ class ImageSpec:
                 "image_size": self.image_size}
 
 
-
-
 SPECS = {
     spec.name: spec
     for spec in (
