@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch.utils.data import Dataset
@@ -30,8 +30,22 @@ class Split:
         return int(self.targets.shape[0])
 
 
+class _Splits:
+    """What every bundle derives from its ``train``, ``val`` and ``test`` splits."""
+
+    train: Any
+    val: Any
+    test: Any
+
+    @property
+    def num_samples(self) -> int:
+        """N of the whole data set before the train/val/test split: for UEA the archive's train + test files,
+        for images the archive's training images (train + val) and test images."""
+        return len(self.train) + len(self.val) + len(self.test)
+
+
 @dataclass
-class DatasetBundle:
+class DatasetBundle(_Splits):
     """Train/val/test splits on a common time grid ``times`` ``(L,)`` running from ``times[0]`` to ``T``.
 
     ``task`` is ``classification`` (K logits, cross-entropy) or ``binary`` (one logit, AUROC reported);
@@ -49,29 +63,21 @@ class DatasetBundle:
     channels: int
     source: str
     extra: dict = field(default_factory=dict)
+    input_kind: ClassVar[str] = "timeseries"
 
     @property
     def T(self) -> float:
         return float(self.times[-1])
 
-    @property
-    def num_samples(self) -> int:
-        """N of the whole data set before the train/val/test split (for UEA: the archive's train + test)."""
-        return len(self.train) + len(self.val) + len(self.test)
-
-    @property
-    def input_kind(self) -> str:
-        return "timeseries"
-
 
 @dataclass
-class ImageBundle:
+class ImageBundle(_Splits):
     """Train/val/test image datasets that stream from disk, for the image models.
 
     ``train``, ``val``, ``test`` are ``torch.utils.data.Dataset``s yielding ``(image (C, H, W) float32,
     label int)``, already augmented (train) and normalized; the trial loop wraps them in DataLoaders, so a
-    whole image set is never held as one tensor. ``image_size`` is ``(H, W)``; ``extra["metric"]`` is
-    ``top5_accuracy`` or ``accuracy``; ``extra["batch_size"]`` the paper's batch size for the set (App. E.3).
+    whole image set is never held as one tensor. ``image_size`` is ``(H, W)``; ``extra["batch_size"]`` is the
+    paper's batch size for the set (App. E.3).
     """
 
     name: str
@@ -84,12 +90,4 @@ class ImageBundle:
     source: str
     task: Task = "classification"
     extra: dict = field(default_factory=dict)
-
-    @property
-    def num_samples(self) -> int:
-        """N of the whole data set: the archive's training images (train + val) and test images."""
-        return len(self.train) + len(self.val) + len(self.test)
-
-    @property
-    def input_kind(self) -> str:
-        return "image"
+    input_kind: ClassVar[str] = "image"

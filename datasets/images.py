@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from ndebench.datasets.bundle import ImageBundle
 from ndebench.datasets.files import CorruptFileError, corrupt_file, missing_files, resolve_data_dir
-from ndebench.datasets.registry import register_dataset
+from ndebench.datasets.registry import Metric, register_dataset
 from torch.utils.data import Dataset
 
 VAL_FRACTION = 0.2
@@ -36,7 +36,7 @@ class ImageSpec:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     flip: bool
-    metric: str
+    metric: Metric
     origin: str
     batch_size: int = 128
 
@@ -55,10 +55,10 @@ class ImageSpec:
             entries = entries + [[cls.meta["filename"], cls.meta["md5"]]]
         return [(f"{cls.base_folder}/{name}", md5) for name, md5 in entries]
 
-    def labels(self, dataset: Any) -> torch.Tensor:
-        """Class indices ``(N,)`` of a torchvision dataset (``targets`` for CIFAR, ``labels`` otherwise)."""
-        raw = dataset.targets if hasattr(dataset, "targets") else dataset.labels
-        return torch.as_tensor(np.asarray(raw)).long()
+    def expected(self) -> dict[str, Any]:
+        """The registry's ``expected`` mapping: the archive's image counts, classes, channels and size."""
+        return {"train": self.sizes[0], "test": self.sizes[1], "classes": self.num_classes, "channels": 3,
+                "image_size": self.image_size}
 
 
 SPECS = {
@@ -94,6 +94,16 @@ class TransformedSubset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         image, label = self.base[int(self.indices[i])]
         return self.transform(image), int(label)
+
+
+def dataset_labels(dataset: Any) -> torch.Tensor | None:
+    """Class indices ``(N,)`` of a :class:`TransformedSubset` or a torchvision dataset (``targets`` for CIFAR,
+    ``labels`` otherwise), read without decoding an image; None for a dataset that exposes neither."""
+    if isinstance(dataset, TransformedSubset):
+        labels = dataset_labels(dataset.base)
+        return None if labels is None else labels[dataset.indices]
+    raw = getattr(dataset, "targets", getattr(dataset, "labels", None))
+    return None if raw is None else torch.as_tensor(np.asarray(raw)).long()
 
 
 def image_root(name: str, data_dir: str | os.PathLike | None = None) -> Path:
@@ -164,7 +174,7 @@ def load_images(
     n_val = round(VAL_FRACTION * n)
     val_index, train_index = order[:n_val].sort().values, order[n_val:].sort().values
     train_tf, eval_tf = transforms(spec, augment)
-    labels = spec.labels(train_base)
+    labels = dataset_labels(train_base)
     if labels.numel() and (labels.min() < 0 or labels.max() >= spec.num_classes):
         raise corrupt_file(root, ValueError(f"labels outside 0..{spec.num_classes - 1}"))
     return ImageBundle(
@@ -173,11 +183,15 @@ def load_images(
         val=TransformedSubset(train_base, val_index, eval_tf),
         test=TransformedSubset(test_base, torch.arange(len(test_base)), eval_tf),
         num_classes=spec.num_classes, channels=3, image_size=spec.image_size, source=f"local files ({root})",
-        extra={"metric": spec.metric, "batch_size": spec.batch_size, "mean": spec.mean, "std": spec.std,
+        extra={"batch_size": spec.batch_size, "mean": spec.mean, "std": spec.std,
                "indices": {"train": train_index, "val": val_index}, "train_labels": labels},
     )
 
 
 for _name, _spec in SPECS.items():
     _summary = f"{_name.upper()}: {_spec.num_classes} classes, {_spec.image_size[0]}x{_spec.image_size[1]} RGB images"
-    register_dataset(_name, summary=_summary, input_kind="image")(functools.partial(load_images, _name))
+    register_dataset(
+        _name, summary=_summary, input_kind="image", expected=_spec.expected(), metric=_spec.metric,
+        locate=lambda member, data_dir, spec=_spec: f"local files ({locate_images(spec, data_dir)})",
+        probe=lambda member, data_dir, spec=_spec: find_corrupt_file(spec, locate_images(spec, data_dir)),
+    )(functools.partial(load_images, _name))

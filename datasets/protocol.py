@@ -175,14 +175,13 @@ def uea_protocol(
 
     Labels mapped to ``0..K-1`` (sorted); ``floor(missing_rate * L)`` points dropped per (sample,
     channel) with generator seed ``seed``; stratified 70/15/15 split with ``random_state=seed``; train-only
-    z-score; ``times = linspace(0, 1, L)`` (T = 1). ``extra`` gains ``classes``, ``missing_rate`` and
-    ``metric = "accuracy"``.
+    z-score; ``times = linspace(0, 1, L)`` (T = 1). ``extra`` gains ``classes`` and ``missing_rate``.
     """
     rate = check_missing_rate(missing_rate)
     targets, classes = label_indices(labels)
     values = drop_points(values, rate, seed)
     split = stratified_split(targets, seed)
-    info = {"classes": classes, "missing_rate": rate, "metric": "accuracy", **(extra or {})}
+    info = {"classes": classes, "missing_rate": rate, **(extra or {})}
     return build_bundle(
         name, values, targets, times=torch.linspace(0.0, 1.0, values.shape[1]), split=split, source=source,
         num_classes=len(classes), extra=info,

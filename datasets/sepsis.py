@@ -38,6 +38,22 @@ def record_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, list[
     return root, files
 
 
+def probe(member: str | None = None, data_dir: str | os.PathLike | None = None) -> dict[str, int]:
+    """The preflight check: every record's header has the 41 columns ending in ``ICULOS|SepsisLabel``.
+    Returns ``{"files": number of records}`` for ``datasets check`` to compare with the archive's 40336."""
+    files = record_files(data_dir)[1]
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                header = handle.readline().rstrip("\n").split("|")
+        except (OSError, UnicodeDecodeError) as error:
+            raise corrupt_file(path, error) from error
+        if len(header) != NUM_COLUMNS or header[LABEL] != "SepsisLabel":
+            raise corrupt_file(path, ValueError(f"header has {len(header)} columns, expected {NUM_COLUMNS} "
+                                                "ending in ICULOS|SepsisLabel"))
+    return {"files": len(files)}
+
+
 def read_record(path: Path) -> tuple[np.ndarray, np.ndarray, float, int, int]:
     """One stay: ``values`` ``(72, 34)`` (row ``h - 1`` holds ICU hour ``h``, NaN where no row), the raw
     static row ``(5,)`` (Age, Gender, Unit1, Unit2, HospAdmTime), the label (max SepsisLabel over the kept
@@ -95,7 +111,10 @@ def static_features(raw: torch.Tensor, train_index: torch.Tensor, oi: bool) -> t
     return torch.cat([normalized, flags], dim=1) if oi else normalized
 
 
-@register_dataset("sepsis", summary="PhysioNet 2019 Sepsis, first 72 h, 34 channels (+34 intensity with oi), binary")
+@register_dataset("sepsis", summary="PhysioNet 2019 Sepsis, first 72 h, 34 channels (+34 intensity with oi), binary",
+                  expected={"files": 40336, "classes": 2, "channels": 34, "length": 72},
+                  locate=lambda member, data_dir: f"local files ({record_files(data_dir)[0]})", probe=probe,
+                  missing_values=True, metric="auroc")
 def sepsis(
     *, seed: int = 0, data_dir: str | os.PathLike | None = None, oi: bool = False, pos_weight: float | None = None
 ) -> DatasetBundle:
@@ -122,6 +141,6 @@ def sepsis(
         "sepsis", data["values"], targets, times=torch.arange(1, HOURS + 1, dtype=torch.float32), split=split,
         source=f"local files ({root / FOLDERS[0]}, {root / FOLDERS[1]})", num_classes=2, task="binary",
         static=static_features(data["static"], split[0], bool(oi)), intensity=bool(oi), final_index=data["final_index"],
-        extra={"classes": ["no sepsis", "sepsis"], "metric": "auroc", "pos_weight": weight, "oi": bool(oi),
+        extra={"classes": ["no sepsis", "sepsis"], "pos_weight": weight, "oi": bool(oi),
                "cache": {"path": str(path), "hit": hit}},
     )

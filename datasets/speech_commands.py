@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import wave
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,19 @@ def clip_files(data_dir: str | os.PathLike | None = None) -> tuple[Path, list[tu
     if absent:
         raise missing_files("speech_commands", root.parent, absent, ORIGIN)
     return root, clips
+
+
+def probe(member: str | None = None, data_dir: str | os.PathLike | None = None) -> None:
+    """The preflight check: every clip's WAV header says mono at 16 kHz."""
+    for path, _ in clip_files(data_dir)[1]:
+        try:
+            with wave.open(str(path)) as clip:
+                layout = clip.getnchannels(), clip.getframerate()
+        except (OSError, EOFError, wave.Error) as error:
+            raise corrupt_file(path, error) from error
+        if layout != (1, SAMPLE_RATE):
+            raise CorruptFileError(f"{path}: expected mono {SAMPLE_RATE} Hz audio, got {layout[0]} channel(s) at "
+                                   f"{layout[1]} Hz")
 
 
 def read_clip(path: Path) -> np.ndarray:
@@ -93,7 +107,9 @@ def _features(clips: list[tuple[Path, int]], n_mels: int) -> dict[str, torch.Ten
     return {"features": torch.from_numpy(np.concatenate(features)), "targets": torch.tensor(targets, dtype=torch.long)}
 
 
-@register_dataset("speech_commands", summary="Speech Commands v0.02, 10 words, 161 x 20 MFCC (local files)")
+@register_dataset("speech_commands", summary="Speech Commands v0.02, 10 words, 161 x 20 MFCC (local files)",
+                  expected={"samples": 34975, "classes": 10, "channels": 20, "length": 161},
+                  locate=lambda member, data_dir: f"local files ({clip_files(data_dir)[0]})", probe=probe)
 def speech_commands(*, seed: int = 0, data_dir: str | os.PathLike | None = None, n_mels: int = 64) -> DatasetBundle:
     """The ten words ``yes no up down left right on off stop go`` (class indices in that order), clips of
     exactly 16000 samples only (34,975 in v0.02), as MFCC sequences ``(N, 161, 20)`` (:func:`mfcc`).
@@ -115,6 +131,6 @@ def speech_commands(*, seed: int = 0, data_dir: str | os.PathLike | None = None,
     return build_bundle(
         "speech_commands", features, targets, times=torch.arange(features.shape[1], dtype=torch.float32),
         split=stratified_split(targets, 0, 1), source=f"local files ({root})", num_classes=len(CLASSES),
-        extra={"classes": list(CLASSES), "metric": "accuracy", "n_mels": int(n_mels),
+        extra={"classes": list(CLASSES), "n_mels": int(n_mels),
                "cache": {"path": str(path), "hit": hit}},
     )

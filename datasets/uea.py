@@ -73,6 +73,12 @@ def expected_shape(name: str) -> tuple[int, int, int, int | None] | None:
     return PAPER_SHAPES.get(name) or SHIPPED_SHAPES.get(name)
 
 
+def expected_counts(name: str) -> dict[str, int | None]:
+    """:func:`expected_shape` as the registry's ``expected`` mapping (empty where unknown)."""
+    shape = expected_shape(name)
+    return {} if shape is None else dict(zip(("samples", "classes", "channels", "length"), shape))
+
+
 def uea_members() -> list[str]:
     """Every usable name: the sets sktime ships plus the 30 sets of the paper."""
     return sorted(set(shipped_sets()) | set(PAPER_SETS))
@@ -90,6 +96,37 @@ def locate(name: str, data_dir: str | os.PathLike | None = None) -> tuple[Path, 
     if not (train.is_file() and test.is_file()):
         raise missing_files(f"uea/{name}", root, [f"{name}/{f}" for f in ts_files(name)], ARCHIVE)
     return train, test, f"local files ({root / name})"
+
+
+def ts_layout(path: Path) -> tuple[int, int]:
+    """``(samples, channels)`` of a ``.ts`` file from its header and one pass over its data lines."""
+    samples, channels, in_data = 0, None, False
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                line = line.strip()
+                if not in_data or not line or line.startswith(("#", "%")):
+                    in_data = in_data or line.lower().startswith("@data")
+                    continue
+                count = line.count(":")  # channels are separated by ':', the label follows the last one
+                if channels is None:
+                    channels = count
+                if count != channels or count == 0:
+                    raise ValueError(f"line {number} has {count} channel(s), the first sample has {channels}")
+                samples += 1
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise corrupt_file(path, error) from error
+    if not samples:
+        raise corrupt_file(path, ValueError("no @data section with samples"))
+    return samples, channels
+
+
+def probe(name: str, data_dir: str | os.PathLike | None = None) -> None:
+    """The preflight check: both files parse as ``.ts`` with one channel count per sample, the same in both."""
+    train_path, test_path, _ = locate(name, data_dir)
+    (_, train), (_, test) = ts_layout(train_path), ts_layout(test_path)
+    if train != test:
+        raise corrupt_file(test_path, ValueError(f"{test} channels, but {train_path.name} has {train}"))
 
 
 def read_ts(path: Path) -> tuple[list[list[np.ndarray]], np.ndarray]:
@@ -117,7 +154,8 @@ def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tup
     return values, np.concatenate([train_labels, test_labels]), source
 
 
-@register_dataset("uea", summary="UEA/UCR classification sets (sktime-shipped or local .ts files)", members=uea_members)
+@register_dataset("uea", summary="UEA/UCR classification sets (sktime-shipped or local .ts files)", members=uea_members,
+                  expected=expected_counts, locate=lambda member, data_dir: locate(member, data_dir)[2], probe=probe)
 def uea(
     *, member: str, seed: int = 0, data_dir: str | os.PathLike | None = None, missing_rate: float = 0.0
 ) -> DatasetBundle:

@@ -276,10 +276,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             where = status["source"] if status["available"] else "missing"
             print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
         return 0
-    try:
-        status = dataset_status(args.name, args.data_dir)
-    except KeyError as exc:  # split_name's unknown-member error
-        raise CommandError(exc.args[0]) from None
+    status = dataset_status(args.name, args.data_dir)
     if not status["available"]:
         print(status["problem"], file=sys.stderr)
         return 1

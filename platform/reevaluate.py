@@ -75,7 +75,8 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
             metrics, _ = evaluate(built.model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
             tags = {f"{tracking.TAG}{k}": str(getattr(run, k)) for k in IDENTITY}
             tags |= {f"{tracking.TAG}phase": "reevaluate", f"{tracking.TAG}n_mc": str(n),
-                     f"{tracking.TAG}status": "ok", f"{tracking.TAG}source_run": run.run_id}
+                     f"{tracking.TAG}status": "ok", f"{tracking.TAG}source_run": run.run_id,
+                     f"{tracking.TAG}metric": built.metric_name}
             if run.parent_run_id:
                 tags["mlflow.parentRunId"] = run.parent_run_id
             name = f"{run.label} s{run.seed} n_mc={n}"

@@ -24,6 +24,7 @@ from typing import Any
 
 from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
+from ndebench.datasets.registry import dataset_info
 from ndebench.platform.cluster import check_cluster
 from ndebench.platform.config import Space, SweepSpec, config_hash
 from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
@@ -211,8 +212,9 @@ class Sweep:
             self.say(message)
 
     def _cell_tags(self, cell: Cell) -> dict[str, str]:
-        """Identity and the driver's provenance (a cell run is written by the driver)."""
-        tags = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer}
+        """Identity, the dataset's primary metric and the driver's provenance (a cell run is written by the driver)."""
+        tags = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer,
+                "metric": dataset_info(cell.dataset).metric}
         tags |= driver_provenance() | {"host": socket.gethostname()}
         return tags | ({"variant": cell.variant} if cell.variant else {})
 

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ndebench.datasets.registry import dataset_info
 from ndebench.platform.config import config_hash
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.provenance import worker_provenance
@@ -27,9 +28,11 @@ RUN_ID_FILE = "mlflow_run_id"
 
 
 def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
+    """Identity tags of a trial run, with the dataset's registered primary ``metric``."""
     tags = {
         "study": config["study"], "phase": phase, "model": config["model"], "dataset": config["dataset"],
         "regularizer": config["regularizer"], "seed": str(config.get("seed", 0)), "cell": config["cell"],
+        "metric": dataset_info(config["dataset"]).metric,
     }
     if config.get("variant"):
         tags["variant"] = config["variant"]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from ndebench.datasets.registry import create_dataset
+from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
@@ -252,11 +252,10 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
     model = create_model(spec.model, data_spec(bundle), regularizer=regularizer, solver=spec.solver,
                          **spec.model_params).to(device)
     feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
-    top5 = bundle.num_classes >= 100
+    metric = dataset_info(spec.dataset).metric
     return BuiltTrial(
-        model, feeds, resolve_batch_size(spec.training.batch_size, bundle), top5,
-        bundle.extra.get("pos_weight") if binary else None,
-        "auroc" if binary else ("top5_accuracy" if top5 else "accuracy"),
+        model, feeds, resolve_batch_size(spec.training.batch_size, bundle), metric == "top5_accuracy",
+        bundle.extra.get("pos_weight") if binary else None, metric,
     )
 
 

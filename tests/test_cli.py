@@ -32,6 +32,7 @@ def test_rates_rejects_bad_p(capsys):
     ({"trainng": {"epochs": 2}}, "unknown key(s) ['trainng']"),
     ({"regularizers": {"none": {}, "continuum_dropout": {"p": 1.5}}}, "p=1.5"),
     ({"models": ["neural_cdx"]}, "unknown model 'neural_cdx'"),
+    ({"datasets": ["sepsys"]}, "datasets: unknown dataset 'sepsys'; valid datasets: cifar10, cifar100, sepsis"),
 ])
 def test_validate_fails_before_ray_with_a_named_problem(tmp_path, edit, needle):
     raw = yaml.safe_load((ROOT / "tune_configs" / "quickstart.yaml").read_text())
@@ -199,4 +200,6 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
     assert "argument --port: '99999' is not a TCP port (1-65535)" in capsys.readouterr().err
     assert main(["datasets", "check", "uea/Nope"]) == 2
     assert "unknown uea dataset 'Nope'" in _error_line(capsys)
+    assert main(["datasets", "check", "sepsys"]) == 2
+    assert "ndebench datasets: error: unknown dataset 'sepsys'; valid datasets: cifar10" in _error_line(capsys)
     assert list(tmp_path.iterdir()) == []

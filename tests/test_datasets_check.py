@@ -5,8 +5,15 @@ import numpy as np
 import pytest
 import torch
 from ndebench.datasets.cache import cache_path, cached
-from ndebench.datasets.check import check_dataset, dataset_statuses, describe_shape, preflight_problems
-from ndebench.datasets.registry import list_datasets
+from ndebench.datasets.check import (
+    check_dataset,
+    dataset_status,
+    dataset_statuses,
+    describe_shape,
+    preflight_problems,
+)
+from ndebench.datasets.registry import dataset_info, list_datasets, register_dataset, split_name
+from ndebench.platform.registry import UnknownNameError
 
 
 def test_statuses_cover_every_dataset_without_files(tmp_path):
@@ -48,8 +55,46 @@ def test_check_reports_counts_and_lengths_that_differ_from_the_archive(tmp_path)
     ]
 
 
-def test_describe_shape_unknown():
+def test_describe_shape_unknown_and_partial():
     assert describe_shape({}) == "unknown"
+    assert describe_shape({"classes": 3}) == "? x ? x ?, 3 classes"
+    assert describe_shape({"samples": 10, "length": None, "channels": 2}) == "10 x L (unequal lengths) x 2"
+    assert describe_shape({"image_size": (8, 8), "train": 5}) == "5 + ? images ?x8x8"
+
+
+@pytest.mark.parametrize("name,metric,missing,shape", [
+    ("synthetic", "accuracy", False, "96 x 32 x 2, 3 classes"),
+    ("uea/Coffee", "accuracy", False, "56 x 286 x 1, 2 classes"),
+    ("sepsis", "auroc", True, "40336 records x 72 x 34, 2 classes"),
+    ("speech_commands", "accuracy", False, "34975 x 161 x 20, 10 classes"),
+    ("cifar10", "accuracy", False, "50000 + 10000 images 3x32x32, 10 classes"),
+    ("cifar100", "top5_accuracy", False, "50000 + 10000 images 3x32x32, 100 classes"),
+])
+def test_each_dataset_registers_its_facts(name, metric, missing, shape):
+    info = dataset_info(name)
+    assert (info.metric, info.missing_values, describe_shape(info.expected)) == (metric, missing, shape)
+    assert info.member == (name.split("/")[1] if "/" in name else None)
+
+
+def test_registration_rejects_unknown_facts():
+    with pytest.raises(ValueError, match=r"'x': expected has unknown key\(s\) \['smaples'\]; valid: samples, files"):
+        register_dataset("x", summary="", expected={"smaples": 3})
+    with pytest.raises(ValueError, match="'x': metric 'f1' is not one of accuracy, auroc, top5_accuracy"):
+        register_dataset("x", summary="", metric="f1")
+    assert "x" not in list_datasets()
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("sepsys", "unknown dataset 'sepsys'; valid datasets: cifar10, cifar100, sepsis, speech_commands, stl10, "
+               "svhn, synthetic, uea/<member>"),
+    ("uea/Nope", "unknown uea dataset 'Nope' in 'uea/Nope'; valid: ACSF1, ArrowHead"),
+    ("synthetic/x", "dataset 'synthetic' takes no '/<member>' suffix"),
+])
+def test_unknown_names_list_the_valid_ones(name, needle):
+    for lookup in (split_name, dataset_info, dataset_status, preflight_problems, check_dataset):
+        with pytest.raises(UnknownNameError) as error:
+            lookup(name)
+        assert needle in str(error.value)
 
 
 def test_unreadable_cache_entry_is_rebuilt(tmp_path):

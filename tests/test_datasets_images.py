@@ -14,7 +14,7 @@ import torchvision.datasets.svhn
 from ndebench.datasets import images
 from ndebench.datasets.check import check_dataset, dataset_status
 from ndebench.datasets.files import CorruptFileError, MissingDataError
-from ndebench.datasets.registry import create_dataset
+from ndebench.datasets.registry import create_dataset, dataset_info
 from torch.utils.data import DataLoader
 from torchvision import transforms as T
 from torchvision.datasets.utils import calculate_md5
@@ -123,7 +123,7 @@ def test_splits_shapes_and_labels(image_set):
     assert sorted(torch.cat([train_index, val_index]).tolist()) == list(range(n_train))
     assert bundle.input_kind == "image" and bundle.channels == 3 and bundle.image_size == spec.image_size
     assert bundle.num_classes == spec.num_classes
-    assert bundle.extra["metric"] == ("top5_accuracy" if name == "cifar100" else "accuracy")
+    assert dataset_info(name).metric == ("top5_accuracy" if name == "cifar100" else "accuracy")
     image, label = bundle.val[0]
     assert image.shape == (3, *spec.image_size) and image.dtype == torch.float32
     assert label == labels[val_index[0]]

@@ -10,7 +10,7 @@ from ndebench.datasets import sepsis
 from ndebench.datasets.check import check_dataset
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.protocol import NORM_EPS
-from ndebench.datasets.registry import create_dataset
+from ndebench.datasets.registry import create_dataset, dataset_info
 
 HEADER = (
     "HR|O2Sat|Temp|SBP|MAP|DBP|Resp|EtCO2|BaseExcess|HCO3|FiO2|pH|PaCO2|SaO2|AST|BUN|Alkalinephos|Calcium|"
@@ -77,7 +77,7 @@ def test_first_72_hours_labels_and_filter(sepsis_dir):
     assert len(bundle.train) + len(bundle.val) + len(bundle.test) == len(expected) == 59  # the 2-hour stay is dropped
     assert bundle.train.values.shape[1:] == (72, 34) and bundle.channels == 34
     assert torch.equal(bundle.times, torch.arange(1, 73, dtype=torch.float32)) and bundle.T == 72.0
-    assert bundle.task == "binary" and bundle.num_classes == 2 and bundle.extra["metric"] == "auroc"
+    assert bundle.task == "binary" and bundle.num_classes == 2 and dataset_info("sepsis").metric == "auroc"
     targets = in_file_order(bundle, "targets")
     assert targets.tolist() == [int(label) for _, _, label in expected]
     assert targets[0] == 0  # sepsis onset at hour 80, after the first 72 hours
@@ -170,4 +170,4 @@ def test_truncated_psv_names_the_file(sepsis_dir):
 
 def test_check_reports_record_count(sepsis_dir):
     root, _ = sepsis_dir
-    assert check_dataset("sepsis", root) == ["60 record files, the archive has 40336"]
+    assert check_dataset("sepsis", root) == ["60 files, the archive has 40336"]

@@ -11,7 +11,7 @@ from ndebench.datasets import speech_commands
 from ndebench.datasets.check import check_dataset, dataset_status
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.protocol import NORM_EPS
-from ndebench.datasets.registry import create_dataset
+from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.datasets.speech_commands import CLASSES, FOLDER
 from scipy.io import wavfile
 
@@ -78,7 +78,7 @@ def test_loads_fake_archive_with_reference_layout(speech_dir):
     targets = torch.cat([bundle.train.targets, bundle.val.targets, bundle.test.targets])
     assert torch.bincount(targets).tolist() == [COUNTS[label] for label in CLASSES]
     assert bundle.extra["classes"] == list(CLASSES) and bundle.num_classes == 10
-    assert bundle.task == "classification" and bundle.extra["metric"] == "accuracy"
+    assert bundle.task == "classification" and dataset_info("speech_commands").metric == "accuracy"
 
 
 def test_split_is_fixed_stratified_and_disjoint(speech_dir):

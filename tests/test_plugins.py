@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 PLUGIN = '''
+import numpy as np
+import torch
+from ndebench.datasets.files import CorruptFileError, missing_files, resolve_data_dir
+from ndebench.datasets.protocol import uea_protocol
 from ndebench.datasets.registry import register_dataset
 from ndebench.datasets.synthetic import synthetic
 from ndebench.models.neural_cde import NeuralCDE
@@ -30,6 +34,33 @@ class PluginNone(NoRegularizer):
 
 
 register_dataset("plugin_waves", summary="the synthetic set, from a plugin")(synthetic)
+
+
+def _locate(member, data_dir):
+    root = resolve_data_dir(data_dir)
+    if not (root / "waves.txt").is_file():
+        raise missing_files("plugin_pairs", root, ["waves.txt"], "the plugin's authors")
+    return f"local file ({root / 'waves.txt'})"
+
+
+def _probe(member, data_dir):
+    _locate(member, data_dir)
+    path = resolve_data_dir(data_dir) / "waves.txt"
+    if path.read_text() != "waves":
+        raise CorruptFileError(f"{path} does not say 'waves'")
+    return {"files": 1}
+
+
+@register_dataset("plugin_pairs", summary="two classes of waves, with every fact registered",
+                  expected={"files": 1, "samples": 40, "classes": 2, "channels": 2, "length": 16},
+                  locate=_locate, probe=_probe, missing_values=False, metric="auroc")
+def plugin_pairs(*, seed=0, data_dir=None):
+    _locate(None, data_dir)
+    rng = np.random.default_rng(seed)
+    labels = np.arange(40) % 2
+    angle = 2 * np.pi * (labels[:, None] + 1) * np.linspace(0, 1, 16) + rng.uniform(0, 6, (40, 1))
+    values = torch.from_numpy(np.stack([np.sin(angle), np.cos(angle)], axis=-1))
+    return uea_protocol("plugin_pairs", values, labels, seed=seed, missing_rate=0.0, source="a plugin's file")
 '''
 
 
@@ -47,9 +78,9 @@ def make_plugin(root: Path, body: str = PLUGIN) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
 
 
-def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _python(code: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=cwd)
 
 
 def test_entry_point_components_register_and_train(tmp_path):
@@ -75,6 +106,57 @@ def test_entry_point_components_register_and_train(tmp_path):
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["models"] and found["regs"] and found["data"] and found["status"] == "ok"
     assert 0.0 <= found["acc"] <= 1.0
+
+
+def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path):
+    """``plugin_waves`` registers only a summary, ``plugin_pairs`` every fact (files, probe, shape, metric):
+    both are listed, validated, checked and preflighted by the CLI, and their metric reaches the tags."""
+    env = make_plugin(tmp_path / "site")
+    data = tmp_path / "data"
+    data.mkdir()
+    config = tmp_path / "plugin.yaml"
+    config.write_text(json.dumps({"study": "plugin", "models": ["plugin_cde"], "data_dir": str(data),
+                                  "datasets": ["plugin_waves", "plugin_pairs"], "regularizers": ["none"]}))
+    out = _python(f'''
+        import json
+        from pathlib import Path
+        from ndebench.datasets.check import preflight_problems
+        from ndebench.platform.cli import main
+        from ndebench.platform.config import load_spec
+        from ndebench.platform.plan import sweep_cells
+        from ndebench.platform.sweep import Sweep
+        from ndebench.platform.trainable import trial_tags
+        from ndebench.platform.trial import TrialSpec, build_trial
+
+        data, config = {str(data)!r}, {str(config)!r}
+        codes = [main(["datasets", "list", "--data-dir", data]), main(["validate", config]), main(["run", config])]
+        Path(data, "waves.txt").write_text("wave")
+        codes.append(main(["datasets", "check", "plugin_pairs", "--data-dir", data]))
+        Path(data, "waves.txt").write_text("waves")
+        codes += [main(["datasets", "check", name, "--data-dir", data]) for name in ("plugin_waves", "plugin_pairs")]
+        assert preflight_problems("plugin_waves", data) == preflight_problems("plugin_pairs", data) == []
+        sweep = Sweep(load_spec(config), tracking_uri="sqlite:///unused.db", storage_path="ray")
+        cells = {{c.dataset: sweep._cell_tags(c)["metric"] for c in sweep_cells(sweep.spec)}}
+        config = {{"study": "s", "model": "plugin_cde", "regularizer": "none", "cell": "c"}}
+        trials = {{name: (trial_tags({{**config, "dataset": name}}, "tune")["metric"],
+                         build_trial(TrialSpec("plugin_cde", name, "none", data_dir=data)).metric_name)
+                  for name in ("plugin_waves", "plugin_pairs")}}
+        print(json.dumps({{"codes": codes, "cells": cells, "trials": trials}}))
+    ''', env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["codes"] == [0, 0, 2, 1, 0, 0], out.stdout + out.stderr
+    listing = out.stdout.split("plugin_pairs", 1)[1].split("\n")[0]
+    assert " no " in listing and "40 x 16 x 2, 2 classes" in listing and listing.endswith("missing")
+    waves = out.stdout.split("plugin_waves", 1)[1].split("\n")[0]
+    assert "yes" in waves and "unknown" in waves and "provided by the dataset's factory" in waves
+    assert "ndebench run: error: dataset 'plugin_pairs' needs files that are not on disk" in out.stderr
+    assert str(data / "waves.txt") in out.stderr and "Ray cluster" not in out.stdout
+    assert f"problem: {data / 'waves.txt'} does not say 'waves'" in out.stdout
+    assert "plugin_waves: OK" in out.stdout and "plugin_pairs: OK" in out.stdout
+    assert "Traceback" not in out.stderr and not (tmp_path / "mlflow.db").exists()
+    assert found["cells"] == {"plugin_waves": "accuracy", "plugin_pairs": "auroc"}
+    assert found["trials"] == {"plugin_waves": ["accuracy", "accuracy"], "plugin_pairs": ["auroc", "auroc"]}
 
 
 def test_a_broken_plugin_is_named(tmp_path):

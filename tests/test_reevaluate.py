@@ -67,6 +67,7 @@ def test_weights_round_trip_and_reevaluate_runs_match_a_hand_computation(study):
     for n, run in by_n.items():
         assert run.data.tags["ndebench.source_run"] == cd_run
         assert run.data.tags["ndebench.regularizer"] == "continuum_dropout"
+        assert run.data.tags["ndebench.metric"] == "accuracy"
         assert run.data.metrics["test_accuracy"] == pytest.approx(_accuracy_by_hand(CD, state, n), abs=1e-12)
     # Resumable: a second call adds nothing.
     assert main(["reevaluate", "--study", "tiny", "--n-mc", "5,1", "--tracking-uri", uri]) == 0
