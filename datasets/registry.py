@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ndebench.datasets.bundle import DatasetBundle
-from ndebench.platform.plugins import load_entry_points
 from ndebench.platform.registry import Registry, UnknownNameError
 
 Metric = Literal["accuracy", "auroc", "top5_accuracy"]
@@ -60,8 +59,9 @@ class DatasetInfo:
     member: Member = None
 
 
-_REGISTRY: Registry[DatasetBundle] = Registry("dataset")
-_INFO: dict[str, DatasetInfo] = {}
+REGISTRY: Registry[DatasetBundle, DatasetInfo] = Registry(
+    "dataset", builtins="ndebench.datasets.builtin", entry_point="ndebench.datasets"
+)
 
 
 def _checked_expected(name: str, expected: Expected) -> Expected:
@@ -103,17 +103,7 @@ def register_dataset(
     info = DatasetInfo(name, summary, members is not None, members, input_kind, expected or {}, locate, probe,
                        bool(missing_values), metric)
 
-    def decorator(factory: Callable[..., DatasetBundle]) -> Callable[..., DatasetBundle]:
-        _REGISTRY.register(name)(factory)
-        _INFO[name] = info
-        return factory
-
-    return decorator
-
-
-def _load_builtins() -> None:
-    from ndebench.datasets import builtin  # noqa: F401  (registration side effect)
-    load_entry_points("ndebench.datasets")
+    return REGISTRY.register(name, info)
 
 
 def split_name(name: str) -> tuple[str, str | None]:
@@ -121,11 +111,10 @@ def split_name(name: str) -> tuple[str, str | None]:
 
     Raises :class:`UnknownNameError` listing the valid names for an unknown dataset or family member.
     """
-    _load_builtins()
     family, _, member = name.partition("/")
-    info = _INFO.get(family)
-    if info is None:
+    if family not in REGISTRY:
         raise UnknownNameError(f"unknown dataset {name!r}; valid datasets: {', '.join(_valid_names())}")
+    info = REGISTRY.info(family)
     if info.family:
         valid = info.members()
         if member not in valid:
@@ -138,7 +127,7 @@ def split_name(name: str) -> tuple[str, str | None]:
 
 def _valid_names() -> list[str]:
     """Plain datasets by name, families as ``<family>/<member>`` (members are listed by ``datasets list``)."""
-    return [f"{family}/<member>" if _INFO[family].family else family for family in _REGISTRY.names()]
+    return [f"{family}/<member>" if REGISTRY.info(family).family else family for family in REGISTRY.names()]
 
 
 def create_dataset(name: str, **kwargs: Any) -> DatasetBundle:
@@ -146,15 +135,14 @@ def create_dataset(name: str, **kwargs: Any) -> DatasetBundle:
     family, member = split_name(name)
     if member is not None:
         kwargs["member"] = member
-    return _REGISTRY.create(family, **kwargs)
+    return REGISTRY.create(family, **kwargs)
 
 
 def list_datasets() -> list[str]:
     """Every loadable name: plain datasets and ``family/member`` for each family member."""
-    _load_builtins()
     names: list[str] = []
-    for family in _REGISTRY.names():
-        info = _INFO[family]
+    for family in REGISTRY.names():
+        info = REGISTRY.info(family)
         names += [f"{family}/{m}" for m in info.members()] if info.family else [family]
     return names
 
@@ -163,7 +151,7 @@ def dataset_info(name: str) -> DatasetInfo:
     """The registration of dataset ``name`` with its member-dependent facts resolved: ``expected`` is the
     member's mapping, ``metric`` its metric name and ``member`` the member (None for a plain dataset)."""
     family, member = split_name(name)
-    info = _INFO[family]
+    info = REGISTRY.info(family)
     expected, metric = info.expected, info.metric
     if callable(expected):
         expected = _checked_expected(name, expected(member) or {})
@@ -175,6 +163,6 @@ def dataset_info(name: str) -> DatasetInfo:
 def dataset_options(name: str) -> list[str]:
     """The options a dataset's factory accepts besides ``seed``, ``data_dir`` and ``member`` (config keys)."""
     family, _ = split_name(name)
-    factory = _REGISTRY.get(family)
+    factory = REGISTRY.get(family)
     parameters = inspect.signature(factory).parameters
     return sorted(k for k in parameters if k not in ("seed", "data_dir", "member"))
