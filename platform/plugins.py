@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-_LOADED: set[str] = set()
+_LOADED: set[tuple[str, str]] = set()
 
 
 class PluginError(ImportError):
@@ -19,11 +19,12 @@ class PluginError(ImportError):
 
 
 def load_entry_points(group: str) -> None:
-    """Import every module declared under entry-point ``group`` (once per process)."""
-    if group in _LOADED:
-        return
-    _LOADED.add(group)
+    """Import every module declared under entry-point ``group`` that this process has not imported yet, so a
+    plugin installed after the first lookup is found by the next one."""
     for point in entry_points(group=group):
+        if (group, point.value) in _LOADED:
+            continue
+        _LOADED.add((group, point.value))
         try:
             point.load()
         except Exception as exc:  # noqa: BLE001 - any import failure of a third-party module is reported the same way

@@ -59,14 +59,17 @@ class Registry(Generic[T, InfoT]):
             load_entry_points(self.entry_point)
         self._loaded = True
 
-    def get(self, name: str) -> Callable[..., T]:
+    def _find(self, name: str) -> Callable[..., T] | None:
         self.load()
-        try:
-            return self._factories[name]
-        except KeyError:
-            raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}"
-            ) from None
+        if name not in self._factories and self.entry_point:
+            load_entry_points(self.entry_point)  # a plugin installed since the first lookup
+        return self._factories.get(name)
+
+    def get(self, name: str) -> Callable[..., T]:
+        factory = self._find(name)
+        if factory is None:
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; valid {self.kind}s: {', '.join(self.names())}")
+        return factory
 
     def info(self, name: str) -> InfoT:
         """The record registered with ``name`` (``UnknownNameError`` listing the valid names if none)."""
@@ -81,5 +84,4 @@ class Registry(Generic[T, InfoT]):
         return sorted(self._factories)
 
     def __contains__(self, name: str) -> bool:
-        self.load()
-        return name in self._factories
+        return self._find(name) is not None

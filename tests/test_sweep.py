@@ -1,6 +1,11 @@
 """End to end on a local Ray through `ndebench run`: the paper protocol's stages, the MLflow hierarchy, a cell
-that fails in every trial (the others finish, exit 1, the report names it), and `--resume` after the fix."""
+that fails in every trial (the others finish, exit 1, the report names it), and `--resume` after the fix.
+
+The sweep's dataset, its broken model and one of its regularizers come from a package outside ndebench that
+declares them as entry points; it is put on the path only now, so the registries find it at the lookup of a
+name they lack, in the driver and in every Ray worker."""
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -10,6 +15,7 @@ import pytest
 import yaml
 from ndebench.platform.cli import main
 from ndebench.platform.tracking import TAG, evaluate_runs, search
+from test_plugins import make_plugin
 
 PARENT = "mlflow.parentRunId"
 SPEC = {
@@ -17,8 +23,8 @@ SPEC = {
     "description": "two models, one broken",
     "protocol": "paper",
     "models": ["neural_cde", "broken_cde"],
-    "datasets": ["synthetic"],
-    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}},
+    "datasets": ["plugin_waves"],
+    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}, "plugin_damped": {}},
     "model": {"hidden_size": 8},
     "training": {"epochs": 2, "min_epochs": 1, "patience": 1, "lr": [0.01, 0.005]},
     "tune": {"sampler": "grid", "seed": 0},
@@ -27,20 +33,33 @@ SPEC = {
 }
 
 
-def register_broken() -> None:
-    """A Neural CDE whose forward pass raises while the file named by $NDEBENCH_TEST_BROKEN exists."""
-    from ndebench.models.neural_cde import NeuralCDE
-    from ndebench.models.registry import list_models, register_model
+PLUGIN = '''
+import os
 
-    if "broken_cde" in list_models():
-        return
+import torch
+from ndebench.datasets.registry import register_dataset
+from ndebench.datasets.synthetic import synthetic
+from ndebench.models.neural_cde import NeuralCDE
+from ndebench.models.registry import register_model
+from ndebench.regularizers.base import Regularizer
+from ndebench.regularizers.registry import register_regularizer
 
-    @register_model("broken_cde", summary="raises while a flag file exists", paper="test")
-    class BrokenCDE(NeuralCDE):
-        def latent(self, inputs, rng):
-            if os.path.exists(os.environ["NDEBENCH_TEST_BROKEN"]):
-                raise ValueError("broken_cde is broken")
-            return super().latent(inputs, rng)
+register_dataset("plugin_waves", summary="the synthetic set, from a plugin")(synthetic)
+
+
+@register_model("broken_cde", summary="raises while the file named by $NDEBENCH_TEST_BROKEN exists", paper="test")
+class BrokenCDE(NeuralCDE):
+    def latent(self, inputs, rng):
+        if os.path.exists(os.environ["NDEBENCH_TEST_BROKEN"]):
+            raise ValueError("broken_cde is broken")
+        return super().latent(inputs, rng)
+
+
+@register_regularizer("plugin_damped", summary="the drift times 0.9 in training")
+class Damped(Regularizer):
+    def modulate(self, draw, t, z, out, role):
+        return 0.9 * out if role == "drift" else out
+'''
 
 
 def _run(args):
@@ -53,17 +72,16 @@ def _run(args):
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     import ray
-    from ray import cloudpickle
 
     root = tmp_path_factory.mktemp("sweep")
     flag = root / "broken.flag"
     flag.write_text("broken")
     os.environ["NDEBENCH_TEST_BROKEN"] = str(flag)
-    register_broken()
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    pythonpath = make_plugin(root / "plugin", PLUGIN)["PYTHONPATH"]
+    sys.path.insert(0, str(root / "plugin"))
+    importlib.invalidate_caches()
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": register_broken,
-                          "env_vars": {"NDEBENCH_TEST_BROKEN": str(flag)}})
+             runtime_env={"env_vars": {"NDEBENCH_TEST_BROKEN": str(flag), "PYTHONPATH": pythonpath}})
     config = root / "e2e.yaml"
     config.write_text(yaml.safe_dump(SPEC))
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -72,6 +90,7 @@ def sweep(tmp_path_factory):
     code, out = _run(args)
     yield root, uri, args, code, out, flag
     ray.shutdown()
+    sys.path.remove(str(root / "plugin"))
 
 
 def _trials(uri, phase=None):
@@ -112,7 +131,8 @@ def test_every_regularizer_evaluates_with_the_base_stage_hyperparameters(sweep):
     best_base = min(base, key=lambda r: r.data.metrics["val_loss"])
     best_tune = min(_trials(uri, "tune"), key=lambda r: r.data.metrics["val_loss"])
     evaluate = [r for r in _trials(uri, "evaluate") if r.data.tags[f"{TAG}model"] == "neural_cde"]
-    assert sorted(r.data.tags[f"{TAG}regularizer"] for r in evaluate) == ["continuum_dropout"] * 2 + ["none"] * 2
+    assert sorted(r.data.tags[f"{TAG}regularizer"] for r in evaluate) == [
+        "continuum_dropout", "continuum_dropout", "none", "none", "plugin_damped", "plugin_damped"]
     for run in evaluate:
         assert run.data.params["training.lr"] == best_base.data.params["training.lr"]
         assert run.data.params["model.hidden_size"] == "8" and run.data.params["training.epochs"] == "2"
@@ -149,7 +169,7 @@ def test_cell_runs_carry_the_evaluate_aggregates(sweep):
     frame = evaluate_runs(uri, "e2e", with_calibration=False)
     cells = [r for r in _cell_runs(uri)
              if r.data.tags[f"{TAG}phase"] == "evaluate" and r.data.tags[f"{TAG}model"] == "neural_cde"]
-    assert len(cells) == 2
+    assert len(cells) == 3
     for cell in cells:
         regularizer = cell.data.tags[f"{TAG}regularizer"]
         accuracy = frame[(frame.model == "neural_cde") & (frame.regularizer == regularizer)].test_accuracy
@@ -176,9 +196,9 @@ def test_a_failing_model_fails_only_its_cells(sweep):
     assert failed and {r.data.tags[f"{TAG}model"] for r in failed} == {"broken_cde"}
     assert all("broken_cde is broken" in r.data.tags[f"{TAG}error"] for r in failed)
     assert {r.data.tags[f"{TAG}regularizer"] for r in failed if r.data.tags[f"{TAG}phase"] == "evaluate"} == {
-        "none", "continuum_dropout"}
+        "none", "continuum_dropout", "plugin_damped"}
     table = (root / "reports" / "e2e" / "table.md").read_text()
-    assert "## Failed cells" in table and "broken_cde x synthetic x continuum_dropout" in table
+    assert "## Failed cells" in table and "broken_cde x plugin_waves x continuum_dropout" in table
     assert "broken_cde is broken" in out and len(out.splitlines()) < 120
 
 
@@ -195,7 +215,7 @@ def test_resume_after_the_fix_runs_only_the_failed_cells(sweep):
     assert finished_runs("neural_cde") == working
     broken = [r for r in _trials(uri) if r.data.tags[f"{TAG}model"] == "broken_cde"]
     fixed = [r.data.tags[f"{TAG}phase"] for r in broken if r.data.tags[f"{TAG}status"] == "ok"]
-    assert sorted(fixed) == ["base"] * 2 + ["evaluate"] * 4 + ["tune"] * 4
+    assert sorted(fixed) == ["base"] * 2 + ["evaluate"] * 6 + ["tune"] * 4
     assert [r.data.tags[f"{TAG}phase"] for r in broken if r.data.tags[f"{TAG}status"] == "error"] == ["base"] * 2
     assert all(r.data.tags[f"{TAG}status"] == "done" for r in _cell_runs(uri))
     total = len(_trials(uri))
