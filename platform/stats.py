@@ -18,6 +18,8 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 CELL = ["model", "dataset", "regularizer"]
+# Statuses the statistics count; any other (``running``, ``stopped``) is reported beside the tables.
+STATUSES = ("ok", "diverged", "error")
 BASELINE = "none"
 TESTS = ("student", "welch", "paired")
 HIGHER_IS_BETTER = {"accuracy": True, "top5_accuracy": True, "auroc": True, "nll": False, "ece": False}
@@ -72,9 +74,9 @@ def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     n < 2), and the counts ``n_diverged``, ``n_error``, ``n_missing`` (ok runs without the metric) and
     ``n_runs`` (all runs of the cell)."""
     status = runs["status"]
-    unknown = set(status) - {"ok", "diverged", "error"}
+    unknown = set(status) - set(STATUSES)
     if unknown:
-        raise ValueError(f"unknown run status {sorted(unknown)}; valid: ok, diverged, error")
+        raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(STATUSES)}")
     values = _ok_values(runs, metric)
     grouped = values.groupby(CELL)[metric]
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
