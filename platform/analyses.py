@@ -39,7 +39,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     frame = frame[frame["status"].isin(stats.STATUSES)]
     runs = runs[runs["status"].isin(stats.STATUSES)]
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
-    primary = report.primary_metrics(runs)
+    runs, primary = report.with_primary_metrics(runs)
+    frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
     groups = {
         "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
                                                         sensitivity.sensitivity_sections(frame, primary, directory)),

@@ -59,13 +59,36 @@ class ReportFiles:
 
 
 def primary_metrics(runs: pd.DataFrame) -> dict[str, str]:
-    """Primary metric of each dataset, as in the paper: ``test_auroc`` where the dataset's runs report it
-    (binary tasks), else ``test_top5_accuracy`` (100-class tasks), else ``test_accuracy``."""
+    """Primary metric column of each dataset: ``test_<metric>``, where ``metric`` is the dataset's registered
+    primary metric (``accuracy``, ``auroc`` or ``top5_accuracy``) that every trial run records as the tag
+    ``ndebench.metric`` (column ``metric`` of the runs frame).
+
+    Only for a dataset none of whose runs carries that tag (runs recorded before it existed) is the metric
+    inferred from the columns, as the paper chooses it: ``test_auroc`` where the dataset's runs report it
+    (binary tasks), else ``test_top5_accuracy`` (100-class tasks), else ``test_accuracy``. Raises
+    ``ValueError`` when the runs of one dataset are tagged with different metrics, or with an unknown one."""
     out = {}
     for dataset, group in runs.groupby("dataset", sort=True):
-        out[dataset] = next((m for m in ("test_auroc", "test_top5_accuracy") if _reported(group, m)),
-                            "test_accuracy")
+        tagged = sorted({m for m in group["metric"] if isinstance(m, str) and m}) if "metric" in group else []
+        if len(tagged) > 1:
+            raise ValueError(f"the runs of dataset {dataset!r} are tagged with different primary metrics "
+                             f"{tagged} (tag ndebench.metric); choose one with metric='test_<name>'")
+        if tagged:
+            stats.higher_is_better(tagged[0])
+            out[dataset] = f"test_{tagged[0]}"
+        else:
+            out[dataset] = next((m for m in ("test_auroc", "test_top5_accuracy") if _reported(group, m)),
+                                "test_accuracy")
     return out
+
+
+def with_primary_metrics(runs: pd.DataFrame, metric: str | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
+    """``runs`` and each dataset's primary metric column (``metric`` for all datasets when given, else
+    :func:`primary_metrics`); a primary column that no run recorded (every run of the dataset failed) is
+    added as NaN, so that its cells show the failures under the registered metric."""
+    primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
+    missing = sorted(set(primary.values()) - set(runs.columns))
+    return runs.assign(**dict.fromkeys(missing, math.nan)), primary
 
 
 def _reported(runs: pd.DataFrame, metric: str) -> bool:
@@ -141,9 +164,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     if not has_results(runs):
         return _report_without_results(runs, directory, study, coverage, test, alpha)
     pending = runs[~runs["status"].isin(stats.STATUSES)]
-    runs = _validate(runs, metric, test, alpha)
+    runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     strong = alpha / 5
-    primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
     tables = study_tables(runs, primary, test, alpha, correction, coverage)
     across = stats.compare_across_datasets(runs, primary, alpha=alpha)
     everything = pd.concat([runs, pending], ignore_index=True)
@@ -337,8 +359,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
                             + (f": {str(r.message)[:200]}" if getattr(r, "message", "") else "")
                             for r in failed.head(20).itertuples(index=False)])
     counts = status_line(runs)
-    runs = _validate(runs, metric, test, alpha)
-    primary = {d: metric for d in sorted(set(runs["dataset"]))} if metric else primary_metrics(runs)
+    runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     table = Table.build(runs, primary, "primary", test, alpha, correction)
     tests = table.comparisons.set_index(stats.CELL)
     rows = []
