@@ -90,7 +90,7 @@ def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "
 
 def results(study: str, uri: str | None = None) -> pd.DataFrame:
     """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`): one row per
-    evaluate-phase trial run, what ``ndebench report`` tabulates.
+    evaluate-phase trial run (sorted by model, dataset, regularizer and seed), what ``ndebench report`` tabulates.
 
     Columns: ``run_id, study, model, dataset, regularizer`` (the variant label, e.g.
     ``continuum_dropout[p=0.3,m=50]``, for runs of fixed-parameter variant cells), ``variant, label, seed,
@@ -112,7 +112,8 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     if runs.empty or frame.empty:
         return runs
     extra = ["run_id", *(c for c in frame.columns if c not in runs.columns)]
-    return runs.merge(frame[extra], on="run_id", how="left")
+    merged = runs.merge(frame[extra], on="run_id", how="left")
+    return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
 
 
 @dataclasses.dataclass(frozen=True)
