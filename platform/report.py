@@ -41,7 +41,6 @@ METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "tes
 REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
 
 
-
 @dataclass(frozen=True)
 class ReportFiles:
     """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts)."""
@@ -239,8 +238,6 @@ def _write_csv(runs: pd.DataFrame, directory: Path) -> Path:
     path = directory / "results.csv"
     runs.drop(columns="calibration", errors="ignore").to_csv(path, index=False)
     return path
-
-
 
 
 def _report_without_results(runs: pd.DataFrame, directory: Path, study: str, coverage: pd.DataFrame,
