@@ -135,8 +135,10 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.build_report` (see it
     for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
-    ``correction``, the primary ``metric`` of each dataset unless one is given). ``ndebench report``
-    additionally writes the paper's further analyses and ``report.html`` and logs the files to MLflow."""
+    ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
+    ``planned_seeds`` without a run, e.g. ``tracking.planned_seeds(uri, study)``, default every seed recorded).
+    ``ndebench report`` additionally writes the paper's further analyses and ``report.html`` and logs the files
+    to MLflow."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
