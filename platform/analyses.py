@@ -13,8 +13,6 @@ from pathlib import Path
 import pandas as pd
 from ndebench.platform import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
 
-STATUSES = ("ok", "diverged", "error")
-
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (from ``tracking.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
@@ -38,10 +36,11 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     multivariate split (default: the UEA archive's table).
     """
     directory = files.directory
-    frame = frame[frame["status"].isin(STATUSES)]
-    runs = runs[runs["status"].isin(STATUSES)]
+    frame = frame[frame["status"].isin(stats.STATUSES)]
+    runs = runs[runs["status"].isin(stats.STATUSES)]
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
-    primary = report.primary_metrics(runs)
+    runs, primary = report.with_primary_metrics(runs)
+    frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
     groups = {
         "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
                                                         sensitivity.sensitivity_sections(frame, primary, directory)),

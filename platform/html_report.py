@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 import pandas as pd
-from ndebench.platform import report, sections
+from ndebench.platform import sections, tables
 from ndebench.platform.sections import Section
 
 STYLE = """
@@ -28,10 +28,10 @@ def data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
 
-def main_table_section(table: report._Table, alpha: float) -> str:
+def main_table_section(table: tables.Table, alpha: float) -> str:
     """One of the per-study tables of :func:`~ndebench.platform.report.build_report` as HTML."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in
-                   ["regularizer"] + [f"{m} / {report._column_title(table, d, metric)}"
+                   ["regularizer"] + [f"{m} / {tables.column_title(table, d, metric)}"
                                       for m, d, metric in table.columns])
     body = []
     for r in table.rows:
@@ -45,7 +45,7 @@ def main_table_section(table: report._Table, alpha: float) -> str:
             text = (f"<b>{text}</b>" if cell.bold else text) + html.escape(cell.marker)
             cells.append(f"<td>{text}" + (f" <small>[{html.escape(cell.note)}]</small>" if cell.note else "") + "</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    caption = report._caption(table, alpha, tex=False).replace("\\*", "*")
+    caption = tables.caption(table, alpha, tex=False).replace("\\*", "*")
     title = "Primary metric" if table.title == "primary" else table.title
     return (f"<section><h2>{html.escape(title)}</h2><table><caption>{html.escape(caption)}</caption>"
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></section>")

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform import report, stats
+from ndebench.platform import stats, tables
 from ndebench.platform.sections import Cell, Section, mean_std, save_figure
 
-LABELS = {m: report.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}
+LABELS = {m: tables.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}
 
 
 def mc_cells(reevaluated: pd.DataFrame, metric: str) -> pd.DataFrame:

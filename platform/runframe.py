@@ -2,6 +2,7 @@
 per-epoch training time, read from MLflow.
 
 Columns: ``run_id, parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``,
+``metric`` (the dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs),
 ``p, m, rate`` (the regularizer's parameters from the run's params ``regularizer.p`` ...; NaN where absent),
 every ``test_*`` metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs) and
 ``params`` (the run's flat config, values parsed back from strings). ``label`` is the variant label where
@@ -49,7 +50,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
             "run_id": run.info.run_id, "parent_run_id": tags.get("mlflow.parentRunId", ""), "study": study,
             "model": tag("model"), "dataset": tag("dataset"), "regularizer": tag("regularizer"),
             "variant": tag("variant"), "seed": int(tag("seed", "-1")), "status": tag("status", "running"),
-            "n_mc": int(tag("n_mc", "0") or 0),
+            "n_mc": int(tag("n_mc", "0") or 0), "metric": tag("metric"),
             **{name: _number(params.get(f"regularizer.{name}")) for name in PARAMS},
             **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
             "params": params,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 from ndebench.platform.figures import save_png_pdf
-from ndebench.platform.report import latex_escape
+from ndebench.platform.tables import latex_escape
 
 
 @dataclass

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from ndebench.platform import stats
-from ndebench.platform.report import LABELS
 from ndebench.platform.runframe import PARAMS
 from ndebench.platform.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.tables import LABELS
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:

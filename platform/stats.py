@@ -18,6 +18,8 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 CELL = ["model", "dataset", "regularizer"]
+# Statuses the statistics count; any other (``running``, ``stopped``) is reported beside the tables.
+STATUSES = ("ok", "diverged", "error")
 BASELINE = "none"
 TESTS = ("student", "welch", "paired")
 HIGHER_IS_BETTER = {"accuracy": True, "top5_accuracy": True, "auroc": True, "nll": False, "ece": False}
@@ -72,9 +74,9 @@ def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     n < 2), and the counts ``n_diverged``, ``n_error``, ``n_missing`` (ok runs without the metric) and
     ``n_runs`` (all runs of the cell)."""
     status = runs["status"]
-    unknown = set(status) - {"ok", "diverged", "error"}
+    unknown = set(status) - set(STATUSES)
     if unknown:
-        raise ValueError(f"unknown run status {sorted(unknown)}; valid: ok, diverged, error")
+        raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(STATUSES)}")
     values = _ok_values(runs, metric)
     grouped = values.groupby(CELL)[metric]
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
@@ -241,25 +243,17 @@ def compare_across_datasets(
     (p_holm < alpha), and ``note`` saying when the test is degenerate or when, with n datasets,
     ``2 / 2**n >= alpha`` so that it cannot reach significance (fewer than 6 datasets at alpha 0.05).
     """
-    means = {}
-    for dataset, metric in metrics.items():
-        cells = summarize_cells(runs[runs["dataset"] == dataset], metric)
-        cells["sign"] = 1.0 if higher_is_better(metric) else -1.0
-        means[dataset] = cells
-    if not means:
-        return _across_frame([])
-    cells = pd.concat(means.values(), ignore_index=True)
+    means = _signed_means(runs, metrics)
     rows = []
-    for (model, regularizer), group in cells.groupby(["model", "regularizer"], sort=True):
+    for model, regularizer in sorted(means.index):
         if regularizer == baseline:
             continue
-        base = cells[(cells["model"] == model) & (cells["regularizer"] == baseline)].set_index("dataset")
-        reg = group.set_index("dataset")
-        common = sorted(d for d in reg.index.intersection(base.index)
-                        if np.isfinite(reg.at[d, "mean"]) and np.isfinite(base.at[d, "mean"]))
-        r, b = reg.loc[common, "mean"].to_numpy(float), base.loc[common, "mean"].to_numpy(float)
-        sign = reg.loc[common, "sign"].to_numpy(float)
-        d = sign * (r - b)
+        reg = means.loc[(model, regularizer)]
+        base = means.loc[(model, baseline)] if (model, baseline) in means.index else reg * math.nan
+        common = sorted(d for d in means.columns if np.isfinite(reg[d]) and np.isfinite(base[d]))
+        # Signed means: s r_d - s b_d = d_d, and |s b_d| = |b_d| for the percentage.
+        r, b = reg[common].to_numpy(float), base[common].to_numpy(float)
+        d = r - b
         rows.append({"model": model, "regularizer": regularizer, "baseline": baseline, "n_datasets": len(common),
                      "datasets": common, **_improvement(d, b), **_wilcoxon(d, alpha)})
     return _across_frame(rows, alpha)
@@ -308,15 +302,24 @@ def _across_frame(rows: list[dict], alpha: float = 0.05) -> pd.DataFrame:
     return out
 
 
+def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None = None) -> pd.DataFrame:
+    """Per-cell means sign-adjusted so that higher is better (``-mean`` for NLL, ECE): one row per (model,
+    regularizer) (only ``model``'s when given), one column per dataset of ``metrics``; NaN where a cell has
+    no mean."""
+    columns = {}
+    for dataset, metric in metrics.items():
+        part = runs[runs["dataset"] == dataset]
+        part = part if model is None else part[part["model"] == model]
+        sign = 1.0 if higher_is_better(metric) else -1.0
+        columns[dataset] = summarize_cells(part, metric).set_index(["model", "regularizer"])["mean"] * sign
+    return pd.DataFrame(columns, index=pd.MultiIndex.from_tuples([], names=["model", "regularizer"])
+                        if not columns else None)
+
+
 def signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd.DataFrame:
     """Per-cell means of ``model``: one row per regularizer, one column per dataset where every regularizer
     has a mean, sign-adjusted so that higher is better (``-mean`` for NLL, ECE)."""
-    table = {}
-    for dataset, metric in metrics.items():
-        cells = summarize_cells(runs[(runs["dataset"] == dataset) & (runs["model"] == model)], metric)
-        sign = 1.0 if higher_is_better(metric) else -1.0
-        table[dataset] = cells.set_index("regularizer")["mean"] * sign
-    return pd.DataFrame(table).dropna(axis=1)
+    return _signed_means(runs, metrics, model).droplevel("model").dropna(axis=1)
 
 
 def average_ranks(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd.Series:
@@ -334,11 +337,7 @@ def pairwise_wilcoxon(runs: pd.DataFrame, metrics: dict[str, str], model: str, a
     """Wilcoxon signed-rank p-value of every pair of regularizers of ``model`` over the datasets where
     both have a mean, Holm-adjusted over all pairs; columns ``a, b, n_datasets, p, p_holm``. Pairs whose
     ``p_holm >= alpha`` are joined by a bar in the critical-difference diagram."""
-    means = {}
-    for dataset, metric in metrics.items():
-        cells = summarize_cells(runs[(runs["dataset"] == dataset) & (runs["model"] == model)], metric)
-        means[dataset] = cells.set_index("regularizer")["mean"] * (1.0 if higher_is_better(metric) else -1.0)
-    frame = pd.DataFrame(means)
+    frame = _signed_means(runs, metrics, model).droplevel("model")
     rows = []
     names = list(frame.index)
     for i, a in enumerate(names):

@@ -295,8 +295,10 @@ def planned_seeds(uri: str, study: str) -> list[int] | None:
 
 def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False) -> pd.DataFrame:
     """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
-    ``stopped``), the error or divergence ``message``, protocol, ``test_*`` metrics, calibration bins. Runs of
-    fixed-parameter variant cells (column ``variant``) only with ``variants=True``."""
+    ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
+    (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
+    the tag existed), ``test_*`` metrics, calibration bins. Runs of fixed-parameter variant cells (column
+    ``variant``) only with ``variants=True``."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
@@ -314,6 +316,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "message": tags.get(f"{TAG}error") or tags.get(f"{TAG}message") or "",
             "seed": _seed(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
+            "metric": tags.get(f"{TAG}metric", ""),
         }
         row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
         if with_calibration and row["status"] == "ok":

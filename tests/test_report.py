@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.metrics import calibration_bins
-from ndebench.platform.report import build_report, format_console_table, latex_escape, primary_metrics
+from ndebench.platform.report import build_report, format_console_table, primary_metrics
+from ndebench.platform.tables import latex_escape
 from scipy import stats as sps
 
 BASE = np.array([0.80, 0.81, 0.82, 0.83, 0.84])
@@ -144,6 +145,34 @@ def test_primary_metric_per_dataset():
                          "test_auroc": [0.95, np.nan, np.nan, np.nan],
                          "test_top5_accuracy": [np.nan, np.nan, 0.8, np.nan]})
     assert primary_metrics(runs) == {"bin": "test_auroc", "c100": "test_top5_accuracy", "plain": "test_accuracy"}
+
+
+def test_primary_metric_is_the_registered_one_where_runs_carry_the_tag():
+    # "bin" reports AUROC but its registration names accuracy, and "c100" logged no top-5 value: the tag wins
+    # both ways. "old" was recorded before the tag existed, so its metric is still inferred from the columns.
+    runs = pd.DataFrame({"dataset": ["bin", "bin", "c100", "old"],
+                         "metric": ["accuracy", "accuracy", "top5_accuracy", ""],
+                         "test_accuracy": [0.9, 0.8, 0.5, 0.7], "test_auroc": [0.95, 0.9, np.nan, 0.8],
+                         "test_top5_accuracy": [np.nan, np.nan, np.nan, np.nan]})
+    assert primary_metrics(runs) == {"bin": "test_accuracy", "c100": "test_top5_accuracy", "old": "test_auroc"}
+    with pytest.raises(ValueError, match=r"dataset 'bin' are tagged with different primary metrics "
+                                         r"\['accuracy', 'auroc'\]"):
+        primary_metrics(runs.assign(metric=["accuracy", "auroc", "top5_accuracy", ""]))
+    with pytest.raises(ValueError, match="unknown metric 'f1'"):
+        primary_metrics(runs.assign(metric=["f1", "f1", "top5_accuracy", ""]))
+
+
+def test_a_tagged_metric_no_run_recorded_heads_its_column_with_the_failures(tmp_path):
+    # Every Sepsis run diverged, so no run logged test_auroc: the column still says AUROC and shows why it is empty.
+    runs = _frame().query("study == 'demo'").assign(metric="accuracy")
+    sepsis = runs[runs["status"] == "ok"].assign(dataset="Sepsis", metric="auroc", status="diverged",
+                                                 test_accuracy=np.nan, test_nll=np.nan, test_ece=np.nan)
+    files = build_report(pd.concat([runs, sepsis]), tmp_path, "demo", planned_seeds=[0, 1, 2, 3, 4])
+    rows = _md_rows(files.table_md.read_text(), "Primary metric")
+    assert json.loads(files.summary_json.read_text())["primary_metric"] == {"BasicMotions": "test_accuracy",
+                                                                            "Sepsis": "test_auroc"}
+    assert "neural_cde / Sepsis (AUROC)" in files.table_md.read_text()
+    assert rows["none"] == ["0.820 (0.016)", "– [n=0; 5 diverged]"]
 
 
 def test_explicit_metric_and_bad_arguments(tmp_path):

@@ -4,6 +4,8 @@ import sys
 
 import pytest
 from ndebench.platform.cli import main
+from ndebench.platform.report import primary_metrics
+from ndebench.platform.runframe import runs_frame
 from ndebench.platform.tracking import (
     TAG,
     TrialRecorder,
@@ -114,3 +116,18 @@ def test_runs_have_short_names_and_the_experiment_opens_in_the_model_training_vi
     experiment = client(uri).get_experiment(ensure_experiment(uri, "named"))
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert experiment.tags["mlflow.note.content"] == "what the study asks"
+
+
+def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_metric(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    scores = {"test_accuracy": 0.6, "test_auroc": 0.7}
+    tagged = [_record(uri, r, 0, "ok", scores, tags={"metric": "accuracy"}) for r in ("none", "continuum_dropout")]
+    older = _record(uri, "none", 1, "ok", scores)
+    runs = evaluate_runs(uri, STUDY, with_calibration=False)
+    assert dict(zip(runs["run_id"], runs["metric"])) == {tagged[0]: "accuracy", tagged[1]: "accuracy", older: ""}
+    frame = runs_frame(uri, STUDY, histories=False)
+    assert dict(zip(frame["run_id"], frame["metric"])) == dict(zip(runs["run_id"], runs["metric"]))
+    # The registration says accuracy although the runs report AUROC; a study recorded before the tag
+    # existed falls back to the columns, where AUROC marks a binary task.
+    assert primary_metrics(runs) == {"synthetic": "test_accuracy"}
+    assert primary_metrics(runs[runs["run_id"] == older]) == {"synthetic": "test_auroc"}

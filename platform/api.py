@@ -1,0 +1,151 @@
+"""The Python API for notebooks and scripts: load a sweep spec, validate it, run it, read its results, report.
+
+The same steps as ``ndebench validate``, ``ndebench run`` and ``ndebench report``, as functions that return
+values instead of printing::
+
+    from ndebench.platform import api
+
+    spec = api.load("tune_configs/quickstart.yaml", ["training.epochs=2", "tune.num_samples=2"])
+    api.validate(spec)                      # [] or warnings; raises ConfigError on a bad value
+    result = api.run(spec)                  # trains on Ray, records in MLflow
+    runs = api.results(spec.study)          # one row per evaluate run
+    rep = api.report(runs, "reports")       # tables as text and files
+
+Each function is a thin wrapper over the module that does the work (:mod:`~ndebench.platform.config`,
+:mod:`~ndebench.platform.buildcheck`, :mod:`~ndebench.platform.sweep`, :mod:`~ndebench.platform.tracking`,
+:mod:`~ndebench.platform.runframe`, :mod:`~ndebench.platform.report`); errors are the ones the command line
+prints (:class:`~ndebench.platform.config.ConfigError` and ``ValueError`` naming the bad value).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from ndebench.platform.config import SweepSpec, apply_overrides, load_spec, parse_spec
+from ndebench.platform.report import ReportFiles, build_report, format_console_table
+from ndebench.platform.sweep import SweepOutcome
+
+
+def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> SweepSpec:
+    """A validated :class:`~ndebench.platform.config.SweepSpec` from a sweep YAML file or from a mapping with
+    the YAML's structure, with ``overrides`` (``"KEY=VALUE"`` as for ``--set``: dotted key, value parsed as
+    YAML, e.g. ``"training.epochs=2"``) applied before validation. Raises ``ConfigError`` naming the bad key
+    or value."""
+    if isinstance(source, Mapping):
+        spec = parse_spec(apply_overrides(dict(source), overrides))
+        return dataclasses.replace(spec, overrides=tuple(overrides))
+    return load_spec(source, overrides)
+
+
+def validate(spec: SweepSpec) -> list[str]:
+    """What ``ndebench validate`` checks beyond :func:`load`: every model configuration of the sweep is built
+    once on a tiny input (a value a model refuses raises ``ConfigError``). Returns the warnings (e.g. a TPE
+    budget that never leaves Optuna's random start-up phase), ``[]`` when there are none."""
+    from ndebench.platform.buildcheck import check_models_build, tpe_warnings
+
+    check_models_build(spec)
+    return tpe_warnings(spec)
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The MLflow tracking URI the API uses: ``uri`` made absolute (``sqlite:///rel.db`` against the current
+    directory), or by default ``sqlite:///<cwd>/mlflow.db``, as on the command line."""
+    from ndebench.platform.tracking import absolute_uri, default_tracking_uri
+
+    return absolute_uri(uri) if uri else default_tracking_uri()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What :func:`run` returns: the ``study`` name, the ``tracking_uri`` it was recorded in, the sweep's
+    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file) and
+    ``runs``, the study's results frame (:func:`results`)."""
+
+    study: str
+    tracking_uri: str
+    outcome: SweepOutcome
+    runs: pd.DataFrame
+
+
+def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
+        address: str | None = None, resume: bool = False, data_dir: str | None = None,
+        verbose: bool = False) -> RunResult:
+    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then
+    :class:`~ndebench.platform.sweep.Sweep` (a local Ray, or the cluster at ``address``) records every trial
+    in MLflow at ``uri`` (default :func:`tracking_uri`). ``resume`` continues a study (only failed and
+    unfinished cells run again); ``storage_path`` holds Ray's results (a path or an ``s3://``-style URI);
+    ``data_dir`` overrides the spec's. A failed cell does not raise: it is in ``outcome.failed``."""
+    from ndebench.platform.buildcheck import check_models_build
+    from ndebench.platform.sweep import Sweep
+
+    check_models_build(spec)
+    uri = tracking_uri(uri)
+    outcome = Sweep(spec, tracking_uri=uri, storage_path=storage_path, address=address, resume=resume,
+                    data_dir=data_dir, verbose=verbose).run()
+    return RunResult(spec.study, uri, outcome, results(spec.study, uri))
+
+
+def results(study: str, uri: str | None = None) -> pd.DataFrame:
+    """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`): one row per
+    evaluate-phase trial run (sorted by model, dataset, regularizer and seed), what ``ndebench report`` tabulates.
+
+    Columns: ``run_id, study, model, dataset, regularizer`` (the variant label, e.g.
+    ``continuum_dropout[p=0.3,m=50]``, for runs of fixed-parameter variant cells), ``variant, label, seed,
+    status`` (``ok``, ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash,
+    test_protocol, metric`` (the dataset's primary metric), ``n_mc, p, m, rate`` (the regularizer's
+    parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
+    runs), ``parent_run_id`` and ``params`` (the run's flat config as a dict). Raises ``ValueError`` when
+    the study is not in the tracking store."""
+    from ndebench.platform.analyses import label_variants
+    from ndebench.platform.runframe import runs_frame
+    from ndebench.platform.tracking import evaluate_runs, study_names
+
+    uri = tracking_uri(uri)
+    studies = study_names(uri)
+    if study not in studies:
+        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
+    frame = runs_frame(uri, study, histories=False)
+    runs = label_variants(evaluate_runs(uri, study, variants=True), frame)
+    if runs.empty or frame.empty:
+        return runs
+    extra = ["run_id", *(c for c in frame.columns if c not in runs.columns)]
+    merged = runs.merge(frame[extra], on="run_id", how="left")
+    return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What :func:`report` returns: the written ``files`` (``files.directory``, ``files.paths``), the
+    Markdown (``table.md``) and LaTeX (``table.tex``) text of the tables, and the ``console`` summary that
+    ``ndebench report`` prints (per cell n, mean, std and the test against ``none``)."""
+
+    files: ReportFiles
+    markdown: str
+    latex: str
+    console: str
+
+
+def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
+           test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
+           planned_seeds: list[int] | None = None) -> Report:
+    """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
+    (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
+    ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.build_report` (see it
+    for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
+    ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
+    ``planned_seeds`` without a run, e.g. ``tracking.planned_seeds(uri, study)``, default every seed recorded).
+    ``ndebench report`` additionally writes the paper's further analyses and ``report.html`` and logs the files
+    to MLflow."""
+    if study is None:
+        names = sorted(set(runs["study"])) if "study" in runs.columns else []
+        if len(names) != 1:
+            raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
+        study = names[0]
+    files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
+                         correction=correction, planned_seeds=planned_seeds)
+    mine = runs[runs["study"] == study] if "study" in runs.columns else runs
+    return Report(files, files.table_md.read_text(), files.table_tex.read_text(),
+                  format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction))

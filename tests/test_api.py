@@ -1,0 +1,76 @@
+"""The notebook API without Ray: load and validate a spec, read a study's results frame from MLflow, report it;
+``run`` refuses to overwrite a recorded study before a cluster starts."""
+import pytest
+import yaml
+from analysis_study import study_frame
+from ndebench.platform import api
+from ndebench.platform.config import ConfigError
+from ndebench.platform.tracking import TrialRecorder
+
+SPEC = {
+    "study": "nb", "models": ["neural_cde"], "datasets": ["synthetic"],
+    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": 10}},
+    "training": {"epochs": 3, "lr": 0.01}, "evaluate": {"seeds": [0, 1]},
+}
+
+
+def test_load_from_a_dict_or_a_file_with_overrides_then_validate(tmp_path):
+    spec = api.load(SPEC, ["training.epochs=1", "tune.num_samples=2", "evaluate.seeds=[0, 1, 2]"])
+    assert spec.training["epochs"] == 1 and spec.tune.num_samples == 2 and spec.evaluate.seeds == (0, 1, 2)
+    assert spec.overrides == ("training.epochs=1", "tune.num_samples=2", "evaluate.seeds=[0, 1, 2]")
+    assert SPEC["training"]["epochs"] == 3  # the caller's mapping is left as it was
+    path = tmp_path / "nb.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    from_file = api.load(path, ["training.epochs=1", "tune.num_samples=2", "evaluate.seeds=[0, 1, 2]"])
+    assert from_file.source == str(path.resolve())
+    assert from_file.training == spec.training and from_file.regularizers == spec.regularizers
+    # Two TPE samples never leave Optuna's 10 random start-up trials: a warning, not an error.
+    assert len(api.validate(spec)) == 1 and "never leaves its random start-up phase" in api.validate(spec)[0]
+    with pytest.raises(ConfigError, match=r"training.epochs=0"):
+        api.load(SPEC, ["training.epochs=0"])
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        api.load(SPEC, ["training.epochs"])
+
+
+def test_report_from_a_results_frame_returns_its_tables_as_text(tmp_path):
+    runs = study_frame().pipe(lambda frame: frame.assign(regularizer=frame["label"]))  # as api.results labels
+    rep = api.report(runs, tmp_path)
+    assert rep.files.directory == tmp_path / "crafted"
+    assert rep.markdown == rep.files.table_md.read_text() and rep.latex == rep.files.table_tex.read_text()
+    cell = runs[(runs["model"] == "neural_ode") & (runs["dataset"] == "GunPoint") & (runs["regularizer"] == "none")]
+    mean, std = cell["test_accuracy"].mean(), cell["test_accuracy"].std(ddof=1)
+    none_row = next(line for line in rep.markdown.splitlines() if line.startswith("| none |"))
+    assert none_row.split(" | ")[-1].strip(" |*") == f"{mean:.3f} ({std:.3f})"  # the last column: neural_ode/GunPoint
+    assert "Student's two-sample t-test" in rep.console and "jump_diffusion" in rep.console
+    with pytest.raises(ValueError, match=r"name the study to report; the runs hold \['crafted', 'other'\]"):
+        api.report(runs.assign(study=["crafted", "other"] * (len(runs) // 2)), tmp_path)
+
+
+def _record(uri: str, regularizer: str, seed: int, accuracy: float, variant: str = "", p: float | None = None) -> str:
+    tags = {"study": "nb", "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",
+            "regularizer": regularizer, "seed": str(seed), "metric": "accuracy",
+            **({"variant": variant} if variant else {})}
+    config = {"regularizer": regularizer, "seed": seed, **({"regularizer.p": p} if p is not None else {})}
+    recorder = TrialRecorder(uri, "nb", config, f"{variant or regularizer}-{seed}", tags)
+    recorder.finish("ok", {"test_accuracy": accuracy, "test_nll": 1 - accuracy}, {}, {})
+    return recorder.run_id
+
+
+def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for seed in (0, 1):
+        _record(uri, "none", seed, 0.6 + 0.02 * seed)
+        _record(uri, "continuum_dropout", seed, 0.7 + 0.02 * seed, "continuum_dropout[p=0.3]", 0.3)
+    runs = api.results("nb", uri)
+    assert len(runs) == 4 and set(runs["status"]) == {"ok"} and set(runs["metric"]) == {"accuracy"}
+    assert set(runs["regularizer"]) == {"none", "continuum_dropout[p=0.3]"}
+    variant = runs[runs["variant"] != ""]
+    assert variant["p"].tolist() == [0.3] * 2
+    assert variant["params"].map(lambda params: params["regularizer.p"]).tolist() == [0.3] * 2
+    rep = api.report(runs, tmp_path / "reports")
+    assert "| continuum_dropout[p=0.3] | **0.710 (0.014)**" in rep.markdown
+    with pytest.raises(ValueError, match=r"study 'missing' is not in sqlite:///.*; studies there: nb"):
+        api.results("missing", uri)
+    # A recorded study is never overwritten: run refuses before a Ray cluster starts.
+    with pytest.raises(RuntimeError, match="already has 4 MLflow run"):
+        api.run(api.load(SPEC), uri=uri, storage_path=tmp_path / "ray")
