@@ -20,9 +20,11 @@ from typing import Any
 import yaml
 from ndebench.datasets.registry import split_name
 from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SolverConfig, solver_methods
+from ndebench.models.registry import REGISTRY as MODELS
 from ndebench.models.registry import list_models, model_info, model_options
 from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
+from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
 from ndebench.regularizers.registry import list_regularizers, regularizer_info
 
 
@@ -283,10 +285,9 @@ def _model_rules(model: str) -> dict[str, typed.Rule]:
 
 
 def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> None:
-    valid = list_models()
     for name in models:
-        if name not in valid:
-            raise ConfigError(f"models: unknown model {name!r}; valid models: {', '.join(valid)}")
+        if name not in MODELS:
+            raise ConfigError(f"models: unknown model {name!r}; valid models: {', '.join(list_models())}")
     for name in models:
         params = set(model_options(name))
         bad = sorted(set(model_section) - params)
@@ -335,11 +336,11 @@ def _check_regularizers(raw: Any, models: tuple[str, ...],
     raw = _mapping(raw, "regularizers")
     if not raw:
         raise ConfigError("regularizers: name at least one regularizer (and 'none' as the baseline)")
-    valid = list_regularizers()
     out: dict[str, dict[str, Value]] = {}
     for name, params in raw.items():
-        if name not in valid:
-            raise ConfigError(f"regularizers: unknown regularizer {name!r}; valid regularizers: {', '.join(valid)}")
+        if name not in REGULARIZERS:
+            raise ConfigError(f"regularizers: unknown regularizer {name!r}; valid regularizers: "
+                              f"{', '.join(list_regularizers())}")
         info = regularizer_info(name)
         params = _mapping(params, f"regularizers.{name}")
         _unknown(set(params), set(info.hyperparams), f"regularizers.{name}")
@@ -381,7 +382,7 @@ def _check_solvers(raw: Any, models: tuple[str, ...]) -> dict[str, SolverConfig]
     out: dict[str, SolverConfig] = {}
     for key, section in raw.items():
         where = "solver" if key == "default" else f"solver.{key}"
-        if key != "default" and key not in list_models():
+        if key != "default" and key not in MODELS:
             raise ConfigError(f"{where}: unknown key {key!r}; give solver settings directly or per model name "
                               f"({', '.join(list_models())})")
         try:
@@ -586,9 +587,8 @@ def config_hash(config: dict[str, Any]) -> str:
 def _split_model_section(raw: Any, models: tuple[str, ...]) -> tuple[dict[str, Value], dict[str, dict[str, Value]]]:
     """Shared ``model:`` keys, and per-model blocks (a key naming a registered model maps to its overrides)."""
     shared, overrides = {}, {}
-    registered = set(list_models())
     for key, value in _mapping(raw, "model").items():
-        if key in registered:
+        if key in MODELS:
             if key not in models:
                 raise ConfigError(f"model.{key}: a block for model {key!r}, which is not in models {list(models)}")
             block = _mapping(value, f"model.{key}")

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import yaml
+from ndebench.models.registry import list_models
 from ndebench.platform.cli import main
 from ndebench.platform.tracking import TAG, evaluate_runs, search
 from test_plugins import make_plugin
@@ -77,6 +78,7 @@ def sweep(tmp_path_factory):
     flag = root / "broken.flag"
     flag.write_text("broken")
     os.environ["NDEBENCH_TEST_BROKEN"] = str(flag)
+    assert "broken_cde" not in list_models()  # the registries are loaded before the plugin is installed
     pythonpath = make_plugin(root / "plugin", PLUGIN)["PYTHONPATH"]
     sys.path.insert(0, str(root / "plugin"))
     importlib.invalidate_caches()
