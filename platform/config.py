@@ -53,6 +53,11 @@ class Space:
 Value = Any  # a fixed scalar or a Space
 
 
+PROTOCOLS = ("paper", "joint")
+SAMPLERS = ("tpe", "random", "grid")
+SCHEDULERS = ("fifo", "asha")
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """Optimisation settings (defaults: the torch-ists reference pipeline).
@@ -63,18 +68,18 @@ class TrainingConfig:
     paper's image recipe is SGD, lr 0.1, halved after 2 flat epochs).
     """
 
-    epochs: int = 100
-    optimizer: str = "adam"
-    scheduler: str = "step"
-    batch_size: int | str = "auto"
-    lr: float = 1e-3
-    weight_decay_factor: float = 0.01
-    lr_step: int = 10
-    lr_gamma: float = 0.5
-    patience: int = 10
-    min_epochs: int = 20
-    grad_clip: float | None = 10.0
-    threads: int | None = None
+    epochs: int = typed.checked(100, typed.integer(1))
+    optimizer: str = typed.checked("adam", typed.one_of("adam", "sgd"))
+    scheduler: str = typed.checked("step", typed.one_of("step", "plateau"))
+    batch_size: int | str = typed.checked("auto", typed.either(typed.one_of("auto"), typed.integer(1)))
+    lr: float = typed.checked(1e-3, typed.number(0, low_open=True))
+    weight_decay_factor: float = typed.checked(0.01, typed.number(0))
+    lr_step: int = typed.checked(10, typed.integer(1))
+    lr_gamma: float = typed.checked(0.5, typed.number(0, low_open=True))
+    patience: int = typed.checked(10, typed.integer(1))
+    min_epochs: int = typed.checked(20, typed.integer(0))
+    grad_clip: float | None = typed.checked(10.0, typed.number(0, low_open=True, null=True))
+    threads: int | None = typed.checked(None, typed.integer(1, null=True))
 
 
 @dataclass(frozen=True)
@@ -82,43 +87,43 @@ class AshaConfig:
     """ASHA early stopping of a search stage: rungs at ``grace_period * reduction_factor**k`` epochs up to
     ``max_epochs`` (default: the stage's training epochs)."""
 
-    grace_period: int = 1
-    reduction_factor: int = 4
-    max_epochs: int | None = None
+    grace_period: int = typed.checked(1, typed.integer(1))
+    reduction_factor: int = typed.checked(4, typed.integer(2))
+    max_epochs: int | None = typed.checked(None, typed.integer(1, null=True))
 
 
 @dataclass(frozen=True)
 class TuneConfig:
-    num_samples: int = 20
+    num_samples: int = typed.checked(20, typed.integer(1))
     metric: str = "val_loss"
-    mode: str = "min"
-    seed: int = 0
-    max_concurrent: int | None = None
-    sampler: str = "tpe"
-    n_startup_trials: int = 10
-    scheduler: str = "fifo"
+    mode: str = typed.checked("min", typed.one_of("min", "max"))
+    seed: int = typed.checked(0, typed.integer(0))
+    max_concurrent: int | None = typed.checked(None, typed.integer(1, null=True))
+    sampler: str = typed.checked("tpe", typed.one_of(*SAMPLERS))
+    n_startup_trials: int = typed.checked(10, typed.integer(0))
+    scheduler: str = typed.checked("fifo", typed.one_of(*SCHEDULERS))
     asha: AshaConfig = AshaConfig()
-    max_failures: int = 2
-    checkpoint_every: int = 1
+    max_failures: int = typed.checked(2, typed.integer(0))
+    checkpoint_every: int = typed.checked(1, typed.integer(1))
 
 
 @dataclass(frozen=True)
 class EvaluateConfig:
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    seeds: tuple[int, ...] = typed.checked((0, 1, 2, 3, 4), typed.sequence_of(typed.integer(0)))
     save_weights: bool = True
 
 
 @dataclass(frozen=True)
 class Resources:
-    cpu: float = 1.0
-    gpu: float = 0.0
+    cpu: float = typed.checked(1.0, typed.number(0, low_open=True))
+    gpu: float = typed.checked(0.0, typed.number(0))
 
 
 @dataclass(frozen=True)
 class ReportConfig:
-    test: str = "student"
-    alpha: float = 0.05
-    correction: str = "none"
+    test: str = typed.checked("student", typed.one_of("student", "welch", "paired"))
+    alpha: float = typed.checked(0.05, typed.number(0, 1, low_open=True, high_open=True))
+    correction: str = typed.checked("none", typed.one_of("none", "holm", "bh"))
 
 
 @dataclass(frozen=True)
@@ -178,9 +183,6 @@ TOP_KEYS = {
     "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
     "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants", "plugins",
 }
-PROTOCOLS = ("paper", "joint")
-SAMPLERS = ("tpe", "random", "grid")
-SCHEDULERS = ("fifo", "asha")
 VARIANT_MODES = ("grid",)
 MODEL_COMMON = {"hidden_size", "num_layers"}
 
@@ -266,14 +268,7 @@ def _dataclass_from(cls: type, raw: Any, where: str, rules: dict[str, typed.Rule
 def _check_training(training: dict[str, Value]) -> None:
     valid = {f.name for f in dataclasses.fields(TrainingConfig)}
     _unknown(set(training), valid, "training")
-    positive = typed.number(0, low_open=True)
-    rules = typed.dataclass_rules(TrainingConfig) | {
-        "epochs": typed.integer(1), "lr_step": typed.integer(1), "patience": typed.integer(1),
-        "min_epochs": typed.integer(0), "batch_size": typed.either(typed.one_of("auto"), typed.integer(1)),
-        "lr": positive, "lr_gamma": positive, "weight_decay_factor": typed.number(0),
-        "grad_clip": typed.number(0, low_open=True, null=True), "optimizer": typed.one_of("adam", "sgd"),
-        "scheduler": typed.one_of("step", "plateau"), "threads": typed.integer(1, null=True),
-    }
+    rules = typed.dataclass_rules(TrainingConfig)
     for key, value in training.items():
         for v in _candidates(value):
             _require(f"training.{key}", v, rules[key])
@@ -545,24 +540,17 @@ def parse_spec(raw: Any) -> SweepSpec:
     _check_training(training)
     solvers = _check_solvers(raw.get("solver"), models)
     regularizers = _check_regularizers(raw.get("regularizers"), models, solvers)
-    tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune", SEARCH_RULES), "tune")
-    if tune_cfg.mode not in ("min", "max"):
-        raise ConfigError(f"tune.mode={tune_cfg.mode!r} must be 'min' or 'max'")
+    tune_cfg = _check_search(_dataclass_from(TuneConfig, raw.get("tune"), "tune"), "tune")
     if not tune_cfg.metric.startswith("val_"):
         raise ConfigError(f"tune.metric={tune_cfg.metric!r} must be a validation metric "
                           "(val_loss, val_accuracy, val_auroc, ...)")
-    evaluate = _dataclass_from(EvaluateConfig, raw.get("evaluate"), "evaluate",
-                               {"seeds": typed.sequence_of(typed.integer(0))})
+    evaluate = _dataclass_from(EvaluateConfig, raw.get("evaluate"), "evaluate")
     seeds = tuple(evaluate.seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"evaluate.seeds={list(seeds)!r} must be distinct integers >= 0")
     evaluate = dataclasses.replace(evaluate, seeds=seeds)
-    resources = _dataclass_from(Resources, raw.get("resources"), "resources",
-                                {"cpu": typed.number(0, low_open=True), "gpu": typed.number(0)})
-    report = _dataclass_from(ReportConfig, raw.get("report"), "report", {
-        "test": typed.one_of("student", "welch", "paired"),
-        "alpha": typed.number(0, 1, low_open=True, high_open=True), "correction": typed.one_of("none", "holm", "bh"),
-    })
+    resources = _dataclass_from(Resources, raw.get("resources"), "resources")
+    report = _dataclass_from(ReportConfig, raw.get("report"), "report")
     _require("description", raw.get("description", ""), typed.text)
     _require("data_dir", raw.get("data_dir"), typed.hint_rule(str | None))
     spec = SweepSpec(
@@ -598,22 +586,12 @@ def _split_model_section(raw: Any, models: tuple[str, ...]) -> tuple[dict[str, V
     return shared, overrides
 
 
-SEARCH_RULES: dict[str, typed.Rule] = {
-    "num_samples": typed.integer(1), "seed": typed.integer(0), "max_concurrent": typed.integer(1, null=True),
-    "sampler": typed.one_of(*SAMPLERS), "n_startup_trials": typed.integer(0), "scheduler": typed.one_of(*SCHEDULERS),
-    "max_failures": typed.integer(0), "checkpoint_every": typed.integer(1),
-}
-ASHA_RULES: dict[str, typed.Rule] = {
-    "grace_period": typed.integer(1), "reduction_factor": typed.integer(2), "max_epochs": typed.integer(1, null=True),
-}
-
-
 def _check_search(tune: TuneConfig, where: str) -> TuneConfig:
     """The budget, sampler, start-up, scheduler and ASHA settings of a search stage (``tune`` or ``base``)."""
-    for key, rule in SEARCH_RULES.items():
-        _require(f"{where}.{key}", getattr(tune, key), rule)
-    asha = (tune.asha if isinstance(tune.asha, AshaConfig)
-            else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha", ASHA_RULES))
+    for key, rule in typed.dataclass_rules(TuneConfig).items():
+        if key != "asha":
+            _require(f"{where}.{key}", getattr(tune, key), rule)
+    asha = tune.asha if isinstance(tune.asha, AshaConfig) else _dataclass_from(AshaConfig, tune.asha, f"{where}.asha")
     return dataclasses.replace(tune, asha=asha)
 
 

@@ -8,6 +8,7 @@ config's dataclasses are type-checked without repeating their annotations.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 import typing
@@ -131,10 +132,17 @@ def hint_rule(hint: Any) -> Rule:
     return lambda value: None
 
 
+def checked(default: Any, rule: Rule) -> Any:
+    """A dataclass field with ``default`` whose values must pass ``rule`` (kept beside its definition, read by
+    :func:`dataclass_rules`)."""
+    return dataclasses.field(default=default, metadata={"rule": rule})
+
+
 def dataclass_rules(cls: type) -> dict[str, Rule]:
-    """One type rule per field of dataclass ``cls``, from its (possibly string) annotations."""
+    """One rule per field of dataclass ``cls``: the field's own (:func:`checked`), else the rule of its (possibly
+    string) type annotation."""
     hints = typing.get_type_hints(cls)
-    return {name: hint_rule(hints[name]) for name in cls.__dataclass_fields__}
+    return {f.name: f.metadata.get("rule") or hint_rule(hints[f.name]) for f in dataclasses.fields(cls)}
 
 
 def problem(where: str, value: Any, rule: Rule) -> str | None:
