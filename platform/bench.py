@@ -184,35 +184,46 @@ def _tiny_trial_config(seed: int, epochs: int) -> dict[str, Any]:
 
 
 def _timed_trainable(config: dict[str, Any], *, log_path: str, **kwargs: Any) -> None:
-    """The sweep's trainable, with its own run time (MLflow logging + run_trial) appended to ``log_path``."""
+    """The sweep's trainable, appending ``<start> <end>`` (wall clock, seconds) of its own run (MLflow logging +
+    run_trial) to ``log_path``."""
     from ndebench.platform.trainable import trainable
 
-    start = time.perf_counter()
+    start = time.time()
     trainable(config, **kwargs)
     with open(log_path, "a") as log:
-        log.write(f"{time.perf_counter() - start}\n")
+        log.write(f"{start} {time.time()}\n")
 
 
-def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = False,
+def _steady_spacing(ends: list[float], concurrent: int) -> float:
+    """Seconds between trial completions once ``concurrent`` workers run: the first ``concurrent`` completions
+    also carry the stage's start (Tune's setup, worker processes importing torch), so they open the window."""
+    ends = sorted(ends)
+    return (ends[-1] - ends[concurrent - 1]) / (len(ends) - concurrent)
+
+
+def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = False,
                    say: Callable[[str], None] = print) -> dict[str, Any]:
     """The per-trial cost the platform adds, and the speed-up of 2 concurrent 1-CPU trials.
 
-    The same tiny trial (Neural CDE on ``synthetic``, 1 thread) runs ``trials`` times through
-    :func:`ndebench.platform.trial.run_trial` directly, then ``trials`` times through the sweep's Ray Tune
-    trainable (Ray scheduling, worker processes, MLflow logging to a temporary sqlite store),
-    one at a time and then two at a time. ``overhead_s`` = platform seconds per trial (one at a time) minus
-    direct seconds per trial, split into ``in_trial_overhead_s`` (inside the worker: MLflow logging and
-    reporting, the trainable's median run time minus the direct one) and ``scheduling_s`` (the rest: Ray
-    scheduling, worker start and imports, Tune's bookkeeping); ``concurrency_speedup`` = wall time one at a
-    time / two at a time. Starting Ray is a once-per-sweep cost, reported as ``ray_start_s`` and not counted
-    per trial.
+    The same tiny trial (Neural CDE on ``synthetic``, 1 thread, ``epochs`` epochs) runs ``trials`` times
+    through :func:`ndebench.platform.trial.run_trial` directly, then ``trials`` times through the sweep's Ray
+    Tune trainable (Ray scheduling, worker processes, MLflow logging to a temporary sqlite store, a checkpoint
+    every epoch), one at a time and then two at a time, in one Tune run each.
+
+    A Tune run pays once for its start (Tune's setup, each worker process importing torch, the last results
+    written): ``stage_start_s``, like ``ray_start_s`` a once-per-stage cost. Per trial, what counts is the
+    steady state: the spacing of trial completions after the first ``c`` of ``c`` concurrent workers
+    (:func:`_steady_spacing`). ``overhead_s`` = that spacing one at a time minus the direct seconds per
+    trial, split into ``in_trial_overhead_s`` (inside the worker: MLflow logging, reporting, checkpoints) and
+    ``scheduling_s`` (between trials: Tune's bookkeeping, handing the reused worker its next trial);
+    ``concurrency_speedup`` = spacing one at a time / spacing two at a time (2 = perfect).
     """
     import ray
     from ndebench.platform.trial import TrialSpec, run_trial
     from ray import tune
 
-    if trials < 2:
-        raise ValueError(f"bench platform needs trials >= 2 (got {trials})")
+    if trials < 4:
+        raise ValueError(f"bench platform needs trials >= 4 (got {trials})")
     configs = [_tiny_trial_config(seed, epochs) for seed in range(trials)]
     torch.set_num_threads(1)
     direct = []
@@ -229,13 +240,14 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
             ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024**2, log_to_driver=False)
         ray_start = time.perf_counter() - start
         try:
-            walls = {}
-            # The trainable looks fixed configs up by key, as the sweep's evaluate phase does.
-            log_path = os.path.join(tmp, "in_trial.txt")
-            fn = tune.with_resources(tune.with_parameters(
-                _timed_trainable, log_path=log_path, tracking_uri=uri, parents={},
-                evaluate_configs={str(i): c for i, c in enumerate(configs)}), {"cpu": 1})
+            walls, spacings, runs = {}, {}, {}
             for concurrent in (1, 2):
+                # The trainable looks fixed configs up by key, as the sweep's evaluate phase does.
+                log_path = os.path.join(tmp, f"trials{concurrent}.txt")
+                fn = tune.with_resources(tune.with_parameters(
+                    _timed_trainable, log_path=log_path, tracking_uri=uri, parents={},
+                    evaluate_configs={str(i): c for i, c in enumerate(configs)},
+                    storage_uri=os.path.join(tmp, "ray"), experiment=f"bench{concurrent}"), {"cpu": 1})
                 tuner = tune.Tuner(
                     fn, param_space={"trial": tune.grid_search([str(i) for i in range(trials)])},
                     tune_config=tune.TuneConfig(max_concurrent_trials=concurrent, reuse_actors=reuse_actors),
@@ -249,17 +261,20 @@ def bench_platform(*, trials: int = 4, epochs: int = 2, reuse_actors: bool = Fal
                 errors = [r.error for r in results if r.error is not None]
                 if errors:
                     raise RuntimeError(f"bench platform: a trial failed under Ray: {errors[0]}")
-                say(f"{trials} trial(s) through Ray + MLflow, {concurrent} at a time: {walls[concurrent]:.2f} s")
-            with open(log_path) as log:
-                in_trial = statistics.median(float(line) for line in log.read().split()[:trials])
+                with open(log_path) as log:
+                    spans = [tuple(map(float, line.split())) for line in log.read().splitlines()]
+                spacings[concurrent] = _steady_spacing([end for _, end in spans], concurrent)
+                runs[concurrent] = statistics.median(end - begin for begin, end in spans)
+                say(f"{trials} trial(s) through Ray + MLflow, {concurrent} at a time: {walls[concurrent]:.2f} s, "
+                    f"then a trial every {spacings[concurrent]:.2f} s")
         finally:
             if started_here:
                 ray.shutdown()
     per_direct = statistics.median(direct)
-    per_platform = walls[1] / trials
     return {"trials": trials, "epochs": epochs, "reuse_actors": reuse_actors,
-            "direct_s_per_trial": round(per_direct, 3),
-            "platform_s_per_trial": round(per_platform, 3), "overhead_s": round(per_platform - per_direct, 3),
-            "in_trial_overhead_s": round(in_trial - per_direct, 3), "scheduling_s": round(per_platform - in_trial, 3),
-            "ray_start_s": round(ray_start, 3), "wall_s_one_at_a_time": round(walls[1], 3),
-            "wall_s_two_at_a_time": round(walls[2], 3), "concurrency_speedup": round(walls[1] / walls[2], 3)}
+            "direct_s_per_trial": round(per_direct, 3), "platform_s_per_trial": round(spacings[1], 3),
+            "overhead_s": round(spacings[1] - per_direct, 3), "in_trial_overhead_s": round(runs[1] - per_direct, 3),
+            "scheduling_s": round(spacings[1] - runs[1], 3), "ray_start_s": round(ray_start, 3),
+            "stage_start_s": round(walls[1] - trials * spacings[1], 3),
+            "wall_s_one_at_a_time": round(walls[1], 3), "wall_s_two_at_a_time": round(walls[2], 3),
+            "concurrency_speedup": round(spacings[1] / spacings[2], 3)}

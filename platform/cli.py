@@ -322,7 +322,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
     if args.target == "platform":
-        result = bench.bench_platform(trials=args.trials, reuse_actors=args.reuse_actors, say=say)
+        result = bench.bench_platform(trials=args.trials, epochs=args.epochs, reuse_actors=args.reuse_actors,
+                                      say=say)
         if args.json:
             print(json.dumps(result))
         else:
@@ -507,7 +508,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's own)")
     bench.add_argument("--reps", type=_positive_int, default=15,
                        help="timed rounds after one warm-up round (default: 15)")
-    bench.add_argument("--trials", type=_positive_int, default=4, help="platform: trials per measurement (default: 4)")
+    bench.add_argument("--trials", type=_positive_int, default=12,
+                       help="platform: trials per measurement, at least 4 (default: 12)")
+    bench.add_argument("--epochs", type=_positive_int, default=2,
+                       help="platform: epochs of the tiny trial (default: 2)")
     bench.add_argument("--reuse-actors", action="store_true",
                        help="platform: let Tune keep worker processes between trials (TuneConfig(reuse_actors=True))")
     bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")

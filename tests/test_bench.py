@@ -61,3 +61,11 @@ def test_interleaved_medians_rotate_the_order_and_skip_the_warmup():
                                   device=torch.device("cpu"), warmup=1)
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
     assert set(medians) == {"a", "b"} and all(v >= 0 for v in medians.values())
+
+
+def test_steady_spacing_skips_the_completions_that_carry_the_stage_start():
+    from ndebench.platform.bench import _steady_spacing
+
+    assert _steady_spacing([13.0, 10.0, 12.0, 11.0], 1) == 1.0
+    # Two workers: the first two completions open the window; then one trial every 0.5 s.
+    assert _steady_spacing([10.0, 10.5, 9.0, 11.0, 11.5], 2) == 0.5
