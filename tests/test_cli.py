@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ndebench.models.registry import list_models
 from ndebench.platform.cli import main
 from ndebench.regularizers.rates import dropout_rate, expected_renewals
 
@@ -34,18 +35,30 @@ def test_rates_rejects_bad_p(capsys):
     ({"models": ["neural_cdx"]}, "unknown model 'neural_cdx'"),
     ({"datasets": ["sepsys"]}, "datasets: unknown dataset 'sepsys'; valid datasets: cifar10, cifar100, sepsis"),
 ])
-def test_validate_fails_before_ray_with_a_named_problem(tmp_path, edit, needle):
+def test_validate_fails_before_ray_with_a_named_problem(tmp_path, monkeypatch, capsys, edit, needle):
     raw = yaml.safe_load((ROOT / "tune_configs" / "quickstart.yaml").read_text())
     raw.update(edit)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(tmp_path)
     for command in ("validate", "run"):
-        proc = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", command, str(path)], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2, proc.stderr
-        assert needle in proc.stderr
-        assert "Ray cluster" not in proc.stdout + proc.stderr
+        assert main([command, str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert needle in err
+        assert "Ray cluster" not in out + err
         assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_bad_config_exits_2_from_the_shell_with_one_line_and_no_traceback(tmp_path):
+    raw = yaml.safe_load((ROOT / "tune_configs" / "quickstart.yaml").read_text())
+    raw["models"] = ["neural_cdx"]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    proc = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "bad.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"ndebench run: error: models: unknown model 'neural_cdx'; valid models: {', '.join(list_models())}"]
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_validate_summarises_the_quickstart(capsys):

@@ -24,7 +24,7 @@ CONFIG = {
 RESUMED = {
     "study": "resumed", "models": ["neural_cde"], "datasets": ["synthetic"],
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]}, "regularizers": {"continuum_dropout": {"p": 0.3, "m": 10}},
-    "training": {"epochs": 25, "min_epochs": 25, "patience": 25, "lr": 0.01},
+    "training": {"epochs": 12, "min_epochs": 12, "patience": 12, "lr": 0.01},
 }
 
 
@@ -97,7 +97,7 @@ def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeyp
 
 
 def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_path):
-    """SIGKILL of the trial's worker at epoch 6 of 25: Ray retries it from its epoch checkpoint into the same
+    """SIGKILL of the trial's worker at epoch 5 of 12: Ray retries it from its epoch checkpoint into the same
     MLflow run; every epoch is logged once and the test metrics equal those of an uninterrupted trial."""
     (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(RESUMED))
     driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "resumed.yaml"], cwd=tmp_path,
@@ -107,7 +107,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
         deadline = time.time() + 300
         while driver.poll() is None:
             assert time.time() < deadline, "the sweep did not finish"
-            if not killed and _epochs_logged(tmp_path / "mlflow.db") >= 6:
+            if not killed and _epochs_logged(tmp_path / "mlflow.db") >= 5:
                 killed = [pid for pid, command in _descendants(driver.pid).items() if "ImplicitFunc" in command]
                 for pid in killed:
                     os.kill(pid, signal.SIGKILL)
@@ -126,7 +126,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
     assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
     for metric in ("train_loss", "val_loss", "train_time_s"):
         steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, metric) if m.step)
-        assert steps == list(range(1, 26)), metric  # step 0 holds the best epoch's final value
+        assert steps == list(range(1, 13)), metric  # step 0 holds the best epoch's final value
     provenance = {"version", "git_commit", "git_dirty", "python", "lib.torch", "lib.ray", "lib.mlflow", "host"}
     for any_run in search(uri, "resumed"):
         assert {f"{TAG}{key}" for key in provenance} <= set(any_run.data.tags), any_run.info.run_name
@@ -141,7 +141,7 @@ DRIVER = {
     "study": "driver", "models": ["neural_cde"], "datasets": ["synthetic"],
     "regularizers": {"none": {}, "continuum_dropout": {"p": 0.3, "m": 10}},
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
-    "training": {"epochs": 8, "min_epochs": 8, "patience": 8, "lr": [0.01, 0.02]},
+    "training": {"epochs": 4, "min_epochs": 4, "patience": 4, "lr": [0.01, 0.02]},
     "base": {"sampler": "grid"},
 }
 
