@@ -309,4 +309,3 @@ class TimeSeriesNDE(NDEClassifier):
 def _chunks(total: int, size: int) -> list[int]:
     """``total`` split into parts of ``size`` (the last one smaller)."""
     return [min(size, total - start) for start in range(0, total, size)]
-

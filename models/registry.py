@@ -96,9 +96,10 @@ def create_model(
 ) -> NDEClassifier:
     """Build model ``name`` for ``data``: ``regularizer`` ``None`` for none, ``solver`` ``None`` for the model's
     default, ``hyperparams`` among :func:`model_options` (e.g. ``hidden_size=32``)."""
-    unknown = sorted(set(hyperparams) - set(model_options(name)))
+    options = model_options(name)
+    unknown = sorted(set(hyperparams) - set(options))
     if unknown:
-        raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; valid: {sorted(model_options(name))}")
+        raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; valid: {sorted(options)}")
     return REGISTRY.get(name)(data, regularizer=regularizer, solver=solver, **hyperparams)
 
 

@@ -225,9 +225,13 @@ class BuiltTrial:
     model: NDEClassifier
     feeds: dict[str, _Feed]
     batch_size: int
-    top5: bool
     pos_weight: float | None
     metric_name: str
+
+    @property
+    def top5(self) -> bool:
+        """Whether evaluation computes top-5 accuracy: the dataset's primary metric is ``top5_accuracy``."""
+        return self.metric_name == "top5_accuracy"
 
 
 def data_spec(bundle: Any) -> DataSpec:
@@ -252,11 +256,8 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
     model = create_model(spec.model, data_spec(bundle), regularizer=regularizer, solver=spec.solver,
                          **spec.model_params).to(device)
     feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
-    metric = dataset_info(spec.dataset).metric
-    return BuiltTrial(
-        model, feeds, resolve_batch_size(spec.training.batch_size, bundle), metric == "top5_accuracy",
-        bundle.extra.get("pos_weight") if binary else None, metric,
-    )
+    return BuiltTrial(model, feeds, resolve_batch_size(spec.training.batch_size, bundle),
+                      bundle.extra.get("pos_weight") if binary else None, dataset_info(spec.dataset).metric)
 
 
 class _Training:

@@ -59,29 +59,36 @@ def _epochs_logged(db: Path) -> int:
         return 0
 
 
-def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeypatch, capsys):
-    (tmp_path / "fault.yaml").write_text(yaml.safe_dump(CONFIG))
-    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "fault.yaml"], cwd=tmp_path,
+def _run_killing_workers(tmp_path: Path, config: str, after_epochs: int, every_attempt: bool,
+                         seconds: float) -> tuple[int, str, list[int]]:
+    """Run ``ndebench run config`` and SIGKILL its trial worker once ``after_epochs`` epochs are logged: only
+    the first attempt, or ``every_attempt`` (so retries are exhausted). Returns (exit code, output, killed pids)."""
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", config], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    killed = 0
+    killed: list[int] = []
     try:
-        deadline = time.time() + 240
+        deadline = time.time() + seconds
         while driver.poll() is None:
-            assert time.time() < deadline, "the sweep did not end after its worker was killed"
-            if _epochs_logged(tmp_path / "mlflow.db"):
-                # Every attempt of the trial is killed, so any retries the sweep allows are exhausted.
-                for pid, command in _descendants(driver.pid).items():
-                    if "ImplicitFunc" in command:
-                        os.kill(pid, signal.SIGKILL)
-                        killed += 1
-            time.sleep(0.5)
+            assert time.time() < deadline, "the sweep did not end"
+            if (every_attempt or not killed) and _epochs_logged(tmp_path / "mlflow.db") >= after_epochs:
+                pids = [pid for pid, command in _descendants(driver.pid).items() if "ImplicitFunc" in command]
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                killed += pids
+            time.sleep(0.2)
         output = driver.stdout.read()
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
-    assert killed >= 1
-    assert driver.returncode == 1, output
+    return driver.returncode, output, killed
+
+
+def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fault.yaml").write_text(yaml.safe_dump(CONFIG))
+    returncode, output, killed = _run_killing_workers(tmp_path, "fault.yaml", 1, every_attempt=True, seconds=240)
+    assert len(killed) >= 1
+    assert returncode == 1, output
     assert "stage evaluate: 1 trial(s) lost their worker; their MLflow runs are closed as error" in output
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "fault", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")
@@ -100,25 +107,9 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
     """SIGKILL of the trial's worker at epoch 5 of 12: Ray retries it from its epoch checkpoint into the same
     MLflow run; every epoch is logged once and the test metrics equal those of an uninterrupted trial."""
     (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(RESUMED))
-    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "resumed.yaml"], cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    killed = []
-    try:
-        deadline = time.time() + 300
-        while driver.poll() is None:
-            assert time.time() < deadline, "the sweep did not finish"
-            if not killed and _epochs_logged(tmp_path / "mlflow.db") >= 5:
-                killed = [pid for pid, command in _descendants(driver.pid).items() if "ImplicitFunc" in command]
-                for pid in killed:
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.2)
-        output = driver.stdout.read()
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+    returncode, output, killed = _run_killing_workers(tmp_path, "resumed.yaml", 5, every_attempt=False, seconds=300)
     assert len(killed) == 1
-    assert driver.returncode == 0, output
+    assert returncode == 0, output
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "resumed", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")
     assert len(runs) == 1
