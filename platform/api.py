@@ -130,22 +130,23 @@ class Report:
 
 def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
-           planned_seeds: list[int] | None = None) -> Report:
+           planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.build_report` (see it
     for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
     ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
-    ``planned_seeds`` without a run, e.g. ``tracking.planned_seeds(uri, study)``, default every seed recorded).
-    ``ndebench report`` additionally writes the paper's further analyses and ``report.html`` and logs the files
-    to MLflow."""
+    ``planned_seeds`` without a run, e.g. ``tracking.planned_seeds(uri, study)``, default every seed recorded;
+    cells that did not learn are flagged, and ``curves``, e.g. ``learning.read_curves(tracking.client(uri),
+    list(runs.run_id))``, adds the learning-curve figures). ``ndebench report`` additionally writes the
+    paper's further analyses and ``report.html`` and logs the files to MLflow."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
-                         correction=correction, planned_seeds=planned_seeds)
+                         correction=correction, planned_seeds=planned_seeds, curves=curves)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
     return Report(files, files.table_md.read_text(), files.table_tex.read_text(),
                   format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction))

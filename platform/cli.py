@@ -112,6 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
             failed: dict[str, str] | None = None) -> None:
     from ndebench.platform.analyses import label_variants, write_analyses
+    from ndebench.platform.learning import read_curves
     from ndebench.platform.report import build_report, format_console_table, has_results
     from ndebench.platform.runframe import runs_frame
     from ndebench.platform.tracking import client, evaluate_runs, log_report_artifacts, planned_seeds, study_names
@@ -127,8 +128,9 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction
         raise CommandError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     frame = runs_frame(uri, study)
     runs = label_variants(runs, frame)
+    ok = runs.loc[runs["status"] == "ok", "run_id"]
     files = build_report(runs, out, study, test=test, alpha=alpha, correction=correction,
-                         planned_seeds=planned_seeds(uri, study))
+                         planned_seeds=planned_seeds(uri, study), curves=read_curves(client(uri), list(ok)))
     print(format_console_table(runs, test=test, alpha=alpha, correction=correction))
     if failed:
         lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]

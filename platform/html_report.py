@@ -16,7 +16,7 @@ table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em;text-align:right}
 th:first-child,td:first-child{text-align:left}
 caption{caption-side:bottom;text-align:left;font-size:0.85em;color:#555;padding-top:0.4em}
-td.flag{color:#c00}
+td.flag,b.flag{color:#c00}
 figure{display:inline-block;margin:0.5em}
 img{max-width:560px}
 code{font-size:0.85em}
@@ -43,7 +43,8 @@ def main_table_section(table: tables.Table, alpha: float) -> str:
                 continue
             text = html.escape(cell.text)
             text = (f"<b>{text}</b>" if cell.bold else text) + html.escape(cell.marker)
-            cells.append(f"<td>{text}" + (f" <small>[{html.escape(cell.note)}]</small>" if cell.note else "") + "</td>")
+            cells.append(f"<td>{text}" + (f" <small>[{html.escape(cell.note)}]</small>" if cell.note else "")
+                         + (f" <b class='flag'>{html.escape(cell.flag)}</b>" if cell.flag else "") + "</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     caption = tables.caption(table, alpha, tex=False).replace("\\*", "*")
     title = "Primary metric" if table.title == "primary" else table.title

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import figures, significance, stats
+from ndebench.platform import figures, learning, significance, stats
 from ndebench.platform.metrics import merge_calibration_bins
 from ndebench.platform.tables import (
     LABELS,
@@ -134,7 +134,7 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
 
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
                  test: str = "student", alpha: float = 0.05, correction: str = "none",
-                 planned_seeds: list[int] | None = None) -> ReportFiles:
+                 planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -148,6 +148,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     Figures: a reliability diagram per (model, dataset) when runs carry calibration bins, a per-seed
     box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
     that passes :func:`~ndebench.platform.significance.friedman_gate` (else ``table.md`` says why not).
+
+    Learning (:mod:`~ndebench.platform.learning`): a cell whose mean final training loss (column
+    ``final_train_loss``) is not 5% below chance ``ln K`` is flagged "did not learn" in every table and listed
+    in ``summary.json`` (``learning``, ``did_not_learn``); with ``curves`` (per-epoch ``train_loss`` and
+    ``val_loss`` of the runs, :func:`~ndebench.platform.learning.read_curves`) a learning-curve figure per
+    (model, dataset) shows the mean losses per epoch of each regularizer against the chance level.
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
@@ -175,21 +181,27 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                         + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items()))
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
-    summary = _summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
+    check = learning.learning_check(runs)
+    summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
+               | _learning_json(check))
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
-    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json,
-                       tuple(_figures(runs, primary, directory, alpha, gates)))
+    paths = _figures(runs, primary, directory, alpha, gates)
+    if curves is not None and not curves.empty:
+        paths += _learning_figures(runs, curves, check, directory)
+    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths))
 
 
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
                  correction: str = "none", coverage: pd.DataFrame | None = None) -> list[Table]:
-    """The tables of a report: the primary metric, then NLL and ECE where reported and not primary."""
-    tables = [Table.build(runs, primary, "primary", test, alpha, correction, coverage)]
+    """The tables of a report: the primary metric, then NLL and ECE where reported and not primary; cells
+    that did not learn (:func:`~ndebench.platform.learning.learning_check`) are flagged in each."""
+    flagged = learning.flags(learning.learning_check(runs))
+    tables = [Table.build(runs, primary, "primary", test, alpha, correction, coverage, flagged)]
     for extra in ("test_nll", "test_ece"):
         if _reported(runs, extra) and extra not in set(primary.values()):
             tables.append(Table.build(runs, {d: extra for d in primary}, LABELS[extra], test, alpha, correction,
-                                      coverage))
+                                      coverage, flagged))
     return tables
 
 
@@ -228,6 +240,12 @@ def _cell_planned(runs: pd.DataFrame, model: str, dataset: str, regularizer: str
     pairs = {tuple(p) for p in runs[["model", "dataset"]].itertuples(index=False, name=None)}
     with_reg = {tuple(p) for p in runs[["model", "regularizer"]].itertuples(index=False, name=None)}
     return (model, dataset) in pairs and (model, regularizer) in with_reg
+
+
+def _learning_json(check: pd.DataFrame) -> dict[str, Any]:
+    return {"learning": {"margin": learning.MARGIN, "cells": _records(check)},
+            "did_not_learn": _records(check.loc[check["learned"].eq(False),
+                                                [*stats.CELL, "final_train_loss", "chance"]])}
 
 
 def _coverage_json(coverage: pd.DataFrame) -> dict[str, Any]:
@@ -343,6 +361,20 @@ def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha
     return paths
 
 
+def _learning_figures(runs: pd.DataFrame, curves: pd.DataFrame, check: pd.DataFrame, directory: Path) -> list[Path]:
+    mean = learning.mean_curves(curves, runs)
+    chance = check.drop_duplicates(["model", "dataset"]).set_index(["model", "dataset"])["chance"]
+    flagged = {k: set(g["regularizer"]) for k, g in check[check["learned"].eq(False)].groupby(["model", "dataset"])}
+    order = regularizer_order(runs)
+    paths = []
+    for (model, dataset), part in mean.groupby(["model", "dataset"], sort=True):
+        paths.append(learning.learning_curve_figure(
+            part, order, directory / f"learning_{_slug(model, dataset)}.png",
+            f"{model} on {dataset}: mean loss per epoch over seeds", float(chance.get((model, dataset), math.nan)),
+            flagged.get((model, dataset), set())))
+    return paths
+
+
 def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test: str = "student",
                          alpha: float = 0.05, correction: str = "none") -> str:
     """Plain-text summary printed at the end of a sweep: per cell the metric, n, mean, std, failed runs and,
@@ -357,7 +389,8 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
                             for r in failed.head(20).itertuples(index=False)])
     counts = status_line(runs)
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
-    table = Table.build(runs, primary, "primary", test, alpha, correction)
+    table = Table.build(runs, primary, "primary", test, alpha, correction,
+                        flagged=learning.flags(learning.learning_check(runs)))
     tests = table.comparisons.set_index(stats.CELL)
     rows = []
     rank = {r: i for i, r in enumerate(table.rows)}
@@ -376,7 +409,8 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             "p": "" if c is None else fmt_p(c["p"]) + ("" if correction != "none" else c["marker"]),
             **({} if correction == "none" else
                {f"p {correction}": "" if c is None else fmt_p(c["p_adjusted"]) + c["marker"]}),
-            "note": "" if c is None else " ".join(x for x in (c["direction"], c["flag"]) if x),
+            "note": " ".join(x for x in ("" if c is None else c["direction"], "" if c is None else c["flag"],
+                                         learning.FLAG if key in table.flagged else "") if x),
         })
     body = pd.DataFrame(rows).to_string(index=False)
     n_tests = int(np.isfinite(table.comparisons["p"].to_numpy(float)).sum())

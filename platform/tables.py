@@ -2,8 +2,9 @@
 
 A :class:`Table` is renderer-agnostic: columns are (model, dataset, metric), rows regularizers (``none``
 first), and each :class:`Cell` holds the "mean (std)" text over the ``ok`` seeds, the significance marker of
-the test against ``none``, whether it is the best of its column (bold) and a note (other n, diverged or
-errored runs, missing seeds). :func:`markdown` and :func:`latex` render a study's tables, its across-dataset
+the test against ``none``, whether it is the best of its column (bold), a note (other n, diverged or
+errored runs, missing seeds) and a ``flag`` for a cell whose model did not learn
+(:mod:`~ndebench.platform.learning`). :func:`markdown` and :func:`latex` render a study's tables, its across-dataset
 comparison and captions that name the metric, n, the test, alpha and the correction.
 """
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from ndebench.platform import significance, stats
+from ndebench.platform.learning import FLAG, MARGIN
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
           "test_nll": "NLL", "test_ece": "ECE"}
@@ -30,12 +32,13 @@ DIGITS = 3
 @dataclass
 class Cell:
     """One rendered table cell: ``text`` ("mean (std)" or "–"), significance ``marker``, ``bold`` for the
-    best of its column and a bracketed ``note``."""
+    best of its column, a bracketed ``note`` and ``flag`` ("did not learn", or "")."""
 
     text: str
     marker: str = ""
     bold: bool = False
     note: str = ""
+    flag: str = ""
 
 
 @dataclass
@@ -53,14 +56,19 @@ class Table:
     comparisons: pd.DataFrame
     protocols: dict[str, str]
     correction: str = "none"
+    flagged: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
-              correction: str = "none", coverage: pd.DataFrame | None = None) -> Table:
+              correction: str = "none", coverage: pd.DataFrame | None = None,
+              flagged: dict[tuple[str, str, str], str] | None = None) -> Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
         :data:`~ndebench.platform.stats.STATUSES`: cell means and stds
         (:func:`~ndebench.platform.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
-        after ``correction``, and the notes of ``coverage`` (:func:`~ndebench.platform.report.seed_coverage`)."""
+        after ``correction``, the notes of ``coverage`` (:func:`~ndebench.platform.report.seed_coverage`) and
+        the cells in ``flagged`` (``(model, dataset, regularizer)`` -> why, :func:`~ndebench.platform.learning.flags`)
+        marked "did not learn"."""
+        flagged = flagged or {}
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
             part = runs[runs["dataset"].isin([d for d, m in metrics.items() if m == metric])]
@@ -87,6 +95,7 @@ class Table:
                 if key in by_cell.index:
                     cells[(regularizer, j)] = _cell(by_cell.loc[key], tests.loc[key] if key in tests.index else None,
                                                     usual_n, gaps.get(key, ""))
+                    cells[(regularizer, j)].flag = FLAG if key in flagged else ""
                 elif key in gaps:
                     cells[(regularizer, j)] = Cell("–", note=gaps[key])
             _bold_best(cells, j, rows, by_cell, model, dataset, metric)
@@ -95,7 +104,8 @@ class Table:
             named = runs[runs["test_protocol"].notna() & (runs["test_protocol"].astype(str) != "")]
             protocols = {r: ", ".join(sorted(set(g["test_protocol"].astype(str))))
                          for r, g in named.groupby("regularizer")}
-        return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction)
+        return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction,
+                   {k: v for k, v in flagged.items() if k in by_cell.index})
 
     def metric_names(self) -> list[str]:
         """The distinct metric columns of the table, sorted."""
@@ -148,7 +158,22 @@ def caption(table: Table, alpha: float, tex: bool) -> str:
                 "or with diverged/errored runs, say so in brackets). ")
             + significance.caption(table.correction, n_tests, alpha, tex)
             + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; "
-                  f"bold: best mean per column ({directions})." + _protocol_sentence(table)))
+                  f"bold: best mean per column ({directions})." + _protocol_sentence(table) + _flag_sentence(table)))
+
+
+def _flag_sentence(table: Table) -> str:
+    if not table.flagged:
+        return ""
+    return (f" \"{FLAG}\": the mean final training loss over the seeds is not {MARGIN:.0%} below chance (ln K for"
+            " K classes), so the cell shows a training failure, not a regularization effect.")
+
+
+def flagged_lines(table: Table) -> list[str]:
+    """One Markdown line per cell of ``table`` that did not learn, with its training loss and chance level."""
+    if not table.flagged:
+        return []
+    return ["## Cells that did not learn", ""] + [f"- {md_escape(' / '.join(k))}: {why}"
+                                                  for k, why in sorted(table.flagged.items())] + [""]
 
 
 def _protocol_sentence(table: Table) -> str:
@@ -206,7 +231,7 @@ def _md_cell(cell: Cell | None) -> str:
         return "–"
     text = f"**{cell.text}**" if cell.bold else cell.text
     text += md_escape(cell.marker)
-    return text + (f" [{cell.note}]" if cell.note else "")
+    return text + (f" [{cell.note}]" if cell.note else "") + (f" **{cell.flag}**" if cell.flag else "")
 
 
 def _md_table(table: Table, alpha: float) -> list[str]:
@@ -226,6 +251,7 @@ def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
     for table in tables:
         title = "Primary metric" if table.title == "primary" else table.title
         lines += [f"## {title}", "", *_md_table(table, alpha), ""]
+    lines += flagged_lines(tables[0]) if tables else []
     lines += ["## Across datasets", "", *_md_across(across, alpha), "", *failed_lines(runs)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -288,7 +314,8 @@ def _tex_cell(cell: Cell | None) -> str:
     text = rf"\textbf{{{text}}}" if cell.bold else text
     if cell.marker:
         text += "$^{" + cell.marker.replace("†", r"\dagger") + "}$"
-    return text + (rf" {{\scriptsize [{latex_escape(cell.note)}]}}" if cell.note else "")
+    text += rf" {{\scriptsize [{latex_escape(cell.note)}]}}" if cell.note else ""
+    return text + (rf" {{\scriptsize\itshape {cell.flag}}}" if cell.flag else "")
 
 
 def _label(study: str, title: str) -> str:

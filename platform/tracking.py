@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -297,8 +298,9 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
     ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
-    the tag existed), ``test_*`` metrics, calibration bins. Runs of fixed-parameter variant cells (column
-    ``variant``) only with ``variants=True``."""
+    the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
+    on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
+    variant cells (column ``variant``) only with ``variants=True``."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
@@ -314,9 +316,12 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "config_hash")},
             "status": run_status(run),
             "message": tags.get(f"{TAG}error") or tags.get(f"{TAG}message") or "",
-            "seed": _seed(tags.get(f"{TAG}seed")),
+            "seed": _int_tag(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
+            "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
+            # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.
+            "final_train_loss": run.data.metrics.get("train_loss", math.nan),
         }
         row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
         if with_calibration and row["status"] == "ok":
@@ -325,7 +330,8 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     return pd.DataFrame(rows)
 
 
-def _seed(raw: str | None) -> int:
+def _int_tag(raw: str | None) -> int:
+    """An integer tag (seed, class count), -1 where absent or not an integer."""
     try:
         return int(raw)
     except (TypeError, ValueError):

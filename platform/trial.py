@@ -220,13 +220,15 @@ def _load_rng_state(state: dict[str, Any], rng: TrialRNG) -> None:
 
 @dataclass
 class BuiltTrial:
-    """A trial's untrained model with its regularizer and data feeds, and what training needs of the data."""
+    """A trial's untrained model with its regularizer and data feeds, and what training needs of the data
+    (``num_classes`` K also sets the chance-level loss ``ln K`` that reports compare the training loss with)."""
 
     model: NDEClassifier
     feeds: dict[str, _Feed]
     batch_size: int
     pos_weight: float | None
     metric_name: str
+    num_classes: int
 
     @property
     def top5(self) -> bool:
@@ -257,7 +259,8 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
                          **spec.model_params).to(device)
     feeds = {name: _Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
     return BuiltTrial(model, feeds, resolve_batch_size(spec.training.batch_size, bundle),
-                      bundle.extra.get("pos_weight") if binary else None, dataset_info(spec.dataset).metric)
+                      bundle.extra.get("pos_weight") if binary else None, dataset_info(spec.dataset).metric,
+                      bundle.num_classes)
 
 
 class _Training:
@@ -355,7 +358,7 @@ def run_trial(
     training = _Training(built, spec.training, spec.seed)
     regularizer = model.regularizer
     protocol = {"regularizer": regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
-                "point_predictor": regularizer.point_predictor}
+                "point_predictor": regularizer.point_predictor, "num_classes": built.num_classes}
     if resume_state is not None:
         training.restore(resume_state)
 

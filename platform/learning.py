@@ -1,0 +1,129 @@
+"""Learning dynamics of a study: per-epoch loss curves and the "did not learn" flag.
+
+A regularizer can stop a model from learning at all (Continuum Dropout on a univariate Neural CDE, see the
+README): its test metric is then a training failure, not a regularization effect. A cell is flagged when
+the mean over its ``ok`` seeds of the final epoch's training loss is not at least :data:`MARGIN` (5%) below
+the chance-level loss ``ln K`` of a K-class task (``ln 2`` for a binary one: the loss of predicting the
+uniform distribution). The curves are the mean training and validation loss per epoch over a cell's seeds
+(``train_loss`` and ``val_loss`` as recorded per epoch in MLflow).
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from ndebench.datasets.registry import dataset_info
+from ndebench.platform.figures import save_png_pdf
+from ndebench.platform.registry import UnknownNameError
+
+MARGIN = 0.05
+CELL = ["model", "dataset", "regularizer"]
+CURVE_KEYS = ("train_loss", "val_loss")
+FLAG = "did not learn"
+
+
+def chance_loss(num_classes: int) -> float:
+    """Cross-entropy of the uniform prediction over ``num_classes`` K >= 2 classes: ``ln K``."""
+    if num_classes < 2:
+        raise ValueError(f"num_classes={num_classes!r}: a classification task has at least 2 classes")
+    return math.log(num_classes)
+
+
+def _registered_classes(dataset: str) -> int:
+    try:
+        expected = dataset_info(dataset).expected
+    except (UnknownNameError, ValueError):
+        return -1
+    classes = expected.get("classes")
+    return int(classes) if classes else -1
+
+
+def class_counts(runs: pd.DataFrame) -> dict[str, int]:
+    """K per dataset: the runs' tag ``ndebench.num_classes`` (column ``num_classes``), else the class count
+    the dataset registered (older runs); -1 where neither is known."""
+    out = {}
+    for dataset, group in runs.groupby("dataset", sort=True):
+        tagged = [int(k) for k in group.get("num_classes", pd.Series(dtype=float)).dropna() if int(k) >= 2]
+        out[dataset] = max(tagged) if tagged else _registered_classes(str(dataset))
+    return out
+
+
+def learning_check(runs: pd.DataFrame, classes: dict[str, int] | None = None) -> pd.DataFrame:
+    """Per cell of ``runs`` (columns ``model, dataset, regularizer, status, final_train_loss``): ``n`` ok runs
+    with a final training loss, their mean ``final_train_loss``, ``chance`` ``ln K``, ``threshold``
+    ``(1 - MARGIN) ln K`` and ``learned`` (mean < threshold; ``None`` where K or the losses are unknown)."""
+    classes = classes if classes is not None else class_counts(runs)
+    columns = [*CELL, "n", "final_train_loss", "chance", "threshold", "learned"]
+    if "final_train_loss" not in runs.columns:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    ok = runs[runs["status"] == "ok"]
+    for (model, dataset, regularizer), group in ok.groupby(CELL, sort=True):
+        losses = group["final_train_loss"].astype(float).dropna()
+        k = classes.get(dataset, -1)
+        chance = chance_loss(k) if k >= 2 else math.nan
+        mean = float(losses.mean()) if len(losses) else math.nan
+        known = len(losses) > 0 and math.isfinite(chance)
+        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "n": len(losses),
+                     "final_train_loss": mean, "chance": chance, "threshold": (1 - MARGIN) * chance,
+                     "learned": bool(mean < (1 - MARGIN) * chance) if known else None})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def flags(check: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """``(model, dataset, regularizer)`` -> the flag text of every cell of :func:`learning_check` that did not learn."""
+    return {(r.model, r.dataset, r.regularizer):
+            f"{FLAG}: final train loss {r.final_train_loss:.3f} vs chance ln K = {r.chance:.3f}"
+            for r in check.itertuples(index=False) if r.learned is False}
+
+
+def read_curves(client: Any, run_ids: list[str]) -> pd.DataFrame:
+    """The per-epoch ``train_loss`` and ``val_loss`` of each run: columns ``run_id, epoch, train_loss,
+    val_loss`` (NaN where a run lacks one of them), one MLflow history request per run and key."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for run_id in run_ids:
+        for key in CURVE_KEYS:
+            for point in client.get_metric_history(run_id, key):
+                rows.setdefault((run_id, int(point.step)), {"run_id": run_id, "epoch": int(point.step)})[key] = (
+                    float(point.value))
+    return pd.DataFrame(list(rows.values()), columns=["run_id", "epoch", *CURVE_KEYS])
+
+
+def mean_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean ``train_loss`` and ``val_loss`` per (cell, epoch) over the cell's ``ok`` runs, with ``n`` the runs
+    that reached the epoch (early stopping ends seeds at different epochs)."""
+    ok = runs.loc[runs["status"] == "ok", ["run_id", *CELL]]
+    merged = curves.merge(ok, on="run_id")
+    grouped = merged.groupby([*CELL, "epoch"], sort=True)
+    out = grouped[list(CURVE_KEYS)].mean()
+    out["n"] = grouped.size()
+    return out.reset_index()
+
+
+def learning_curve_figure(mean: pd.DataFrame, order: list[str], path: Path, title: str,
+                          chance: float = math.nan, flagged: set[str] | None = None) -> Path:
+    """Mean training (solid) and validation (dashed) loss per epoch, one colour per regularizer in ``order``,
+    the chance level ``ln K`` as a grey line; regularizers in ``flagged`` are marked "did not learn"."""
+    fig = Figure(figsize=(6.0, 4.0))
+    ax = fig.add_subplot()
+    for i, name in enumerate(order):
+        part = mean[mean["regularizer"] == name]
+        if part.empty:
+            continue
+        colour = f"C{i % 10}"
+        label = name + (f" ({FLAG})" if flagged and name in flagged else "")
+        ax.plot(part["epoch"], part["train_loss"], color=colour, label=f"{label}: train")
+        if np.isfinite(part["val_loss"].to_numpy(float)).any():
+            ax.plot(part["epoch"], part["val_loss"], color=colour, linestyle="--", label=f"{name}: validation")
+    if math.isfinite(chance):
+        ax.axhline(chance, color="0.5", linewidth=1, label=f"chance ln K = {chance:.3f}")
+    ax.set(xlabel="epoch", ylabel="loss (mean over seeds)")
+    ax.set_title(textwrap.fill(title, 60), fontsize="medium")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    return save_png_pdf(fig, path)

@@ -1,0 +1,81 @@
+"""Learning dynamics in reports: the "did not learn" flag against chance level and the learning-curve figures."""
+import json
+import math
+
+import pandas as pd
+import pytest
+from ndebench.platform.cli import main
+from ndebench.platform.learning import MARGIN, chance_loss, class_counts, flags, learning_check, mean_curves
+from ndebench.platform.tracking import TrialRecorder
+
+STUDY = "learning"
+
+
+def _runs(losses: dict[str, list[float]], num_classes: int = 2) -> pd.DataFrame:
+    return pd.DataFrame([{"model": "neural_cde", "dataset": "uea/GunPoint", "regularizer": reg, "seed": seed,
+                          "status": "ok", "final_train_loss": loss, "num_classes": num_classes}
+                         for reg, values in losses.items() for seed, loss in enumerate(values)])
+
+
+def test_chance_is_ln_k_and_the_threshold_is_five_percent_below_it():
+    assert chance_loss(2) == math.log(2) and chance_loss(10) == math.log(10)
+    with pytest.raises(ValueError, match="num_classes=1"):
+        chance_loss(1)
+    edge = (1 - MARGIN) * math.log(2)
+    check = learning_check(_runs({"none": [0.3, 0.4], "below": [edge - 1e-9] * 2, "at": [edge] * 2,
+                                  "chance": [0.70, 0.68]})).set_index("regularizer")
+    assert check.loc["none", "final_train_loss"] == pytest.approx(0.35)
+    assert bool(check.loc["below", "learned"]) and not check.loc["at", "learned"]
+    assert not check.loc["chance", "learned"] and check.loc["chance", "chance"] == pytest.approx(math.log(2))
+    assert set(flags(learning_check(_runs({"none": [0.3], "at": [edge]})))) == {("neural_cde", "uea/GunPoint", "at")}
+
+
+def test_unknown_class_counts_come_from_the_registry_or_leave_the_cell_unjudged():
+    runs = _runs({"none": [0.9]}, num_classes=-1)
+    assert class_counts(runs) == {"uea/GunPoint": 2}
+    unknown = runs.assign(dataset="plugin_without_facts")
+    check = learning_check(unknown)
+    assert check.loc[0, "learned"] is None and flags(check) == {}
+
+
+def test_mean_curves_average_the_seeds_that_reached_each_epoch():
+    runs = pd.DataFrame({"run_id": ["a", "b"], "model": "m", "dataset": "d", "regularizer": "r", "status": "ok"})
+    curves = pd.DataFrame({"run_id": ["a", "a", "b"], "epoch": [1, 2, 1], "train_loss": [1.0, 0.5, 0.8],
+                           "val_loss": [1.2, 0.9, 1.0]})
+    mean = mean_curves(curves, runs).set_index("epoch")
+    assert mean.loc[1, "train_loss"] == pytest.approx(0.9) and mean.loc[1, "n"] == 2
+    assert mean.loc[2, "val_loss"] == pytest.approx(0.9) and mean.loc[2, "n"] == 1
+
+
+def _record(uri: str, regularizer: str, seed: int, train: list[float], accuracy: float) -> None:
+    identity = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "uea/GunPoint",
+                "regularizer": regularizer, "seed": str(seed), "metric": "accuracy"}
+    recorder = TrialRecorder(uri, STUDY, {"regularizer": regularizer, "seed": seed}, f"{regularizer}-{seed}", identity)
+    for epoch, loss in enumerate(train, start=1):
+        recorder.log_metrics({"train_loss": loss, "val_loss": loss + 0.05}, step=epoch)
+    recorder.finish("ok", {"test_accuracy": accuracy}, {"num_classes": 2}, {})
+
+
+def test_a_report_flags_the_cell_that_did_not_learn_and_draws_its_learning_curves(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for seed in range(3):
+        _record(uri, "none", seed, [0.80, 0.60, 0.45, 0.38 + 0.01 * seed], 0.90 + 0.01 * seed)
+        _record(uri, "continuum_dropout", seed, [0.85, 0.74, 0.70, 0.69 - 0.01 * seed], 0.55 + 0.02 * seed)
+    assert main(["report", "--study", STUDY, "--tracking-uri", uri]) == 0
+    assert "did not learn" in capsys.readouterr().out
+    folder = tmp_path / "reports" / STUDY
+    table = (folder / "table.md").read_text()
+    row = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    assert "did not learn" in row["continuum_dropout"] and "did not learn" not in row["none"]
+    assert "- neural_cde / uea/GunPoint / continuum_dropout: did not learn: final train loss 0.680" in table
+    assert "not 5% below chance" in table and "did not learn" in (folder / "table.tex").read_text()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert [(c["regularizer"], round(c["final_train_loss"], 3)) for c in summary["did_not_learn"]] == [
+        ("continuum_dropout", 0.68)]
+    cells = {c["regularizer"]: c for c in summary["learning"]["cells"]}
+    assert cells["none"]["learned"] is True and cells["none"]["chance"] == pytest.approx(math.log(2))
+    figure = folder / "learning_neural-cde_uea-GunPoint.png"
+    assert figure.stat().st_size > 0 and figure.with_suffix(".pdf").exists()
+    html = (folder / "report.html").read_text()
+    assert 'alt="learning_neural-cde_uea-GunPoint"' in html and "<b class='flag'>did not learn</b>" in html
