@@ -218,13 +218,16 @@ class _Field(nn.Module):
 
     def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         out = self.drift(t, z)
-        if self.control is not None:
-            dX = self.control.derivative(t)
-            if self.control_end is not None:
-                # beyond the data the control is held at X(T) (dX = 0) rather than extrapolating the spline
-                dX = torch.where(t <= self.control_end, dX, torch.zeros_like(dX))
-            out = (out @ dX.unsqueeze(-1)).squeeze(-1)
-        return self.modulate(t, z, out, "drift")
+        if self.control is None:
+            return self.modulate(t, z, out, "drift")
+        dX = self.control.derivative(t)
+        if self.control_end is not None:
+            # beyond the data the control is held at X(T) (dX = 0) rather than extrapolating the spline
+            dX = torch.where(t <= self.control_end, dX, torch.zeros_like(dX))
+        if self.draw is not None and self.regularizer.control_scope == "time":
+            data = (out[..., 1:] @ dX[..., 1:].unsqueeze(-1)).squeeze(-1)
+            return self.modulate(t, z, out[..., 0] * dX[..., :1], "drift") + data
+        return self.modulate(t, z, (out @ dX.unsqueeze(-1)).squeeze(-1), "drift")
 
 
 class _SteppedField(_Field):
@@ -289,7 +292,8 @@ def integrate(
 
     * ODE: ``dz = f(t, z) dt`` with ``drift(t, z) -> (B, H)``.
     * CDE: ``dz = f(t, z) dX(t)`` when ``control`` (a torchcde interpolation of ``X``, ``(B, L, C)``) is
-      given; ``drift(t, z) -> (B, H, C)`` and the solver sees ``f(t, z) dX/dt``.
+      given; ``drift(t, z) -> (B, H, C)`` and the solver sees ``f(t, z) dX/dt``. The regularizer modulates
+      all of it, or with ``control_scope="time"`` only the time channel's ``f_0(t, z) dX_0/dt`` (channel 0).
     * SDE (Ito, diagonal noise): ``dz = f dt + g(t, z) o dW`` when ``diffusion(t, z) -> (B, H)`` is given;
       Brownian motion is a ``torchsde.BrownianInterval`` seeded from ``rng.noise``.
 

@@ -19,6 +19,7 @@ from torch import nn
 
 Role = Literal["drift", "diffusion"]
 TestTime = Literal["deterministic", "mc"]
+ControlScope = Literal["increment", "time"]
 
 
 class StepClock:
@@ -113,6 +114,11 @@ class Regularizer(nn.Module):
     ``step_clock`` is the :class:`StepClock` of the latest pass (set by ``begin_pass``); ``PassSpec.step_index``
     reads it, so per-step draws need no search.
 
+    ``control_scope`` says what a CDE's modulated drift is: ``"increment"``, the whole ``f(z) dX/dt`` (every
+    channel of the control, the default), or ``"time"``, only the time channel's ``f_0(z) dX_0/dt`` (the
+    data channels' increments are then integrated unmodulated). Models without a control path accept only
+    ``"increment"``.
+
     ``test_time`` states the evaluation protocol: ``"deterministic"`` (regularizer off in eval mode) or
     ``"mc"`` (kept on in eval mode; predictions average ``n_mc`` passes). ``point_predictor`` names the
     predictor of the headline metrics: ``"mean_latent"`` (Algorithm 1, ``head(mean_j z_j(T))``) or
@@ -120,6 +126,7 @@ class Regularizer(nn.Module):
     """
 
     test_time: ClassVar[TestTime] = "deterministic"
+    control_scope: ControlScope = "increment"
     point_predictor: ClassVar[Literal["mean_latent", "mc_probs"]] = "mean_latent"
     stochastic: ClassVar[bool] = False
     head_dropout: float | None = None

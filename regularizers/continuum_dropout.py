@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 from ndebench.regularizers import checks
-from ndebench.regularizers.base import PassSpec, Regularizer, Role
+from ndebench.regularizers.base import ControlScope, PassSpec, Regularizer, Role
 from ndebench.regularizers.rates import Rates, solve_rates
 from ndebench.regularizers.registry import HyperParam, register_regularizer
 
@@ -200,6 +200,8 @@ def _check_mask(value: Any) -> str | None:
     return None if value in ("left", "occupancy") else "must be 'left' or 'occupancy'"
 
 
+def _check_scope(value: Any) -> str | None:
+    return None if value in ("increment", "time") else "must be 'increment' or 'time'"
 
 
 @register_regularizer(
@@ -210,6 +212,8 @@ def _check_mask(value: Any) -> str | None:
         "m": HyperParam((5, 10, 50, 100), checks.expected_renewals, "expected number of renewals in [t0, T]"),
         "mask": HyperParam(("left",), _check_mask, "per-step mask for fixed-step solvers"),
         "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time"),
+        "scope": HyperParam(("increment",), _check_scope,
+                            "CDEs: pause the whole increment f(z) dX ('increment') or only its time channel ('time')"),
     },
 )
 class ContinuumDropout(Regularizer):
@@ -228,14 +232,24 @@ class ContinuumDropout(Regularizer):
     the fraction of ``[t_k, t_{k+1}]`` spent active, from switching times (:func:`sample_renewal_paths`).
     With an adaptive solver ``I(t)`` is evaluated from the switching times. At test time the model averages
     ``z(T)`` over ``n_mc`` passes (Algorithm 1).
+
+    On a CDE ``dz = f(z) dX``, ``scope="increment"`` (Eq. 8 read literally) pauses the whole increment, so a
+    paused component never receives the data's increments of that period: on univariate sets this erases
+    the class signal and the model does not learn (README, "Continuum Dropout on Neural CDEs").
+    ``scope="time"`` pauses only the time channel's ``f_0(z) dt`` and integrates the data channels unmasked.
     """
 
     test_time = "mc"
     stochastic = True
 
-    def __init__(self, p: float = 0.3, m: float = 10.0, mask: Literal["left", "occupancy"] = "left", n_mc: int = 5):
+    def __init__(self, p: float = 0.3, m: float = 10.0, mask: Literal["left", "occupancy"] = "left", n_mc: int = 5,
+                 scope: ControlScope = "increment"):
         super().__init__()
         self.p, self.m, self.mask_mode, self.n_mc = float(p), float(m), mask, int(n_mc)
+        problem = _check_scope(scope)
+        if problem:
+            raise ValueError(f"scope={scope!r} {problem}")
+        self.control_scope = scope
         # Built directly (not through create_regularizer), a p or m outside the rate solver's range fails here,
         # with the same checks, rather than at the first training pass.
         solve_rates(self.p, self.m, 1.0)
@@ -266,4 +280,5 @@ class ContinuumDropout(Regularizer):
         return out * draw.mask(t).to(out.dtype)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "p": self.p, "m": self.m, "n_mc": self.n_mc, "mask": self.mask_mode}
+        return {**super().describe(), "p": self.p, "m": self.m, "n_mc": self.n_mc, "mask": self.mask_mode,
+                "scope": self.control_scope}

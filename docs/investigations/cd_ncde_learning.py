@@ -46,38 +46,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
                      "solver": SolverConfig(method="euler", adjoint=False)},
     "cd-p0.01": {"regularizer": "continuum_dropout", "regularizer_params": {"p": 0.01, "m": 5}},
     "cd-m100": {"regularizer": "continuum_dropout", "regularizer_params": {"p": 0.1, "m": 100}},
-    "cd-time-channel": {"regularizer": "continuum_dropout", "regularizer_params": CD, "scope": "time"},
-    "cd-rk4-stage": {"regularizer": "continuum_dropout", "regularizer_params": CD, "scope": "stage",
+    "cd-time-channel": {"regularizer": "continuum_dropout", "regularizer_params": {**CD, "scope": "time"}},
+    "cd-rk4-stage": {"regularizer": "continuum_dropout", "regularizer_params": CD, "lookup": "stage",
                      "solver": SolverConfig(method="rk4", adjoint=False)},
     "none-index-time": {"time_scale": "index"},
     "cd-index-time": {"regularizer": "continuum_dropout", "regularizer_params": CD, "time_scale": "index"},
     "ode-none": {"model": "neural_ode"},
     "ode-cd": {"model": "neural_ode", "regularizer": "continuum_dropout", "regularizer_params": CD},
-    "lnsde-none": {"model": "lnsde"},
-    "lnsde-cd": {"model": "lnsde", "regularizer": "continuum_dropout", "regularizer_params": CD},
+    "lnsde-none": {"model": "neural_lnsde"},
+    "lnsde-cd": {"model": "neural_lnsde", "regularizer": "continuum_dropout", "regularizer_params": CD},
 }
-
-
-class TimeChannelDropout(ContinuumDropout):
-    """The same renewal mask, applied only to the time channel's column of ``f(z)`` (``dz = I f_t(z) dt +
-    f_x(z) dx``): the pause then stops the drift but never discards an increment of the data channels."""
-
-    def draw(self, spec: PassSpec) -> Any:
-        self.last = super().draw(spec)
-        return None
-
-
-class TimeChannelField(torch.nn.Module):
-    def __init__(self, field: torch.nn.Module, regularizer: TimeChannelDropout):
-        super().__init__()
-        self.field, self.regularizer = field, regularizer
-
-    def forward(self, t: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        out = self.field(t, z)
-        if not self.regularizer.active():
-            return out
-        mask = self.regularizer.last.mask(t).to(out.dtype)
-        return torch.cat([out[..., :1] * mask.unsqueeze(-1), out[..., 1:]], dim=-1)
 
 
 class StageDropout(ContinuumDropout):
@@ -87,8 +65,8 @@ class StageDropout(ContinuumDropout):
         return super().draw(replace(spec, grid=None))
 
 
-def patched(spec: TrialSpec, scope: str | None, time_scale: str | None) -> Any:
-    """``build_trial`` with the variant's mask scope and time scale swapped in."""
+def patched(spec: TrialSpec, lookup: str | None, time_scale: str | None) -> Any:
+    """``build_trial`` with the variant's mask lookup (per solver stage) and time scale swapped in."""
     create = trial.create_dataset
     if time_scale == "index":
         def create_dataset(*args: Any, **kwargs: Any) -> Any:
@@ -99,11 +77,7 @@ def patched(spec: TrialSpec, scope: str | None, time_scale: str | None) -> Any:
         built = build_trial(spec)
     finally:
         trial.create_dataset = create
-    if scope == "time":
-        regularizer = TimeChannelDropout(**spec.regularizer_params)
-        built.model.regularizer = regularizer
-        built.model.field = TimeChannelField(built.model.field, regularizer)
-    elif scope == "stage":
+    if lookup == "stage":
         built.model.regularizer = StageDropout(**spec.regularizer_params)
     return built
 
@@ -134,10 +108,10 @@ def signal_to_noise(model: Any, feed: Any, draws: int, seed: int) -> dict[str, f
 
 def run(name: str, epochs: int, draws: int) -> dict[str, Any]:
     change = dict(VARIANTS[name])
-    scope, time_scale = change.pop("scope", None), change.pop("time_scale", None)
+    lookup, time_scale = change.pop("lookup", None), change.pop("time_scale", None)
     spec = replace(BASE, **change)
     spec = replace(spec, training=replace(spec.training, epochs=epochs))
-    built = patched(spec, scope, time_scale)
+    built = patched(spec, lookup, time_scale)
     state = _Training(built, spec.training, spec.seed)
     model, losses = built.model, []
     for epoch in range(1, epochs + 1):
