@@ -52,6 +52,17 @@ def main_table_section(table: tables.Table, alpha: float) -> str:
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></section>")
 
 
+def effects_section(table: tables.Table) -> str:
+    """The effect sizes of ``table``'s comparisons with ``none`` (difference and Hedges' g with 95% intervals)."""
+    rows = tables.effect_rows(table)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in tables.EFFECT_HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in row) + "</tr>" for row in rows)
+    return (f"<section><h2>Effect sizes against none</h2><table><caption>{html.escape(tables.effects_caption(table))}"
+            f"</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
+
+
 def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | None) -> str:
     """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known)."""
     def link(run_id: str) -> str:
@@ -88,6 +99,7 @@ def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: 
              + ", ".join(f"{int(n)} {html.escape(str(s))}" for s, n in counts.items())
              + ".</p>"]
     parts += [main_table_section(t, alpha) for t in tables]
+    parts += [effects_section(tables[0])] if tables else []
     if notes:
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if figures:

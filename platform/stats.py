@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.effects import COLUMNS as EFFECT_COLUMNS
+from ndebench.platform.effects import effect_sizes, mean_interval
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -167,8 +169,10 @@ def compare_to_baseline(
     One row per non-baseline cell whose (model, dataset) has the baseline: ``n``, ``mean``,
     ``n_baseline``, ``mean_baseline``, ``difference`` (mean - mean_baseline), ``t``, ``p``, ``df``,
     ``direction`` (``better``/``worse``/``equal`` given the metric's direction; ``""`` when a side has no
-    runs), ``marker`` (:func:`significance_marker`), ``flag``, and ``p_holm``: the p-values Holm-adjusted
-    over all rows of this call (``multipletests(method="holm")``), for readers who want the family-wise view.
+    runs), ``marker`` (:func:`significance_marker`), ``flag``, the 95% interval of the difference and Hedges'
+    g with its interval for the same test (:func:`~ndebench.platform.effects.effect_sizes`), and ``p_holm``:
+    the p-values Holm-adjusted over all rows of this call (``multipletests(method="holm")``), for readers
+    who want the family-wise view.
     """
     check_test(test)
     higher = higher_is_better(metric)
@@ -187,6 +191,9 @@ def compare_to_baseline(
         for regularizer in sorted(set(group["regularizer"]) - {baseline}):
             reg = ok[ok["regularizer"] == regularizer]
             res = two_sample_test(reg[metric], base[metric], test, reg["seed"], base["seed"])
+            a, b = reg[metric].to_numpy(float), base[metric].to_numpy(float)
+            if test == "paired":
+                a, b = _pair(a, b, reg["seed"], base["seed"])
             difference = float(reg[metric].mean() - base[metric].mean()) if len(reg) and len(base) else math.nan
             rows.append({
                 "metric": metric, "model": model, "dataset": dataset, "regularizer": regularizer,
@@ -196,10 +203,11 @@ def compare_to_baseline(
                 "difference": difference, "t": res.t, "p": res.p, "df": res.df,
                 "direction": _direction(difference, higher),
                 "marker": significance_marker(res.p, alpha, strong_alpha), "flag": res.flag,
+                **effect_sizes(a, b, test),
             })
     out = pd.DataFrame(rows, columns=[
         "metric", *CELL, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline", "difference",
-        "t", "p", "df", "direction", "marker", "flag"])
+        "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
     out["p_holm"] = holm(out["p"].to_numpy(dtype=float), alpha)
     return out
 
@@ -237,7 +245,8 @@ def compare_across_datasets(
     ``metrics`` maps each dataset to the metric compared on it (e.g. its primary metric). With per-dataset
     means ``r_d`` and ``b_d`` and ``s = +1`` if higher is better else ``-1``, the improvement is
     ``d_d = s (r_d - b_d)``. Columns: ``n_datasets``, ``mean_improvement`` (mean of d), ``se``
-    (``scipy.stats.sem``, ddof=1), ``pct_change`` (mean of ``100 d_d / |b_d|``) and its ``pct_se``, ``wins`` (d > 0),
+    (``scipy.stats.sem``, ddof=1), ``ci_low``/``ci_high`` (its 95% Student-t interval), ``pct_change`` (mean
+    of ``100 d_d / |b_d|``) and its ``pct_se``, ``wins`` (d > 0),
     ``wilcoxon`` statistic and ``p`` (``scipy.stats.wilcoxon`` of r against b, two-sided; sign-adjusted so
     the test matches d), ``p_holm`` (Holm over all rows: ``multipletests(method="holm")``), ``significant``
     (p_holm < alpha), and ``note`` saying when the test is degenerate or when, with n datasets,
@@ -261,10 +270,13 @@ def compare_across_datasets(
 
 def _improvement(d: np.ndarray, b: np.ndarray) -> dict:
     if not len(d):
-        return {"mean_improvement": math.nan, "se": math.nan, "pct_change": math.nan, "pct_se": math.nan, "wins": 0}
+        return {"mean_improvement": math.nan, "se": math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                "pct_change": math.nan, "pct_se": math.nan, "wins": 0}
     with np.errstate(divide="ignore", invalid="ignore"):
         pct = 100.0 * d / np.abs(b)
+    low, high = mean_interval(d)
     return {"mean_improvement": float(np.mean(d)), "se": float(stats.sem(d)) if len(d) > 1 else math.nan,
+            "ci_low": low, "ci_high": high,
             "pct_change": float(np.mean(pct)), "pct_se": float(stats.sem(pct)) if len(d) > 1 else math.nan,
             "wins": int(np.sum(d > 0))}
 
@@ -294,7 +306,8 @@ def _datasets_needed(alpha: float) -> int:
 
 def _across_frame(rows: list[dict], alpha: float = 0.05) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=[
-        "model", "regularizer", "baseline", "n_datasets", "datasets", "mean_improvement", "se", "pct_change",
+        "model", "regularizer", "baseline", "n_datasets", "datasets", "mean_improvement", "se", "ci_low", "ci_high",
+        "pct_change",
         "pct_se", "wins", "wilcoxon", "p", "note"])
     out["p_holm"] = holm(out["p"].to_numpy(dtype=float), alpha)
     out["significant"] = out["p_holm"] < alpha

@@ -106,10 +106,10 @@ def signal_to_noise(model: Any, feed: Any, draws: int, seed: int) -> dict[str, f
     return {"noise_var": noise, "between_class_var": between, "snr": between / noise if noise > 0 else math.inf}
 
 
-def run(name: str, epochs: int, draws: int) -> dict[str, Any]:
+def run(name: str, epochs: int, draws: int, dataset: str = BASE.dataset) -> dict[str, Any]:
     change = dict(VARIANTS[name])
     lookup, time_scale = change.pop("lookup", None), change.pop("time_scale", None)
-    spec = replace(BASE, **change)
+    spec = replace(BASE, dataset=dataset, **change)
     spec = replace(spec, training=replace(spec.training, epochs=epochs))
     built = patched(spec, lookup, time_scale)
     state = _Training(built, spec.training, spec.seed)
@@ -131,8 +131,8 @@ def run(name: str, epochs: int, draws: int) -> dict[str, Any]:
                           "grad_norm": round(sum(norms) / len(norms), 4),
                           "seconds": round(time.perf_counter() - start, 2)}), flush=True)
     test, _ = evaluate(model, built.feeds["test"], built.batch_size, spec.seed)
-    summary = {"variant": name, "final_train_loss": round(losses[-1], 4), "min_train_loss": round(min(losses), 4),
-               "test_accuracy": round(test["accuracy"], 4)}
+    summary = {"variant": name, "dataset": dataset, "final_train_loss": round(losses[-1], 4),
+               "min_train_loss": round(min(losses), 4), "test_accuracy": round(test["accuracy"], 4)}
     if spec.regularizer == "none":
         # the mask's effect on weights that did learn: the same model, the same mask drawn at p, m of "cd"
         model.regularizer = ContinuumDropout(**CD)
@@ -148,6 +148,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="repeatable")
     parser.add_argument("--epochs", type=int, default=60)
+    parser.add_argument("--dataset", default=BASE.dataset, help="default: %(default)s (the model stays as set)")
     parser.add_argument("--draws", type=int, default=20, help="mask draws for the signal-to-noise ratio")
     parser.add_argument("--list", action="store_true", help="list the variants and exit")
     args = parser.parse_args()
@@ -156,7 +157,7 @@ def main() -> None:
             print(name, change)
         return
     for name in args.variant or ["none", "cd"]:
-        run(name, args.epochs, args.draws)
+        run(name, args.epochs, args.draws, args.dataset)
 
 
 if __name__ == "__main__":
