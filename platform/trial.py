@@ -22,8 +22,8 @@ from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
-from ndebench.platform.config import TrainingConfig
 from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
+from ndebench.platform.spec.config import TrainingConfig
 from ndebench.regularizers.registry import create_regularizer
 
 

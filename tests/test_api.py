@@ -4,8 +4,8 @@ import pytest
 import yaml
 from analysis_study import study_frame
 from ndebench.platform import api
-from ndebench.platform.config import ConfigError
-from ndebench.platform.tracking import TrialRecorder
+from ndebench.platform.record.tracking import TrialRecorder
+from ndebench.platform.spec.config import ConfigError
 
 SPEC = {
     "study": "nb", "models": ["neural_cde"], "datasets": ["synthetic"],

@@ -82,7 +82,7 @@ def test_every_subcommand_has_help(command, capsys):
 
 
 def test_ui_serves_runs_with_their_tags(tmp_path):
-    from ndebench.platform.tracking import TrialRecorder
+    from ndebench.platform.record.tracking import TrialRecorder
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"study": "uistudy", "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",

@@ -8,8 +8,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from ndebench.platform.cluster import ClusterError, check_cluster
-from ndebench.platform.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
+from ndebench.platform.engine.cluster import ClusterError, check_cluster
+from ndebench.platform.engine.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_NODES = [{"NodeID": "node-a", "Alive": True}, {"NodeID": "node-b", "Alive": True}]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 from ndebench.platform.cli import main
-from ndebench.platform.runframe import parse_param
-from ndebench.platform.tracking import TAG, client, search
+from ndebench.platform.record.runframe import parse_param
+from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.trial import TrialSpec, run_trial
 
 CONFIG = {

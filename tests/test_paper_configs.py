@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import test_datasets_images
 from ndebench.datasets.uea import PAPER_SHAPES, shipped_sets
-from ndebench.platform.config import Space, load_spec
+from ndebench.platform.spec.config import Space, load_spec
 from ndebench.platform.trial import TrialSpec, run_trial
 from test_datasets_images import MAKERS
 from test_datasets_sepsis import make_stays

@@ -90,7 +90,7 @@ def test_entry_point_components_register_and_train(tmp_path):
         from ndebench.datasets.registry import list_datasets
         from ndebench.models.integrate import SolverConfig
         from ndebench.models.registry import list_models
-        from ndebench.platform.config import TrainingConfig
+        from ndebench.platform.spec.config import TrainingConfig
         from ndebench.platform.trial import TrialSpec, run_trial
         from ndebench.regularizers.registry import list_regularizers
 
@@ -122,10 +122,10 @@ def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path
         from pathlib import Path
         from ndebench.datasets.check import preflight_problems
         from ndebench.platform.cli import main
-        from ndebench.platform.config import load_spec
-        from ndebench.platform.plan import sweep_cells
-        from ndebench.platform.sweep import Sweep
-        from ndebench.platform.trainable import trial_tags
+        from ndebench.platform.spec.config import load_spec
+        from ndebench.platform.spec.plan import sweep_cells
+        from ndebench.platform.engine.sweep import Sweep
+        from ndebench.platform.engine.trainable import trial_tags
         from ndebench.platform.trial import TrialSpec, build_trial
 
         data, config = {str(data)!r}, {str(config)!r}

@@ -109,7 +109,7 @@ def test_rates_command_refuses_with_exit_2(capsys, argv, needle):
 
 @pytest.mark.parametrize("key, value", [("m", 1e-12), ("m", 2e6), ("p", 1e-300), ("p", 1.0)])
 def test_the_config_accepts_exactly_the_solvers_range(key, value):
-    from ndebench.platform.config import ConfigError, parse_spec
+    from ndebench.platform.spec.config import ConfigError, parse_spec
 
     raw = {"study": "s", "models": ["neural_cde"], "datasets": ["synthetic"],
            "regularizers": {"continuum_dropout": {key: value}}}

@@ -12,7 +12,7 @@ import torchcde
 from ndebench.models.base import DataSpec, FieldMLP
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, moved_times
 from ndebench.models.registry import create_model, list_models, model_info
-from ndebench.platform.config import ConfigError, parse_spec
+from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.jump_diffusion import sample_jumps
 from ndebench.regularizers.registry import create_regularizer, list_regularizers, regularizer_info

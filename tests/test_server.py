@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from ndebench.platform.cli import main
-from ndebench.platform.server import default_settings, server_command, study_url
+from ndebench.platform.engine.server import default_settings, server_command, study_url
 
 
 def test_study_url_opens_the_model_training_view_filtered_to_evaluate_runs():

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform import stats
+from ndebench.platform.report import stats
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from ndebench.models.registry import list_models
 from ndebench.platform.cli import main
-from ndebench.platform.tracking import TAG, evaluate_runs, search
+from ndebench.platform.record.tracking import TAG, evaluate_runs, search
 from test_plugins import make_plugin
 
 PARENT = "mlflow.parentRunId"

@@ -4,9 +4,8 @@ import sys
 
 import pytest
 from ndebench.platform.cli import main
-from ndebench.platform.report import primary_metrics
-from ndebench.platform.runframe import runs_frame
-from ndebench.platform.tracking import (
+from ndebench.platform.record.runframe import runs_frame
+from ndebench.platform.record.tracking import (
     TAG,
     TrialRecorder,
     client,
@@ -14,6 +13,7 @@ from ndebench.platform.tracking import (
     evaluate_runs,
     planned_seeds,
 )
+from ndebench.platform.report.report import primary_metrics
 
 STUDY = "crafted"
 
@@ -95,7 +95,7 @@ def test_a_study_whose_runs_all_diverged_gets_a_report(tmp_path, monkeypatch, ca
 
 def test_fresh_database_created_by_concurrent_processes(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = ("import sys; from ndebench.platform.tracking import ensure_experiment; "
+    code = ("import sys; from ndebench.platform.record.tracking import ensure_experiment; "
             "print(ensure_experiment(sys.argv[1], 'race'))")
     procs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
@@ -105,7 +105,7 @@ def test_fresh_database_created_by_concurrent_processes(tmp_path):
 
 
 def test_runs_have_short_names_and_the_experiment_opens_in_the_model_training_view(tmp_path):
-    from ndebench.platform.tracking import ensure_experiment, run_name, study_run
+    from ndebench.platform.record.tracking import ensure_experiment, run_name, study_run
 
     assert run_name({"regularizer": "continuum_dropout", "regularizer.p": 0.3, "regularizer.m": 10,
                      "regularizer.n_mc": 5, "phase": "evaluate", "seed": 0}) == "cd m=10 p=0.3 s0"

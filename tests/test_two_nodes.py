@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ndebench.platform.tracking import TAG, search
+from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = pytest.mark.cluster
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]

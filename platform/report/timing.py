@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import stats
-from ndebench.platform.sections import Cell, Section, mean_std
+from ndebench.platform.report import stats
+from ndebench.platform.report.sections import Cell, Section, mean_std
 
 REGULARIZER = "continuum_dropout"
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ndebench.platform.config import Space, SweepSpec, TuneConfig
+from ndebench.platform.spec.config import Space, SweepSpec, TuneConfig
 
 SHARED_PREFIXES = ("model.", "training.")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from ndebench.platform import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
+from ndebench.platform.report import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:

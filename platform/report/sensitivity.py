@@ -19,15 +19,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform import stats
-from ndebench.platform.runframe import PARAMS
-from ndebench.platform.sections import Cell, Section, mean_std, save_figure
-from ndebench.platform.tables import LABELS
+from ndebench.platform.record.runframe import PARAMS
+from ndebench.platform.report import stats
+from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report.tables import LABELS
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:
     """Per (model, dataset, variant label) of ``regularizer``: ``n, mean, std`` (from
-    :func:`~ndebench.platform.stats.summarize_cells`, ok runs only) and the variant's parameters ``p, m, rate``."""
+    :func:`~ndebench.platform.report.stats.summarize_cells`, ok runs only) and the variant's parameters
+    ``p, m, rate``."""
     part = runs[(runs["regularizer"] == regularizer) & (runs["variant"].fillna("") != "")]
     if part.empty:
         return pd.DataFrame(columns=["model", "dataset", "label", "n", "mean", "std", *PARAMS])

@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import pandas as pd
-from ndebench.platform import tracking
-from ndebench.platform.runframe import runs_frame
+from ndebench.platform.record import tracking
+from ndebench.platform.record.runframe import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate
 from ndebench.platform.weights import ARTIFACT, load_weights
 from ndebench.regularizers.registry import create_regularizer

@@ -7,7 +7,7 @@ dict from :func:`~ndebench.platform.metrics.calibration_bins`) into paper-style 
 regularizers, column groups are models and columns datasets, cells are "mean (std)" over seeds with
 ``*``/``**`` for the t-test against ``none`` and the best value per column in bold. This module validates
 the runs, picks the metrics and writes the files; the table model and its Markdown and LaTeX renderers
-are :mod:`~ndebench.platform.tables`.
+are :mod:`~ndebench.platform.report.tables`.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import figures, significance, stats
 from ndebench.platform.metrics import merge_calibration_bins
-from ndebench.platform.tables import (
+from ndebench.platform.report import figures, significance, stats
+from ndebench.platform.report.tables import (
     LABELS,
     TEST_NAMES,
     Table,
@@ -141,13 +141,13 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
     the ``ok`` runs; ``*`` (better) or ``†`` (worse) marks p < ``alpha`` and ``**``/``††`` p < ``alpha / 5``
     in a two-sided ``test`` (``student``, ``welch`` or ``paired``) against ``none``, the p-values adjusted
-    by ``correction`` (:mod:`~ndebench.platform.significance`); the best mean per column is bold; a cell
+    by ``correction`` (:mod:`~ndebench.platform.report.significance`); the best mean per column is bold; a cell
     whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
     ``summary.json`` holds every statistic with its p-value, the across-dataset comparison
-    (:func:`~ndebench.platform.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
+    (:func:`~ndebench.platform.report.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
     Figures: a reliability diagram per (model, dataset) when runs carry calibration bins, a per-seed
     box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
-    that passes :func:`~ndebench.platform.significance.friedman_gate` (else ``table.md`` says why not).
+    that passes :func:`~ndebench.platform.report.significance.friedman_gate` (else ``table.md`` says why not).
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no

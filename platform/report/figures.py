@@ -80,7 +80,7 @@ def _cliques(names: list[str], not_different: set[frozenset[str]]) -> list[tuple
 
 def critical_difference_diagram(ranks: pd.Series, pairs: pd.DataFrame, alpha: float, path: Path, title: str) -> Path:
     """Average ranks (1 = best) on a horizontal axis; a bar joins regularizers whose pairwise
-    Holm-adjusted Wilcoxon p-value (``pairs`` from :func:`~ndebench.platform.stats.pairwise_wilcoxon`) is
+    Holm-adjusted Wilcoxon p-value (``pairs`` from :func:`~ndebench.platform.report.stats.pairwise_wilcoxon`) is
     at least ``alpha``, i.e. that the data cannot tell apart."""
     names = list(ranks.index)
     k = len(names)

@@ -1,7 +1,7 @@
 """Accuracy against the number of Monte-Carlo passes at test time (the paper's Tables 13-14 and Fig. 4).
 
 Built from the ``reevaluate`` runs of a study (each one trained evaluate run re-scored with ``n_mc`` passes,
-see :mod:`~ndebench.platform.reevaluate`). Per dataset and metric: a first row with the baseline ``none``
+see :mod:`~ndebench.platform.engine.reevaluate`). Per dataset and metric: a first row with the baseline ``none``
 from its evaluate runs, then one row per regularizer and ``N_MC``; columns are models; a cell is the mean
 (sample std) over the ok seeds; the best mean per column is bold. A figure per dataset draws the metric
 against ``N_MC`` per model with the baseline's mean +- std band.
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform import stats, tables
-from ndebench.platform.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report import stats, tables
+from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
 
 LABELS = {m: tables.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}
 

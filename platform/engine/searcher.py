@@ -11,8 +11,8 @@ import math
 from typing import Any
 
 import optuna
-from ndebench.platform.config import AshaConfig, Space, TuneConfig
-from ndebench.platform.plan import CellSearch
+from ndebench.platform.spec.config import AshaConfig, Space, TuneConfig
+from ndebench.platform.spec.plan import CellSearch
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler
 from ray.tune.search import Searcher

@@ -54,7 +54,7 @@ def marker(p: float, direction: str, alpha: float, strong_alpha: float) -> str:
 
 
 def mark(comparisons: pd.DataFrame, alpha: float, correction: str) -> pd.DataFrame:
-    """``comparisons`` (from :func:`~ndebench.platform.stats.compare_to_baseline`) with ``correction``,
+    """``comparisons`` (from :func:`~ndebench.platform.report.stats.compare_to_baseline`) with ``correction``,
     ``p_adjusted`` and ``marker`` recomputed from the adjusted p-values and the direction of each difference."""
     out = comparisons.copy()
     out["correction"] = check_correction(correction)

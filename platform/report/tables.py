@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import significance, stats
+from ndebench.platform.report import significance, stats
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
           "test_nll": "NLL", "test_ece": "ECE"}
@@ -58,9 +58,9 @@ class Table:
     def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
               correction: str = "none", coverage: pd.DataFrame | None = None) -> Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
-        :data:`~ndebench.platform.stats.STATUSES`: cell means and stds
-        (:func:`~ndebench.platform.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
-        after ``correction``, and the notes of ``coverage`` (:func:`~ndebench.platform.report.seed_coverage`)."""
+        :data:`~ndebench.platform.report.stats.STATUSES`: cell means and stds
+        (:func:`~ndebench.platform.report.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
+        after ``correction``, and the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)."""
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
             part = runs[runs["dataset"].isin([d for d, m in metrics.items() if m == metric])]
