@@ -160,7 +160,7 @@ class FieldMLP(nn.Module):
     ):
         super().__init__()
         sizes = [in_size] + [hidden_size] * num_layers
-        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         norms = [norm(hidden_size) if norm is not None else None for _ in range(num_layers)]
         self.norms = nn.ModuleList(n if n is not None else nn.Identity() for n in norms)
         self.timed = [n is not None for n in norms]
@@ -168,7 +168,7 @@ class FieldMLP(nn.Module):
         self.out = nn.Linear(hidden_size, out_size)
 
     def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        for linear, norm, timed in zip(self.linears, self.norms, self.timed):
+        for linear, norm, timed in zip(self.linears, self.norms, self.timed, strict=True):
             x = linear(x)
             x = norm(t, x) if timed else x
             x = self.activation(x)

@@ -152,7 +152,7 @@ def pass_grid(
         return (times if kind == "ode" or piecewise
                 else step_grid(times[0], times[-1], float((times[1:] - times[:-1]).min())))
     if piecewise:
-        pieces = [step_grid(a, b, solver.step_size)[:-1] for a, b in zip(times[:-1], times[1:])]
+        pieces = [step_grid(a, b, solver.step_size)[:-1] for a, b in zip(times[:-1], times[1:], strict=True)]
         return torch.cat(pieces + [times[-1:]])
     return step_grid(times[0], times[-1], solver.step_size)
 

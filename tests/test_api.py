@@ -2,7 +2,7 @@
 ``run`` refuses to overwrite a recorded study before a cluster starts."""
 import pytest
 import yaml
-from analysis_study import study_frame
+from fakes import study_frame
 from ndebench.platform import api
 from ndebench.platform.record.tracking import TrialRecorder
 from ndebench.platform.spec.config import ConfigError

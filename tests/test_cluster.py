@@ -59,6 +59,7 @@ def test_object_store_storage_counts_as_shared(tmp_path):
     assert seen == [str(tmp_path)]
 
 
+@pytest.mark.system
 def test_real_two_node_probe(tmp_path):
     """The per-node probe runs on each node of a real two-node Ray cluster (both on this machine)."""
     import ray

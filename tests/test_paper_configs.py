@@ -6,16 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_datasets_images
+from fakes import MAKERS, make_stays, write_clip, write_ts
+from ndebench.datasets.speech_commands import CLASSES, FOLDER
 from ndebench.datasets.uea import PAPER_SHAPES, shipped_sets
 from ndebench.platform.spec.config import Space, load_spec
 from ndebench.platform.trial import TrialSpec, run_trial
-from test_datasets_images import MAKERS
-from test_datasets_sepsis import make_stays
-from test_datasets_speech import CLASSES, FOLDER, write_clip
-from test_datasets_uea import write_ts
-
-fake_md5 = test_datasets_images.fake_md5  # the fixture, shared with test_datasets_images
 
 CONFIGS = sorted(Path(__file__).parent.parent.glob("tune_configs/paper_*.yaml"))
 IMAGE_CONFIGS = ("paper_table3_image_regularizers", "paper_table6_image_ndes")

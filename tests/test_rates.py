@@ -37,7 +37,7 @@ def test_asymptotic_formula_converges_as_renewals_grow():
     for m in (10, 100, 1000, 10000):
         exact, approx = solve_rates(0.3, m, 1.0), asymptotic_rates(0.3, m, 1.0)
         errors.append(abs(approx.lambda1 - exact.lambda1) / exact.lambda1)
-    assert all(e2 < e1 for e1, e2 in zip(errors, errors[1:]))
+    assert all(e2 < e1 for e1, e2 in zip(errors, errors[1:], strict=False))
     assert errors[-1] < 1e-3
 
 

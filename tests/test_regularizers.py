@@ -400,7 +400,7 @@ def test_tabn_state_dict_span_and_penalty():
             norm.bias.add_(torch.randn_like(norm.bias))
     reference = sum(
         F.mse_loss(w, torch.ones_like(w)) + F.mse_loss(b, torch.zeros_like(b))
-        for norm in model.field.net.norms for w, b in zip(norm.weight, norm.bias)
+        for norm in model.field.net.norms for w, b in zip(norm.weight, norm.bias, strict=True)
     )
     torch.testing.assert_close(model.penalty(), 0.1 * reference)
     assert float(create_regularizer("tabn", decay=0.0).penalty()) == 0.0

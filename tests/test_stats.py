@@ -33,7 +33,7 @@ def test_paired_uses_the_common_seeds_in_seed_order():
     seeds_a = [4, 0, 2, 1, 3]
     seeds_b = [0, 1, 2, 3, 4, 5]
     res = stats.two_sample_test(A, B, "paired", seeds_a, seeds_b)
-    by_seed = dict(zip(seeds_a, A))
+    by_seed = dict(zip(seeds_a, A, strict=True))
     ref = sps.ttest_rel([by_seed[s] for s in range(5)], B[:5])
     assert (res.t, res.p, res.df, res.n_a, res.n_b) == (ref.statistic, ref.pvalue, 4, 5, 5)
     with pytest.raises(ValueError, match=r"repeats seeds \[0\]"):

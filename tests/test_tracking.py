@@ -124,9 +124,10 @@ def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_me
     tagged = [_record(uri, r, 0, "ok", scores, tags={"metric": "accuracy"}) for r in ("none", "continuum_dropout")]
     older = _record(uri, "none", 1, "ok", scores)
     runs = evaluate_runs(uri, STUDY, with_calibration=False)
-    assert dict(zip(runs["run_id"], runs["metric"])) == {tagged[0]: "accuracy", tagged[1]: "accuracy", older: ""}
+    metric_of = runs.set_index("run_id")["metric"].to_dict()
+    assert metric_of == {tagged[0]: "accuracy", tagged[1]: "accuracy", older: ""}
     frame = runs_frame(uri, STUDY, histories=False)
-    assert dict(zip(frame["run_id"], frame["metric"])) == dict(zip(runs["run_id"], runs["metric"]))
+    assert frame.set_index("run_id")["metric"].to_dict() == metric_of
     # The registration says accuracy although the runs report AUROC; a study recorded before the tag
     # existed falls back to the columns, where AUROC marks a binary task.
     assert primary_metrics(runs) == {"synthetic": "test_accuracy"}

@@ -46,7 +46,7 @@ def make_study(search: CellSearch, tune: TuneConfig) -> optuna.Study:
     if tune.sampler == "grid":
         keys = list(search.space)
         for values in itertools.product(*(search.space[k].args for k in keys)):
-            study.enqueue_trial(dict(zip(keys, values)), skip_if_exists=False)
+            study.enqueue_trial(dict(zip(keys, values, strict=True)), skip_if_exists=False)
     return study
 
 

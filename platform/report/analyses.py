@@ -21,7 +21,7 @@ def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or "run_id" not in runs:
         return runs
     labels = frame.set_index("run_id")["label"]
-    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"])])
+    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"], strict=True)])
 
 
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,

@@ -54,7 +54,7 @@ def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, yl
     non_empty = [i for i, s in enumerate(samples) if len(s)]
     if non_empty:
         ax.boxplot([samples[i] for i in non_empty], positions=positions[non_empty], widths=0.5, showfliers=False)
-    for position, sample in zip(positions, samples):
+    for position, sample in zip(positions, samples, strict=True):
         offsets = np.linspace(-0.12, 0.12, len(sample)) if len(sample) > 1 else np.zeros(len(sample))
         ax.scatter(position + offsets, sample, s=16, zorder=3)
     failed = failed or {}

@@ -50,7 +50,7 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
                 Cell(mean_std(base_cells.loc[m, "mean"], base_cells.loc[m, "std"], int(base_cells.loc[m, "n"])))
                 if m in base_cells.index else Cell("–") for m in models]]
             by = cells.set_index(["label", "n_mc", "model"])
-            keys = sorted({(label, n) for label, n in zip(cells["label"], cells["n_mc"])})
+            keys = sorted({(label, n) for label, n in zip(cells["label"], cells["n_mc"], strict=True)})
             for label, n in keys:
                 rows.append([Cell(label), Cell(str(n))] + [
                     Cell(mean_std(by.loc[(label, n, m), "mean"], by.loc[(label, n, m), "std"],
@@ -61,7 +61,7 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
                 means = [by.loc[(label, n, model), "mean"] if (label, n, model) in by.index else np.nan
                          for label, n in keys]
                 finite = [round(float(x), 3) for x in means if np.isfinite(x)]
-                for cell, mean in zip(column, means):
+                for cell, mean in zip(column, means, strict=True):
                     cell.bold = bool(finite and np.isfinite(mean) and round(float(mean), 3) == max(finite))
             label_text = LABELS[metric]
             figure = _plot(cells, base_cells, models, dataset, label_text,

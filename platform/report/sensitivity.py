@@ -87,7 +87,7 @@ def _bold_best(cells: list[Cell], means: list[float], metric: str) -> None:
     if not finite:
         return
     best = (max if stats.higher_is_better(metric) else min)(finite)
-    for cell, mean in zip(cells, means):
+    for cell, mean in zip(cells, means, strict=True):
         cell.bold = bool(np.isfinite(mean) and round(mean, 3) == best)
 
 

@@ -60,7 +60,7 @@ def mark(comparisons: pd.DataFrame, alpha: float, correction: str) -> pd.DataFra
     out["correction"] = check_correction(correction)
     out["p_adjusted"] = adjust(out["p"].to_numpy(dtype=float), correction, alpha)
     strong = alpha / 5
-    out["marker"] = [marker(p, d, alpha, strong) for p, d in zip(out["p_adjusted"], out["direction"])]
+    out["marker"] = [marker(p, d, alpha, strong) for p, d in zip(out["p_adjusted"], out["direction"], strict=True)]
     return out
 
 

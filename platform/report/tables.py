@@ -79,7 +79,7 @@ class Table:
         by_cell = cell_stats.set_index(stats.CELL)
         tests = comparison.set_index(stats.CELL)
         gaps = {} if coverage is None else {tuple(k): n for k, n in zip(
-            coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"]) if n}
+            coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"], strict=True) if n}
         cells = {}
         for j, (model, dataset, metric) in enumerate(columns):
             for regularizer in rows:

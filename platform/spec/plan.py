@@ -81,7 +81,7 @@ def sweep_cells(spec: SweepSpec) -> list[Cell]:
     for name in spec.variants:
         spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
         for values in itertools.product(*(s.args for s in spaces.values())):
-            point = dict(zip(spaces, values))
+            point = dict(zip(spaces, values, strict=True))
             cells += [Cell(m, d, name, variant_label(name, point), tuple(point.items()))
                       for m in spec.models for d in spec.datasets]
     return cells
