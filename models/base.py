@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, solver_methods
+from ndebench.models.integrate import SolverConfig, TrialRNG, family_methods, integrate
 from ndebench.regularizers.base import Regularizer
 from torch import nn
 
@@ -214,11 +214,10 @@ class NDEClassifier(nn.Module):
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.regularizer = regularizer if regularizer is not None else Regularizer()
         self.solver = solver if solver is not None else self.default_solver
-        family = getattr(self, "family", "ode")
-        valid = solver_methods("sde" if family == "sde" else "ode")
+        valid = family_methods(self.family)
         if self.solver.method not in valid:
             raise ValueError(f"{type(self).__name__}: solver method {self.solver.method!r} does not solve "
-                             f"{family.upper()}s; valid: {', '.join(valid)}")
+                             f"{self.family.upper()}s; valid: {', '.join(valid)}")
         num_outputs = 1 if data.binary else data.num_classes
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else self.head_dropout
         self.head = ClassifierHead(hidden_size, num_outputs, dropout, self.head_grad_scale)
@@ -240,11 +239,11 @@ class NDEClassifier(nn.Module):
     @property
     def stochastic_latent(self) -> bool:
         """Whether ``z(T)`` is random even with the regularizer off: an SDE, whose Brownian noise stays on at test."""
-        return getattr(self, "diffusion", None) is not None
+        return self.family == "sde"
 
     def n_mc(self) -> int:
-        """Passes per prediction in eval mode: the regularizer's ``n_mc`` if it stays on at test time, else 1."""
-        return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1
+        """Passes per prediction in eval mode: the regularizer's declared ``n_mc`` (1 unless it takes one)."""
+        return self.regularizer.n_mc
 
     @torch.no_grad()
     def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None,

@@ -26,6 +26,11 @@ def solver_methods(kind: Literal["ode", "sde"]) -> tuple[str, ...]:
     return ODE_FIXED + ODE_ADAPTIVE if kind == "ode" else SDE_METHODS
 
 
+def family_methods(family: str) -> tuple[str, ...]:
+    """The methods that solve a model of ``family`` (``ode``, ``cde``, ``sde``): a CDE is solved as an ODE."""
+    return solver_methods("sde" if family == "sde" else "ode")
+
+
 @dataclass(frozen=True)
 class SolverConfig:
     """Solver settings from the sweep config, checked once when built (``ValueError`` naming the field).

@@ -181,6 +181,14 @@ def test_jump_ttn_stays_on_at_test_time():
     assert model.n_mc() == 3
 
 
+
+@pytest.mark.parametrize("name", list_regularizers())
+def test_the_test_protocol_is_declared_by_the_class(name):
+    params = {"n_mc": 4} if "n_mc" in regularizer_info(name).hyperparams else {}
+    reg = create_regularizer(name, **params)
+    assert "test_time" not in vars(reg), "test_time is a class fact, never set per instance"
+    assert reg.n_mc == params.get("n_mc", Regularizer.n_mc) and Regularizer.n_mc == 1
+
 def test_jump_needs_fixed_step_solver():
     reg = create_regularizer("jump_diffusion")
     with pytest.raises(ValueError, match="fixed-step"):
