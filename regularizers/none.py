@@ -7,9 +7,11 @@ from ndebench.regularizers import checks
 from ndebench.regularizers.base import Regularizer
 from ndebench.regularizers.registry import HyperParam, register_regularizer
 
+BASELINE = "none"
+
 
 @register_regularizer(
-    "none",
+    BASELINE,
     summary="No regularization (the baseline of every significance test); n_mc > 1: MC-averaged control cell",
     hyperparams={
         "n_mc": HyperParam(

@@ -5,7 +5,9 @@ import sys
 import pytest
 from ndebench.platform.cli import main
 from ndebench.platform.record.runframe import runs_frame
+from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
 from ndebench.platform.record.tracking import (
+    MLFLOW_STATUS,
     TAG,
     TrialRecorder,
     client,
@@ -124,6 +126,7 @@ def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_me
     tagged = [_record(uri, r, 0, "ok", scores, tags={"metric": "accuracy"}) for r in ("none", "continuum_dropout")]
     older = _record(uri, "none", 1, "ok", scores)
     runs = evaluate_runs(uri, STUDY, with_calibration=False)
+    assert tuple(runs.columns[:len(RESULTS_COLUMNS)]) == RESULTS_COLUMNS
     metric_of = runs.set_index("run_id")["metric"].to_dict()
     assert metric_of == {tagged[0]: "accuracy", tagged[1]: "accuracy", older: ""}
     frame = runs_frame(uri, STUDY, histories=False)
@@ -132,3 +135,7 @@ def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_me
     # existed falls back to the columns, where AUROC marks a binary task.
     assert primary_metrics(runs) == {"synthetic": "test_accuracy"}
     assert primary_metrics(runs[runs["run_id"] == older]) == {"synthetic": "test_auroc"}
+
+
+def test_statuses_read_from_mlflow_are_the_schema_statuses():
+    assert set(MLFLOW_STATUS.values()) <= set(STATUSES)

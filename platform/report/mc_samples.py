@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from ndebench.platform.report import stats, tables
 from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
+from ndebench.regularizers.none import BASELINE
 
 LABELS = {m: tables.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}
 
@@ -42,11 +43,11 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
     for dataset in sorted(reevaluated["dataset"].unique()):
         for metric in _metrics(reevaluated, dataset):
             cells = mc_cells(reevaluated[reevaluated["dataset"] == dataset], metric)
-            base = evaluated[(evaluated["dataset"] == dataset) & (evaluated["regularizer"] == stats.BASELINE)]
+            base = evaluated[(evaluated["dataset"] == dataset) & (evaluated["regularizer"] == BASELINE)]
             base_cells = (stats.summarize_cells(base, metric).set_index("model") if metric in base and len(base)
                           else pd.DataFrame(columns=["n", "mean", "std"]))
             models = sorted(cells["model"].unique())
-            rows = [[Cell(stats.BASELINE), Cell("–")] + [
+            rows = [[Cell(BASELINE), Cell("–")] + [
                 Cell(mean_std(base_cells.loc[m, "mean"], base_cells.loc[m, "std"], int(base_cells.loc[m, "n"])))
                 if m in base_cells.index else Cell("–") for m in models]]
             by = cells.set_index(["label", "n_mc", "model"])
@@ -68,7 +69,7 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
                            directory / f"mc_samples_{re.sub(r'[^A-Za-z0-9.-]+', '-', dataset)}_{metric}.png")
             caption = (f"Test {label_text} on {dataset} against the number of Monte-Carlo passes N_MC at test time, "
                        "re-scoring the same trained weights (no retraining): mean (sample std) over the ok seeds; "
-                       f"first row: {stats.BASELINE} (deterministic); bold: best per model.")
+                       f"first row: {BASELINE} (deterministic); bold: best per model.")
             sections.append(Section(f"MC samples: {label_text} on {dataset}",
                                     ["regularizer", "N_MC", *models], rows, caption, figure))
     return sections
@@ -89,6 +90,6 @@ def _plot(cells: pd.DataFrame, base: pd.DataFrame, models: list[str], dataset: s
             ax.axhspan(b["mean"] - np.nan_to_num(b["std"]), b["mean"] + np.nan_to_num(b["std"]),
                        color=colour, alpha=0.1)
     ax.set(xlabel="N_MC (test-time passes)", ylabel=f"test {ylabel}",
-           title=f"{dataset}: dashed = {stats.BASELINE} mean, band = +- std")
+           title=f"{dataset}: dashed = {BASELINE} mean, band = +- std")
     ax.legend(fontsize="small")
     return save_figure(fig, path)

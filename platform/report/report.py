@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.metrics import merge_calibration_bins
+from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import figures, significance, stats
 from ndebench.platform.report.tables import (
     LABELS,
@@ -36,6 +37,7 @@ from ndebench.platform.report.tables import (
     regularizer_order,
     status_line,
 )
+from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
 REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
@@ -121,7 +123,7 @@ def has_results(runs: pd.DataFrame) -> bool:
 
 def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -> pd.DataFrame:
     _check_runs(runs, test, alpha)
-    runs = runs[runs["status"].isin(stats.STATUSES)]
+    runs = runs[runs["status"].isin(COUNTED_STATUSES)]
     if not any(m in runs.columns for m in METRICS):
         raise ValueError(f"runs have no metric column; expected some of {', '.join(METRICS)}")
     if metric is not None and metric not in runs.columns:
@@ -162,7 +164,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     coverage = seed_coverage(runs, planned_seeds)
     if not has_results(runs):
         return _report_without_results(runs, directory, study, coverage, test, alpha)
-    pending = runs[~runs["status"].isin(stats.STATUSES)]
+    pending = runs[~runs["status"].isin(COUNTED_STATUSES)]
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     strong = alpha / 5
     tables = study_tables(runs, primary, test, alpha, correction, coverage)
@@ -214,7 +216,7 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
         by_status = {status: sorted(int(s) for s in group["seed"]) for status, group in cell.groupby("status")}
         missing = [seed for seed in seeds if seed not in set(cell["seed"])]
         notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
-                 if k not in stats.STATUSES]
+                 if k not in COUNTED_STATUSES]
         notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
         rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "missing_seeds": missing,
                      "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
@@ -287,12 +289,12 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
              test: str, alpha: float, strong: float) -> dict[str, Any]:
     return {
         "study": study, "test": test, "test_description": TEST_NAMES[test], "alpha": alpha,
-        "strong_alpha": strong, "baseline": stats.BASELINE,
+        "strong_alpha": strong, "baseline": BASELINE,
         "correction": tables[0].correction,
         "markers": {"*": f"better, p < {alpha:g}", "**": f"better, p < {strong:g}",
                     "†": f"worse, p < {alpha:g}", "††": f"worse, p < {strong:g}"},
         "runs": {s: int((runs["status"] == s).sum())
-                 for s in (*stats.STATUSES, *sorted(set(runs["status"]) - set(stats.STATUSES)))},
+                 for s in (*COUNTED_STATUSES, *sorted(set(runs["status"]) - set(COUNTED_STATUSES)))},
         "primary_metric": primary,
         "tables": [{"title": t.title, "cells": _records(t.cell_stats), "comparisons": _records(t.comparisons)}
                    for t in tables],
@@ -388,4 +390,4 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
 def _console_diff(regularizer: str, comparison: pd.Series | None) -> str:
     if comparison is not None:
         return fmt(comparison["difference"], sign=True)
-    return "baseline" if regularizer == stats.BASELINE else f"no {stats.BASELINE} runs"
+    return "baseline" if regularizer == BASELINE else f"no {BASELINE} runs"

@@ -23,6 +23,7 @@ from ndebench.platform.record.runframe import PARAMS
 from ndebench.platform.report import stats
 from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
 from ndebench.platform.report.tables import LABELS
+from ndebench.regularizers.none import BASELINE
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:
@@ -40,7 +41,7 @@ def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataF
 
 def baseline_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """``n, mean, std`` of the baseline ``none`` per (model, dataset), indexed by (model, dataset)."""
-    part = runs[(runs["regularizer"] == stats.BASELINE) & (runs["variant"].fillna("") == "")]
+    part = runs[(runs["regularizer"] == BASELINE) & (runs["variant"].fillna("") == "")]
     if part.empty:
         return pd.DataFrame(columns=["n", "mean", "std"])
     return stats.summarize_cells(part, metric).set_index(["model", "dataset"])[["n", "mean", "std"]]
@@ -71,9 +72,9 @@ def _value(x: float) -> str:
 
 def _baseline_text(base: pd.DataFrame, model: str, dataset: str) -> str:
     if (model, dataset) not in base.index:
-        return f"no {stats.BASELINE} runs, so no cell is flagged"
+        return f"no {BASELINE} runs, so no cell is flagged"
     row = base.loc[(model, dataset)]
-    return f"{stats.BASELINE}: {mean_std(row['mean'], row['std'], int(row['n']))} (n = {int(row['n'])})"
+    return f"{BASELINE}: {mean_std(row['mean'], row['std'], int(row['n']))} (n = {int(row['n'])})"
 
 
 def _cell(row: pd.Series, base: pd.DataFrame, model: str, dataset: str, metric: str) -> Cell:
@@ -131,7 +132,7 @@ def rate_section(cells: pd.DataFrame, base: pd.DataFrame, dataset: str, metric: 
         column = [_cell(rows.loc[v], base, model, dataset, metric) if v in rows.index else Cell("–") for v in values]
         _bold_best(column, [float(rows.loc[v, "mean"]) if v in rows.index else math.nan for v in values], metric)
         columns.append(column)
-    baseline_row = [Cell(f"{stats.BASELINE}")] + [
+    baseline_row = [Cell(f"{BASELINE}")] + [
         Cell(mean_std(base.loc[(m, dataset), "mean"], base.loc[(m, dataset), "std"], int(base.loc[(m, dataset), "n"])))
         if (m, dataset) in base.index else Cell("–") for m in models]
     table = [baseline_row] + [[Cell(_value(v))] + [col[i] for col in columns] for i, v in enumerate(values)]
@@ -140,7 +141,7 @@ def rate_section(cells: pd.DataFrame, base: pd.DataFrame, dataset: str, metric: 
                         [(m, dataset, m) for m in models], f"{regularizer} on {dataset}", label,
                         directory / f"sensitivity_{_slug(regularizer, dataset)}.png")
     caption = (f"Test {label} on {dataset} with {regularizer} at each fixed {param}: mean (sample std) over the "
-               f"ok seeds of each variant cell; first row: the baseline {stats.BASELINE}; bold: best per model.")
+               f"ok seeds of each variant cell; first row: the baseline {BASELINE}; bold: best per model.")
     return Section(f"{regularizer}: {param} on {dataset}", [param] + models, table, caption, figure)
 
 
@@ -160,7 +161,7 @@ def _line_plot(lines: dict[str, pd.DataFrame], x: str, base: pd.DataFrame,
         colour = colours.get(line, "black") if line else "black"
         spread = b["std"] if np.isfinite(b["std"]) else 0.0
         ax.axhline(b["mean"], color=colour, linestyle="--", linewidth=1,
-                   label=f"{stats.BASELINE}" + (f" ({line})" if line else ""))
+                   label=f"{BASELINE}" + (f" ({line})" if line else ""))
         ax.axhspan(b["mean"] - spread, b["mean"] + spread, color=colour, alpha=0.12)
     ax.set(xlabel=x, ylabel=f"test {ylabel}", title=title)
     ax.legend(fontsize="small")

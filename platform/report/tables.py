@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import significance, stats
+from ndebench.regularizers.none import BASELINE
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
           "test_nll": "NLL", "test_ece": "ECE"}
@@ -58,7 +60,7 @@ class Table:
     def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
               correction: str = "none", coverage: pd.DataFrame | None = None) -> Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
-        :data:`~ndebench.platform.report.stats.STATUSES`: cell means and stds
+        :data:`~ndebench.platform.report.COUNTED_STATUSES`: cell means and stds
         (:func:`~ndebench.platform.report.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
         after ``correction``, and the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)."""
         summaries, comparisons = [], []
@@ -68,7 +70,7 @@ class Table:
             comparisons.append(stats.compare_to_baseline(part, metric, test=test, alpha=alpha))
         cell_stats = pd.concat(summaries, ignore_index=True)
         comparison = pd.concat(comparisons, ignore_index=True)
-        comparison["p_holm"] = stats.holm(comparison["p"].to_numpy(float), alpha)
+        comparison["p_holm"] = significance.adjust(comparison["p"].to_numpy(float), stats.CORRECTION, alpha)
         comparison = significance.mark(comparison, alpha, correction)
         columns = [(m, d, metrics[d]) for m, d in
                    runs[["model", "dataset"]].drop_duplicates().sort_values(["model", "dataset"])
@@ -105,7 +107,7 @@ class Table:
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
     """``none`` first, then the other regularizers by name."""
     names = set(runs["regularizer"])
-    return [stats.BASELINE] * (stats.BASELINE in names) + sorted(names - {stats.BASELINE})
+    return [BASELINE] * (BASELINE in names) + sorted(names - {BASELINE})
 
 
 def _cell(row: pd.Series, comparison: pd.Series | None, usual_n: int, gap: str = "") -> Cell:
@@ -177,8 +179,8 @@ def status_line(runs: pd.DataFrame) -> str:
     """One sentence counting the runs by status (``ok``, ``diverged``, ``error`` first), with a hint when
     some are still ``running``."""
     counts = runs["status"].value_counts()
-    others = sorted(set(counts.index) - set(stats.STATUSES))
-    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*stats.STATUSES, *others)]
+    others = sorted(set(counts.index) - set(COUNTED_STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*COUNTED_STATUSES, *others)]
     line = f"{len(runs)} evaluate-phase runs: " + ", ".join(parts) + "."
     if "running" in counts:
         line += (" Running runs belong to a sweep in progress (or to one that was stopped: "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ndebench.platform.spec.config import Space, SweepSpec, TuneConfig
+from ndebench.regularizers.none import BASELINE
 
 SHARED_PREFIXES = ("model.", "training.")
 
@@ -114,7 +115,7 @@ def base_stage(spec: SweepSpec) -> Stage:
     """Paper protocol, stage 1: per (model, dataset), ``model.*``/``training.*`` on the unregularized model."""
     searches = []
     for model, dataset in itertools.product(spec.models, spec.datasets):
-        cell = Cell(model, dataset, "none")
+        cell = Cell(model, dataset, BASELINE)
         template = cell_template(spec, cell)
         template["cell"] = f"{cell.key}"
         if spec.base_epochs is not None:
