@@ -99,7 +99,9 @@ def run_config(
     return tags
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+# The Speech and Sepsis configs train for tens of seconds each (HEAVY[:3]): end-to-end runs, in the system lane.
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.system) if p.stem in HEAVY[:3] else p
+                                  for p in CONFIGS], ids=lambda p: p.stem)
 def test_paper_config_runs_one_epoch_on_fake_archives(path, tmp_path, fake_md5):
     sde = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde",
            "image_nsde_additive", "image_nsde_multiplicative"}
