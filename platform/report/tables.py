@@ -60,7 +60,7 @@ class Table:
     def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
               correction: str = "none", coverage: pd.DataFrame | None = None) -> Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
-        :data:`~ndebench.platform.report.COUNTED_STATUSES`: cell means and stds
+        :data:`~ndebench.platform.record.schema.COUNTED_STATUSES`: cell means and stds
         (:func:`~ndebench.platform.report.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
         after ``correction``, and the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)."""
         summaries, comparisons = [], []
