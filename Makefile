@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ndebench-installed
 
-.PHONY: install test quickstart clean
+.PHONY: install test test-fast quickstart clean
 
 install: $(STAMP)
 
@@ -18,6 +18,12 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+
+# The same without the `system` tests (those that start Ray, MLflow servers or clusters): the lane to run while
+# working; `make test` (CI) still runs everything.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not system" tests
 
 quickstart: $(STAMP)
 	$(BIN)/ndebench run tune_configs/quickstart.yaml

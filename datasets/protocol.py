@@ -154,7 +154,7 @@ def build_bundle(
         for idx in split
     ]
     info = dict(extra or {})
-    info.update(mean=mean.float(), std=std.float(), indices=dict(zip(("train", "val", "test"), split)))
+    info.update(mean=mean.float(), std=std.float(), indices=dict(zip(("train", "val", "test"), split, strict=True)))
     return DatasetBundle(
         name=name, times=times.float(), train=splits[0], val=splits[1], test=splits[2], task=task,
         num_classes=num_classes, channels=int(normalized.shape[-1]), source=source, extra=info,

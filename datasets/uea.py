@@ -76,7 +76,7 @@ def expected_shape(name: str) -> tuple[int, int, int, int | None] | None:
 def expected_counts(name: str) -> dict[str, int | None]:
     """:func:`expected_shape` as the registry's ``expected`` mapping (empty where unknown)."""
     shape = expected_shape(name)
-    return {} if shape is None else dict(zip(("samples", "classes", "channels", "length"), shape))
+    return {} if shape is None else dict(zip(("samples", "classes", "channels", "length"), shape, strict=True))
 
 
 def uea_members() -> list[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
-from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, solver_methods
+from ndebench.models.integrate import SolverConfig, TrialRNG, family_methods, integrate
 from ndebench.regularizers.base import Regularizer
 from torch import nn
 
@@ -160,7 +160,7 @@ class FieldMLP(nn.Module):
     ):
         super().__init__()
         sizes = [in_size] + [hidden_size] * num_layers
-        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         norms = [norm(hidden_size) if norm is not None else None for _ in range(num_layers)]
         self.norms = nn.ModuleList(n if n is not None else nn.Identity() for n in norms)
         self.timed = [n is not None for n in norms]
@@ -168,7 +168,7 @@ class FieldMLP(nn.Module):
         self.out = nn.Linear(hidden_size, out_size)
 
     def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        for linear, norm, timed in zip(self.linears, self.norms, self.timed):
+        for linear, norm, timed in zip(self.linears, self.norms, self.timed, strict=True):
             x = linear(x)
             x = norm(t, x) if timed else x
             x = self.activation(x)
@@ -214,12 +214,11 @@ class NDEClassifier(nn.Module):
         self.hidden_size, self.num_layers = hidden_size, num_layers
         self.regularizer = regularizer if regularizer is not None else Regularizer()
         self.solver = solver if solver is not None else self.default_solver
-        family = getattr(self, "family", "ode")
-        valid = solver_methods("sde" if family == "sde" else "ode")
+        valid = family_methods(self.family)
         if self.solver.method not in valid:
             raise ValueError(f"{type(self).__name__}: solver method {self.solver.method!r} does not solve "
-                             f"{family.upper()}s; valid: {', '.join(valid)}")
-        if self.regularizer.control_scope != "increment" and family != "cde":
+                             f"{self.family.upper()}s; valid: {', '.join(valid)}")
+        if self.regularizer.control_scope != "increment" and self.family != "cde":
             raise ValueError(f"{type(self).__name__}: regularizer scope={self.regularizer.control_scope!r} applies to "
                              "CDE models only (it names a control channel); valid here: 'increment'")
         num_outputs = 1 if data.binary else data.num_classes
@@ -243,11 +242,11 @@ class NDEClassifier(nn.Module):
     @property
     def stochastic_latent(self) -> bool:
         """Whether ``z(T)`` is random even with the regularizer off: an SDE, whose Brownian noise stays on at test."""
-        return getattr(self, "diffusion", None) is not None
+        return self.family == "sde"
 
     def n_mc(self) -> int:
-        """Passes per prediction in eval mode: the regularizer's ``n_mc`` if it stays on at test time, else 1."""
-        return int(getattr(self.regularizer, "n_mc", 1)) if self.regularizer.test_time == "mc" else 1
+        """Passes per prediction in eval mode: the regularizer's declared ``n_mc`` (1 unless it takes one)."""
+        return self.regularizer.n_mc
 
     @torch.no_grad()
     def predict(self, inputs: Inputs, rng: TrialRNG, n_mc: int | None = None,

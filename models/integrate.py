@@ -26,6 +26,11 @@ def solver_methods(kind: Literal["ode", "sde"]) -> tuple[str, ...]:
     return ODE_FIXED + ODE_ADAPTIVE if kind == "ode" else SDE_METHODS
 
 
+def family_methods(family: str) -> tuple[str, ...]:
+    """The methods that solve a model of ``family`` (``ode``, ``cde``, ``sde``): a CDE is solved as an ODE."""
+    return solver_methods("sde" if family == "sde" else "ode")
+
+
 @dataclass(frozen=True)
 class SolverConfig:
     """Solver settings from the sweep config, checked once when built (``ValueError`` naming the field).
@@ -152,7 +157,7 @@ def pass_grid(
         return (times if kind == "ode" or piecewise
                 else step_grid(times[0], times[-1], float((times[1:] - times[:-1]).min())))
     if piecewise:
-        pieces = [step_grid(a, b, solver.step_size)[:-1] for a, b in zip(times[:-1], times[1:])]
+        pieces = [step_grid(a, b, solver.step_size)[:-1] for a, b in zip(times[:-1], times[1:], strict=True)]
         return torch.cat(pieces + [times[-1:]])
     return step_grid(times[0], times[-1], solver.step_size)
 

@@ -11,10 +11,11 @@ values instead of printing::
     runs = api.results(spec.study)          # one row per evaluate run
     rep = api.report(runs, "reports")       # tables as text and files
 
-Each function is a thin wrapper over the module that does the work (:mod:`~ndebench.platform.config`,
-:mod:`~ndebench.platform.buildcheck`, :mod:`~ndebench.platform.sweep`, :mod:`~ndebench.platform.tracking`,
-:mod:`~ndebench.platform.runframe`, :mod:`~ndebench.platform.report`); errors are the ones the command line
-prints (:class:`~ndebench.platform.config.ConfigError` and ``ValueError`` naming the bad value).
+Each function is a thin wrapper over the module that does the work (:mod:`~ndebench.platform.spec.config`,
+:mod:`~ndebench.platform.spec.buildcheck`, :mod:`~ndebench.platform.engine.sweep`,
+:mod:`~ndebench.platform.record.tracking`, :mod:`~ndebench.platform.record.runframe`,
+:mod:`~ndebench.platform.report.report`); errors are the ones the command line prints
+(:class:`~ndebench.platform.spec.config.ConfigError` and ``ValueError`` naming the bad value).
 """
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from ndebench.platform.config import SweepSpec, apply_overrides, load_spec, parse_spec
-from ndebench.platform.report import ReportFiles, build_report, format_console_table
-from ndebench.platform.sweep import SweepOutcome
+from ndebench.platform.engine.sweep import SweepOutcome
+from ndebench.platform.report.report import ReportFiles, build_report, format_console_table
+from ndebench.platform.spec.config import SweepSpec, apply_overrides, load_spec, parse_spec
 
 
 def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> SweepSpec:
-    """A validated :class:`~ndebench.platform.config.SweepSpec` from a sweep YAML file or from a mapping with
+    """A validated :class:`~ndebench.platform.spec.config.SweepSpec` from a sweep YAML file or from a mapping with
     the YAML's structure, with ``overrides`` (``"KEY=VALUE"`` as for ``--set``: dotted key, value parsed as
     YAML, e.g. ``"training.epochs=2"``) applied before validation. Raises ``ConfigError`` naming the bad key
     or value."""
@@ -44,7 +45,7 @@ def validate(spec: SweepSpec) -> list[str]:
     """What ``ndebench validate`` checks beyond :func:`load`: every model configuration of the sweep is built
     once on a tiny input (a value a model refuses raises ``ConfigError``). Returns the warnings (e.g. a TPE
     budget that never leaves Optuna's random start-up phase), ``[]`` when there are none."""
-    from ndebench.platform.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
 
     check_models_build(spec)
     return tpe_warnings(spec)
@@ -53,7 +54,7 @@ def validate(spec: SweepSpec) -> list[str]:
 def tracking_uri(uri: str | None = None) -> str:
     """The MLflow tracking URI the API uses: ``uri`` made absolute (``sqlite:///rel.db`` against the current
     directory), or by default ``sqlite:///<cwd>/mlflow.db``, as on the command line."""
-    from ndebench.platform.tracking import absolute_uri, default_tracking_uri
+    from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
 
     return absolute_uri(uri) if uri else default_tracking_uri()
 
@@ -74,12 +75,12 @@ def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "
         address: str | None = None, resume: bool = False, data_dir: str | None = None,
         verbose: bool = False) -> RunResult:
     """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then
-    :class:`~ndebench.platform.sweep.Sweep` (a local Ray, or the cluster at ``address``) records every trial
+    :class:`~ndebench.platform.engine.sweep.Sweep` (a local Ray, or the cluster at ``address``) records every trial
     in MLflow at ``uri`` (default :func:`tracking_uri`). ``resume`` continues a study (only failed and
     unfinished cells run again); ``storage_path`` holds Ray's results (a path or an ``s3://``-style URI);
     ``data_dir`` overrides the spec's. A failed cell does not raise: it is in ``outcome.failed``."""
-    from ndebench.platform.buildcheck import check_models_build
-    from ndebench.platform.sweep import Sweep
+    from ndebench.platform.engine.sweep import Sweep
+    from ndebench.platform.spec.buildcheck import check_models_build
 
     check_models_build(spec)
     uri = tracking_uri(uri)
@@ -99,9 +100,9 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
     runs), ``parent_run_id`` and ``params`` (the run's flat config as a dict). Raises ``ValueError`` when
     the study is not in the tracking store."""
-    from ndebench.platform.analyses import label_variants
-    from ndebench.platform.runframe import runs_frame
-    from ndebench.platform.tracking import evaluate_runs, study_names
+    from ndebench.platform.record.runframe import runs_frame
+    from ndebench.platform.record.tracking import evaluate_runs, study_names
+    from ndebench.platform.report.analyses import label_variants
 
     uri = tracking_uri(uri)
     studies = study_names(uri)
@@ -133,7 +134,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
-    ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.build_report` (see it
+    ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
     for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
     ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
     ``planned_seeds`` without a run, e.g. ``tracking.planned_seeds(uri, study)``, default every seed recorded;

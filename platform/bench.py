@@ -186,7 +186,7 @@ def _tiny_trial_config(seed: int, epochs: int) -> dict[str, Any]:
 def _timed_trainable(config: dict[str, Any], *, log_path: str, **kwargs: Any) -> None:
     """The sweep's trainable, appending ``<start> <end>`` (wall clock, seconds) of its own run (MLflow logging +
     run_trial) to ``log_path``."""
-    from ndebench.platform.trainable import trainable
+    from ndebench.platform.engine.trainable import trainable
 
     start = time.time()
     trainable(config, **kwargs)

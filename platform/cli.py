@@ -23,13 +23,13 @@ def _add_tracking(parser: argparse.ArgumentParser) -> None:
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
-    from ndebench.platform.tracking import absolute_uri, default_tracking_uri
+    from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
 
     return absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
 
 
 def _describe_spec(spec) -> str:
-    from ndebench.platform.plan import plan_stages, sweep_cells
+    from ndebench.platform.spec.plan import plan_stages, sweep_cells
 
     cells = sweep_cells(spec)
     variants = sum(1 for c in cells if c.variant)
@@ -71,8 +71,8 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from ndebench.platform.buildcheck import check_models_build, tpe_warnings
-    from ndebench.platform.config import load_spec
+    from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.config import load_spec
 
     spec = load_spec(args.config, _overrides(args))
     built = check_models_build(spec)
@@ -84,9 +84,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ndebench.platform.buildcheck import check_models_build, tpe_warnings
-    from ndebench.platform.config import load_spec
-    from ndebench.platform.sweep import Sweep
+    from ndebench.platform.engine.sweep import Sweep
+    from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.config import load_spec
 
     spec = load_spec(args.config, _overrides(args))
     check_models_build(spec)
@@ -111,11 +111,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
             failed: dict[str, str] | None = None) -> None:
-    from ndebench.platform.analyses import label_variants, write_analyses
-    from ndebench.platform.learning import read_curves
-    from ndebench.platform.report import build_report, format_console_table, has_results
-    from ndebench.platform.runframe import runs_frame
-    from ndebench.platform.tracking import client, evaluate_runs, log_report_artifacts, planned_seeds, study_names
+    from ndebench.platform.record.runframe import runs_frame
+    from ndebench.platform.record.tracking import (
+        client,
+        evaluate_runs,
+        log_report_artifacts,
+        planned_seeds,
+        study_names,
+    )
+    from ndebench.platform.report.analyses import label_variants, write_analyses
+    from ndebench.platform.report.learning import read_curves
+    from ndebench.platform.report.report import build_report, format_console_table, has_results
 
     studies = study_names(uri)
     if study not in studies:
@@ -150,8 +156,8 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ndebench.platform.config import check_study_name
-    from ndebench.platform.stats import check_alpha
+    from ndebench.platform.report.stats import check_alpha
+    from ndebench.platform.spec.config import check_study_name
 
     check_study_name(args.study)
     check_alpha(args.alpha)
@@ -160,7 +166,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
-    from ndebench.platform.reevaluate import parse_n_mc, reevaluate
+    from ndebench.platform.engine.reevaluate import parse_n_mc, reevaluate
 
     n_mc = parse_n_mc(args.n_mc)
     uri = _tracking_uri(args)
@@ -173,8 +179,8 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     import webbrowser
 
-    from ndebench.platform.server import serve, study_url, ui_command
-    from ndebench.platform.tracking import client
+    from ndebench.platform.engine.server import serve, study_url, ui_command
+    from ndebench.platform.record.tracking import client
 
     uri = _tracking_uri(args)
     base = f"http://{args.host}:{args.port}"
@@ -193,7 +199,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from ndebench.platform.server import default_settings, serve, server_command
+    from ndebench.platform.engine.server import default_settings, serve, server_command
 
     backend = _tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
     settings = default_settings(
@@ -231,7 +237,7 @@ def cmd_rates(args: argparse.Namespace) -> int:
 
 
 def _plot_rates(args: argparse.Namespace) -> None:
-    from ndebench.platform.trajectories import parse_floats, trajectory_figure
+    from ndebench.platform.report.trajectories import parse_floats, trajectory_figure
 
     if args.paths < 1:
         raise ValueError(f"--paths {args.paths} must be >= 1")
@@ -527,8 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
-    from ndebench.platform.config import ConfigError
     from ndebench.platform.registry import UnknownNameError
+    from ndebench.platform.spec.config import ConfigError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -22,8 +22,8 @@ from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
-from ndebench.platform.config import TrainingConfig
 from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
+from ndebench.platform.spec.config import TrainingConfig
 from ndebench.regularizers.registry import create_regularizer
 
 
@@ -164,8 +164,9 @@ def protocol_tag(model: NDEClassifier) -> str:
 
 @torch.no_grad()
 def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *,
-             top5: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
-    """Metrics of ``model`` on a split with the regularizer's test protocol (MC passes if it stays on).
+             top5: bool = False, n_mc: int | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """Metrics of ``model`` on a split with the regularizer's test protocol: ``n_mc`` passes per prediction
+    (default the model's :meth:`~ndebench.models.base.NDEClassifier.n_mc`).
 
     Headline metrics (accuracy, top-5, AUROC) come from the point predictor: Algorithm 1's
     ``head(mean_j z_j(T))`` (``Prediction.logits``), or the MC predictive distribution for a regularizer
@@ -180,7 +181,7 @@ def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *,
     from_probs = model.regularizer.point_predictor == "mc_probs"
     probs, scores, z_var, targets = [], [], [], []
     for inputs, y in feed.batches(batch_size, None):
-        pred = model.predict(inputs, rng)
+        pred = model.predict(inputs, rng, n_mc)
         probs.append(pred.probs.cpu())
         scores.append((pred.probs if from_probs else pred.logits).cpu())
         z_var.append(pred.z_var.cpu())

@@ -119,14 +119,16 @@ class Regularizer(nn.Module):
     data channels' increments are then integrated unmodulated). Models without a control path accept only
     ``"increment"``.
 
-    ``test_time`` states the evaluation protocol: ``"deterministic"`` (regularizer off in eval mode) or
-    ``"mc"`` (kept on in eval mode; predictions average ``n_mc`` passes). ``point_predictor`` names the
+    ``test_time`` states the evaluation protocol, a fact of the class: ``"deterministic"`` (regularizer off in
+    eval mode) or ``"mc"`` (kept on in eval mode). ``n_mc`` is the number of passes a prediction averages
+    (Algorithm 1's N_MC), 1 unless the regularizer takes it as a hyperparameter. ``point_predictor`` names the
     predictor of the headline metrics: ``"mean_latent"`` (Algorithm 1, ``head(mean_j z_j(T))``) or
     ``"mc_probs"`` (the mean of the per-pass probabilities, for baselines whose source predicts that way).
     """
 
     test_time: ClassVar[TestTime] = "deterministic"
     control_scope: ControlScope = "increment"
+    n_mc: int = 1
     point_predictor: ClassVar[Literal["mean_latent", "mc_probs"]] = "mean_latent"
     stochastic: ClassVar[bool] = False
     head_dropout: float | None = None

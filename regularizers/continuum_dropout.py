@@ -115,7 +115,8 @@ def random_words(count: int, generator: torch.Generator, *, scratch: bool = Fals
     def fill(job: tuple[torch.Tensor, int]) -> None:
         job[0].random_(-(2**63), None, generator=torch.Generator().manual_seed(job[1]))
 
-    jobs = list(zip(words.chunk(_CHUNKS), seeds))
+    # chunk() may return fewer than _CHUNKS pieces (7 for 49 words); the spare seeds go unused.
+    jobs = list(zip(words.chunk(_CHUNKS), seeds, strict=False))
     threads = torch.get_num_threads()
     if threads == 1:
         for job in jobs:

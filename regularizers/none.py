@@ -7,9 +7,11 @@ from ndebench.regularizers import checks
 from ndebench.regularizers.base import Regularizer
 from ndebench.regularizers.registry import HyperParam, register_regularizer
 
+BASELINE = "none"
+
 
 @register_regularizer(
-    "none",
+    BASELINE,
     summary="No regularization (the baseline of every significance test); n_mc > 1: MC-averaged control cell",
     hyperparams={
         "n_mc": HyperParam(
@@ -24,14 +26,13 @@ class NoRegularizer(Regularizer):
 
     With ``n_mc = N > 1`` the model predicts as Algorithm 1 does, ``head(mean_j z_j(T))`` over N passes:
     for an SDE model that averages N Brownian paths, so ``none`` with ``n_mc = 5`` is the control cell for
-    Continuum Dropout's 5-pass average. A deterministic model gives N identical passes.
+    Continuum Dropout's 5-pass average. A deterministic model gives N identical passes. The regularizer
+    itself stays off at test time (``test_time = "deterministic"``): only the model's own noise varies.
     """
 
     def __init__(self, n_mc: int = 1):
         super().__init__()
         self.n_mc = int(n_mc)
-        if self.n_mc > 1:
-            self.test_time = "mc"
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "n_mc": self.n_mc}

@@ -10,11 +10,11 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_study import CHANNELS, DATASETS, GRID, MODELS, RATES, study_frame
-from ndebench.platform import tracking
+from fakes import CHANNELS, DATASETS, GRID, MODELS, RATES, study_frame
 from ndebench.platform.cli import main
-from ndebench.platform.significance import friedman_gate, mark
-from ndebench.platform.trajectories import sample_trajectories
+from ndebench.platform.record import tracking
+from ndebench.platform.report.significance import friedman_gate, mark
+from ndebench.platform.report.trajectories import sample_trajectories
 from scipy import stats as sps
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"
@@ -148,9 +148,9 @@ def test_markers_use_the_corrected_p_values_and_daggers_for_worse(crafted):
                            for m in MODELS for d in DATASETS for lab in labels])
         order = np.argsort(family)
         holm = np.minimum(1, np.maximum.accumulate((len(family) - np.arange(len(family))) * family[order]))
-        adjusted = dict(zip(map(float, family[order]), holm))
+        adjusted = dict(zip(map(float, family[order]), holm, strict=True))
         column = 3 * j + DATASETS.index(dataset)
-        for lab, raw in zip(labels, p):
+        for lab, raw in zip(labels, p, strict=True):
             q = adjusted[float(raw)]
             worse = _cell(frame, model, dataset, label=lab)["test_accuracy"].mean() < base.mean()
             symbol = ("†" if worse else "\\*") * int((q < 0.05) + (q < 0.01))
@@ -170,7 +170,7 @@ def test_corrections_and_direction_markers(correction, adjusted):
     marked = mark(comparisons, 0.05, correction)
     assert np.allclose(marked["p_adjusted"], adjusted)
     expected = [("†" if d == "worse" else "*") * int((q < 0.05) + (q < 0.01))
-                for q, d in zip(adjusted, comparisons["direction"])]
+                for q, d in zip(adjusted, comparisons["direction"], strict=True)]
     assert list(marked["marker"]) == expected
     assert marked["marker"][0] == "††"
 

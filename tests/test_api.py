@@ -2,10 +2,10 @@
 ``run`` refuses to overwrite a recorded study before a cluster starts."""
 import pytest
 import yaml
-from analysis_study import study_frame
+from fakes import study_frame
 from ndebench.platform import api
-from ndebench.platform.config import ConfigError
-from ndebench.platform.tracking import TrialRecorder
+from ndebench.platform.record.tracking import TrialRecorder
+from ndebench.platform.spec.config import ConfigError
 
 SPEC = {
     "study": "nb", "models": ["neural_cde"], "datasets": ["synthetic"],

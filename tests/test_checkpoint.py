@@ -1,7 +1,7 @@
 """A trial resumed from its epoch checkpoint ends exactly like an uninterrupted one."""
 import pytest
 from ndebench.models.integrate import SolverConfig
-from ndebench.platform.config import TrainingConfig
+from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.trial import TrialSpec, load_trial_state, run_trial, save_trial_state
 
 TRAINING = TrainingConfig(epochs=5, min_epochs=1, patience=2, lr=0.01, threads=1)

@@ -81,8 +81,9 @@ def test_every_subcommand_has_help(command, capsys):
     assert exc.value.code == 0 and "usage: ndebench" in capsys.readouterr().out
 
 
+@pytest.mark.system
 def test_ui_serves_runs_with_their_tags(tmp_path):
-    from ndebench.platform.tracking import TrialRecorder
+    from ndebench.platform.record.tracking import TrialRecorder
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"study": "uistudy", "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",

@@ -8,8 +8,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from ndebench.platform.cluster import ClusterError, check_cluster
-from ndebench.platform.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
+from ndebench.platform.engine.cluster import ClusterError, check_cluster
+from ndebench.platform.engine.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_NODES = [{"NodeID": "node-a", "Alive": True}, {"NodeID": "node-b", "Alive": True}]
@@ -59,6 +59,7 @@ def test_object_store_storage_counts_as_shared(tmp_path):
     assert seen == [str(tmp_path)]
 
 
+@pytest.mark.system
 def test_real_two_node_probe(tmp_path):
     """The per-node probe runs on each node of a real two-node Ray cluster (both on this machine)."""
     import ray

@@ -3,7 +3,7 @@ import copy
 
 import pytest
 import yaml
-from ndebench.platform.config import ConfigError, Space, config_hash, load_spec, parse_spec, searched_keys
+from ndebench.platform.spec.config import ConfigError, Space, config_hash, load_spec, parse_spec, searched_keys
 
 BASE = {
     "study": "t",

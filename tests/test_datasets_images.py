@@ -1,107 +1,16 @@
 """CIFAR-10/100, SVHN and STL-10 from tiny fake archives in torchvision's on-disk formats."""
 from __future__ import annotations
 
-import pickle
-from pathlib import Path
-
 import numpy as np
 import pytest
-import scipy.io
 import torch
-import torchvision.datasets.cifar
-import torchvision.datasets.stl10
-import torchvision.datasets.svhn
+from fakes import MAKERS, SIZES
 from ndebench.datasets import images
 from ndebench.datasets.check import check_dataset, dataset_status
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.registry import create_dataset, dataset_info
 from torch.utils.data import DataLoader
 from torchvision import transforms as T
-from torchvision.datasets.utils import calculate_md5
-
-TRAIN, TEST = 60, 20
-
-
-def cifar_batch(rng, n, classes, key):
-    """A CIFAR pickle batch: ``data`` uint8 (n, 3072) channel-major, labels cycling through the classes."""
-    return {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: [i % classes for i in range(n)]}
-
-
-def write_pickle(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(obj))
-
-
-def make_cifar10(root, rng):
-    folder = root / "cifar10" / "cifar-10-batches-py"
-    batches = [cifar_batch(rng, TRAIN // 5, 10, "labels") for _ in range(5)]
-    for i, batch in enumerate(batches, 1):
-        write_pickle(folder / f"data_batch_{i}", batch)
-    test = cifar_batch(rng, TEST, 10, "labels")
-    write_pickle(folder / "test_batch", test)
-    write_pickle(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
-    pixels = np.concatenate([b["data"] for b in batches]).reshape(-1, 3, 32, 32)
-    return pixels, np.concatenate([b["labels"] for b in batches])
-
-
-def make_cifar100(root, rng):
-    folder = root / "cifar100" / "cifar-100-python"
-    train = cifar_batch(rng, TRAIN * 4, 100, "fine_labels")  # every class needs images
-    write_pickle(folder / "train", train)
-    write_pickle(folder / "test", cifar_batch(rng, TEST, 100, "fine_labels"))
-    write_pickle(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": ["c"]})
-    return train["data"].reshape(-1, 3, 32, 32), np.arange(TRAIN * 4) % 100
-
-
-def make_svhn(root, rng):
-    folder = root / "svhn"
-    folder.mkdir(parents=True)
-    out = None
-    for split, n in (("train", TRAIN), ("test", TEST)):
-        x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
-        y = (np.arange(n) % 10 + 1).reshape(-1, 1)  # 1..10, 10 is the digit 0
-        scipy.io.savemat(folder / f"{split}_32x32.mat", {"X": x, "y": y})
-        if split == "train":
-            out = (x.transpose(3, 2, 0, 1), y[:, 0] % 10)
-    return out
-
-
-def make_stl10(root, rng):
-    folder = root / "stl10" / "stl10_binary"
-    folder.mkdir(parents=True)
-    out = None
-    for split, n in (("train", TRAIN // 3), ("test", TEST // 2)):
-        x = rng.integers(0, 256, (n, 3, 96, 96), dtype=np.uint8)
-        # STL-10 stores images column-major: each channel is the transposed 96x96 array
-        x.transpose(0, 1, 3, 2).tofile(folder / f"{split}_X.bin")
-        (np.arange(n, dtype=np.uint8) % 10 + 1).tofile(folder / f"{split}_y.bin")
-        if split == "train":
-            out = (x, np.arange(n) % 10)
-    (folder / "unlabeled_X.bin").write_bytes(b"")
-    return out
-
-
-MAKERS = {"cifar10": make_cifar10, "cifar100": make_cifar100, "svhn": make_svhn, "stl10": make_stl10}
-SIZES = {
-    "cifar10": (TRAIN, TEST), "cifar100": (TRAIN * 4, TEST), "svhn": (TRAIN, TEST), "stl10": (TRAIN // 3, TEST // 2),
-}
-
-
-@pytest.fixture
-def fake_md5(monkeypatch):
-    """torchvision's MD5 check against the fake files' own recorded MD5s (a later change is caught)."""
-    recorded: dict[str, str] = {}
-
-    def check_integrity(fpath, md5=None):
-        return Path(fpath).is_file() and recorded.get(str(fpath)) == calculate_md5(str(fpath))
-
-    for module in (torchvision.datasets.cifar, torchvision.datasets.svhn, torchvision.datasets.stl10):
-        monkeypatch.setattr(module, "check_integrity", check_integrity)
-
-    def record(root: Path) -> None:
-        recorded.update({str(p): calculate_md5(str(p)) for p in root.rglob("*") if p.is_file()})
-
-    return record
 
 
 @pytest.fixture(params=sorted(MAKERS))
@@ -207,7 +116,7 @@ def test_truncated_file_is_named(name, tmp_path, fake_md5):
 
 
 def test_unreadable_file_with_valid_checksum_names_the_folder(tmp_path, fake_md5):
-    make_cifar10(tmp_path, np.random.default_rng(0))
+    MAKERS["cifar10"](tmp_path, np.random.default_rng(0))
     (tmp_path / "cifar10" / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
     fake_md5(tmp_path)
     with pytest.raises(CorruptFileError, match=str(tmp_path / "cifar10")):

@@ -6,51 +6,12 @@ import math
 import numpy as np
 import pytest
 import torch
+from fakes import make_stays
 from ndebench.datasets import sepsis
 from ndebench.datasets.check import check_dataset
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.protocol import NORM_EPS
 from ndebench.datasets.registry import create_dataset, dataset_info
-
-HEADER = (
-    "HR|O2Sat|Temp|SBP|MAP|DBP|Resp|EtCO2|BaseExcess|HCO3|FiO2|pH|PaCO2|SaO2|AST|BUN|Alkalinephos|Calcium|"
-    "Chloride|Creatinine|Bilirubin_direct|Glucose|Lactate|Magnesium|Phosphate|Potassium|Bilirubin_total|"
-    "TroponinI|Hct|Hgb|PTT|WBC|Fibrinogen|Platelets|Age|Gender|Unit1|Unit2|HospAdmTime|ICULOS|SepsisLabel"
-)
-
-
-def fmt(value: float) -> str:
-    return "NaN" if np.isnan(value) else f"{value:.2f}"
-
-
-def make_stays(root, rng):
-    """Write 60 stays and return the expected (values (72, 34), static (5,), label) of those kept."""
-    expected = []
-    for index in range(60):
-        folder = "training_setA" if index < 40 else "training_setB"
-        length = [2, 90, 80][index] if index < 3 else int(rng.integers(3, 100))
-        hours = np.arange(1, length + 1)
-        if index % 5 == 0 and length > 6:
-            hours = np.delete(hours, [3, 4])  # a gap: ICULOS jumps from 3 to 6
-        onset = {1: 80, 2: 50}.get(index, int(rng.integers(10, 90)) if index % 3 == 0 else None)
-        features = np.where(rng.random((len(hours), 34)) < 0.6, np.nan, rng.normal(50, 10, (len(hours), 34)).round(2))
-        unit = [np.nan, np.nan] if index % 4 == 0 else [float(index % 2), float(1 - index % 2)]
-        admitted = np.nan if index % 7 == 0 else -round(rng.uniform(0, 50), 2)
-        static = [round(rng.uniform(20, 90), 2), float(index % 2), *unit, admitted]
-        lines = [HEADER]
-        for row, hour in zip(features, hours):
-            label = 1.0 if onset is not None and hour >= onset else 0.0
-            lines.append("|".join(fmt(v) for v in [*row, *static, float(hour), label]))
-        path = root / folder / f"p{index:06d}.psv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-        kept = hours <= 72
-        if kept.sum() > 2:
-            values = np.full((72, 34), np.nan)
-            values[hours[kept] - 1] = features[kept]
-            label = float(onset is not None and bool((hours[kept] >= onset).any()))
-            expected.append((values, np.array(static), label))
-    return expected
 
 
 @pytest.fixture

@@ -7,23 +7,16 @@ import sys
 import numpy as np
 import pytest
 import torch
+from fakes import write_clip
 from ndebench.datasets import speech_commands
 from ndebench.datasets.check import check_dataset, dataset_status
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.protocol import NORM_EPS
 from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.datasets.speech_commands import CLASSES, FOLDER
-from scipy.io import wavfile
 
 # A different clip count per class, so the class-index order is visible in the label counts.
 COUNTS = {label: 6 + i for i, label in enumerate(CLASSES)}
-
-
-def write_clip(path, samples: int, frequency: float, rng) -> None:
-    t = np.arange(samples) / 16000
-    audio = 0.3 * np.sin(2 * np.pi * frequency * t) + 0.05 * rng.standard_normal(samples)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    wavfile.write(path, 16000, (audio * 2**15).astype(np.int16))
 
 
 @pytest.fixture

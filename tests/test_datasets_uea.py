@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from fakes import write_ts
 from ndebench.datasets.files import CorruptFileError, MissingDataError, resolve_data_dir
 from ndebench.datasets.protocol import NORM_EPS, resample_series
 from ndebench.datasets.registry import create_dataset, list_datasets
@@ -19,28 +20,6 @@ def all_values(bundle) -> torch.Tensor:
 
 def all_targets(bundle) -> torch.Tensor:
     return torch.cat([bundle.train.targets, bundle.val.targets, bundle.test.targets])
-
-
-def write_ts(path, samples, labels, *, equal_length=True):
-    """A ``.ts`` file in the archive's format: one line per sample, channels separated by ':'."""
-    header = [
-        "# generated for a test",
-        f"@problemName {path.stem}",
-        "@timeStamps false",
-        "@missing false",
-        f"@univariate {'true' if len(samples[0]) == 1 else 'false'}",
-        f"@dimensions {len(samples[0])}",
-        f"@equalLength {'true' if equal_length else 'false'}",
-        *([f"@seriesLength {len(samples[0][0])}"] if equal_length else []),
-        f"@classLabel true {' '.join(sorted(set(labels)))}",
-        "@data",
-    ]
-    rows = [
-        ":".join(",".join(repr(float(v)) for v in channel) for channel in sample) + f":{label}"
-        for sample, label in zip(samples, labels)
-    ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(header + rows) + "\n")
 
 
 @pytest.fixture

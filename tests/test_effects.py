@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform.effects import effect_sizes, mean_interval
-from ndebench.platform.report import build_report
-from ndebench.platform.stats import compare_across_datasets, compare_to_baseline
+from ndebench.platform.report.effects import effect_sizes, mean_interval
+from ndebench.platform.report.report import build_report
+from ndebench.platform.report.stats import compare_across_datasets, compare_to_baseline
 from scipy import stats
 
 A = np.array([0.81, 0.84, 0.79, 0.86, 0.83])

@@ -109,7 +109,7 @@ TABLE_2_SETS = {"SmoothSubspace": (150, 150), "ArticularyWordRecognition": (275,
 @pytest.mark.parametrize("name", sorted(TABLE_2_SETS))
 def test_batch_size_rule_on_the_table_2_sets(name, tmp_path):
     """The reference rule on N = train + test: 128 on all four (the training split alone gave 64 on three)."""
-    from test_datasets_uea import write_ts
+    from fakes import write_ts
 
     n_train, n_test = TABLE_2_SETS[name]
     for split, n in (("TRAIN", n_train), ("TEST", n_test)):

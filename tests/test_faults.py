@@ -8,11 +8,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from ndebench.platform.cli import main
-from ndebench.platform.runframe import parse_param
-from ndebench.platform.tracking import TAG, client, search
+from ndebench.platform.record.runframe import parse_param
+from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.trial import TrialSpec, run_trial
+
+pytestmark = pytest.mark.system
 
 CONFIG = {
     "study": "fault", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],

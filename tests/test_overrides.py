@@ -1,7 +1,7 @@
 """`--set KEY=VALUE` on run and validate: applied before validation, checked like the YAML."""
 import pytest
 from ndebench.platform.cli import main
-from ndebench.platform.config import ConfigError, apply_overrides, load_spec, parse_spec
+from ndebench.platform.spec.config import ConfigError, apply_overrides, load_spec, parse_spec
 
 QUICKSTART = "tune_configs/quickstart.yaml"
 BASE = {"study": "s", "models": ["neural_cde"], "datasets": ["synthetic"],

@@ -6,16 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_datasets_images
+from fakes import MAKERS, make_stays, write_clip, write_ts
+from ndebench.datasets.speech_commands import CLASSES, FOLDER
 from ndebench.datasets.uea import PAPER_SHAPES, shipped_sets
-from ndebench.platform.config import Space, load_spec
+from ndebench.platform.spec.config import Space, load_spec
 from ndebench.platform.trial import TrialSpec, run_trial
-from test_datasets_images import MAKERS
-from test_datasets_sepsis import make_stays
-from test_datasets_speech import CLASSES, FOLDER, write_clip
-from test_datasets_uea import write_ts
-
-fake_md5 = test_datasets_images.fake_md5  # the fixture, shared with test_datasets_images
 
 CONFIGS = sorted(Path(__file__).parent.parent.glob("tune_configs/paper_*.yaml"))
 IMAGE_CONFIGS = ("paper_table3_image_regularizers", "paper_table6_image_ndes")
@@ -104,7 +99,9 @@ def run_config(
     return tags
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+# The Speech and Sepsis configs train for tens of seconds each (HEAVY[:3]): end-to-end runs, in the system lane.
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.system) if p.stem in HEAVY[:3] else p
+                                  for p in CONFIGS], ids=lambda p: p.stem)
 def test_paper_config_runs_one_epoch_on_fake_archives(path, tmp_path, fake_md5):
     sde = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde",
            "image_nsde_additive", "image_nsde_multiplicative"}

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from fakes import make_plugin
 
 PLUGIN = '''
 import numpy as np
@@ -64,33 +64,19 @@ def plugin_pairs(*, seed=0, data_dir=None):
 '''
 
 
-def make_plugin(root: Path, body: str = PLUGIN) -> dict[str, str]:
-    """A distribution ``ndebench-testplugin`` on ``root`` whose module registers one of each component."""
-    (root / "ndebench_testplugin").mkdir(parents=True)
-    (root / "ndebench_testplugin" / "__init__.py").write_text(textwrap.dedent(body))
-    info = root / "ndebench_testplugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ndebench-testplugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "".join(f"[ndebench.{group}]\nplugin = ndebench_testplugin\n\n"
-                for group in ("models", "regularizers", "datasets"))
-    )
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
-
-
 def _python(code: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
                           timeout=300, cwd=cwd)
 
 
 def test_entry_point_components_register_and_train(tmp_path):
-    env = make_plugin(tmp_path / "site")
+    env = make_plugin(tmp_path / "site", PLUGIN)
     out = _python('''
         import json
         from ndebench.datasets.registry import list_datasets
         from ndebench.models.integrate import SolverConfig
         from ndebench.models.registry import list_models
-        from ndebench.platform.config import TrainingConfig
+        from ndebench.platform.spec.config import TrainingConfig
         from ndebench.platform.trial import TrialSpec, run_trial
         from ndebench.regularizers.registry import list_regularizers
 
@@ -108,10 +94,11 @@ def test_entry_point_components_register_and_train(tmp_path):
     assert 0.0 <= found["acc"] <= 1.0
 
 
+@pytest.mark.system
 def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path):
     """``plugin_waves`` registers only a summary, ``plugin_pairs`` every fact (files, probe, shape, metric):
     both are listed, validated, checked and preflighted by the CLI, and their metric reaches the tags."""
-    env = make_plugin(tmp_path / "site")
+    env = make_plugin(tmp_path / "site", PLUGIN)
     data = tmp_path / "data"
     data.mkdir()
     config = tmp_path / "plugin.yaml"
@@ -122,10 +109,10 @@ def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path
         from pathlib import Path
         from ndebench.datasets.check import preflight_problems
         from ndebench.platform.cli import main
-        from ndebench.platform.config import load_spec
-        from ndebench.platform.plan import sweep_cells
-        from ndebench.platform.sweep import Sweep
-        from ndebench.platform.trainable import trial_tags
+        from ndebench.platform.spec.config import load_spec
+        from ndebench.platform.spec.plan import sweep_cells
+        from ndebench.platform.engine.sweep import Sweep
+        from ndebench.platform.engine.trainable import trial_tags
         from ndebench.platform.trial import TrialSpec, build_trial
 
         data, config = {str(data)!r}, {str(config)!r}

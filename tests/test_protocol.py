@@ -5,10 +5,10 @@ from types import SimpleNamespace
 import optuna
 import pyarrow.fs as pafs
 import pytest
-from ndebench.platform.config import ConfigError, parse_spec
-from ndebench.platform.plan import plan_stages, sweep_cells, tune_stage
-from ndebench.platform.searcher import CellSearcher, PerCellASHA
-from ndebench.platform.storage import Storage
+from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
+from ndebench.platform.engine.storage import Storage
+from ndebench.platform.spec.config import ConfigError, parse_spec
+from ndebench.platform.spec.plan import plan_stages, sweep_cells, tune_stage
 
 GRID = {
     "study": "g",
@@ -124,7 +124,7 @@ def _trial(trial_id, cell):
 
 
 def test_asha_compares_trials_only_within_their_cell():
-    from ndebench.platform.config import AshaConfig
+    from ndebench.platform.spec.config import AshaConfig
     from ray.tune.schedulers import TrialScheduler
 
     scheduler = PerCellASHA("val_loss", "min", AshaConfig(grace_period=1, reduction_factor=2), {"a": 4, "b": 4})
@@ -138,8 +138,8 @@ def test_asha_compares_trials_only_within_their_cell():
 
 
 def test_a_stopped_trial_ends_its_mlflow_run_as_stopped(tmp_path):
-    from ndebench.platform.progress import MarkStopped
-    from ndebench.platform.tracking import TAG, TrialRecorder, client
+    from ndebench.platform.engine.progress import MarkStopped
+    from ndebench.platform.record.tracking import TAG, TrialRecorder, client
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"phase": "tune", "model": "m", "dataset": "d", "regularizer": "r", "seed": "0"}
@@ -158,7 +158,7 @@ def test_storage_file_uri_and_local_path_are_the_same_place(tmp_path):
 
 
 def test_s3_storage_goes_through_the_pyarrow_filesystem(tmp_path, monkeypatch):
-    from ndebench.platform.sweep import Sweep
+    from ndebench.platform.engine.sweep import Sweep
 
     seen = []
     fake = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
@@ -180,7 +180,7 @@ def test_s3_storage_goes_through_the_pyarrow_filesystem(tmp_path, monkeypatch):
 
 
 def _sweep(spec, tmp_path):
-    from ndebench.platform.sweep import Sweep
+    from ndebench.platform.engine.sweep import Sweep
 
     sweep = Sweep(spec, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", storage_path=tmp_path / "ray",
                   data_dir=str(tmp_path))

@@ -37,7 +37,7 @@ def test_asymptotic_formula_converges_as_renewals_grow():
     for m in (10, 100, 1000, 10000):
         exact, approx = solve_rates(0.3, m, 1.0), asymptotic_rates(0.3, m, 1.0)
         errors.append(abs(approx.lambda1 - exact.lambda1) / exact.lambda1)
-    assert all(e2 < e1 for e1, e2 in zip(errors, errors[1:]))
+    assert all(e2 < e1 for e1, e2 in zip(errors, errors[1:], strict=False))
     assert errors[-1] < 1e-3
 
 
@@ -109,7 +109,7 @@ def test_rates_command_refuses_with_exit_2(capsys, argv, needle):
 
 @pytest.mark.parametrize("key, value", [("m", 1e-12), ("m", 2e6), ("p", 1e-300), ("p", 1.0)])
 def test_the_config_accepts_exactly_the_solvers_range(key, value):
-    from ndebench.platform.config import ConfigError, parse_spec
+    from ndebench.platform.spec.config import ConfigError, parse_spec
 
     raw = {"study": "s", "models": ["neural_cde"], "datasets": ["synthetic"],
            "regularizers": {"continuum_dropout": {key: value}}}

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 from ndebench.models.integrate import TrialRNG
-from ndebench.platform import tracking
 from ndebench.platform.cli import main
-from ndebench.platform.reevaluate import parse_n_mc
+from ndebench.platform.engine.reevaluate import parse_n_mc
+from ndebench.platform.record import tracking
 from ndebench.platform.trial import TrialSpec, _loss, build_trial
 from ndebench.platform.weights import load_weights, log_weights
 

@@ -12,7 +12,7 @@ import torchcde
 from ndebench.models.base import DataSpec, FieldMLP
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, moved_times
 from ndebench.models.registry import create_model, list_models, model_info
-from ndebench.platform.config import ConfigError, parse_spec
+from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.jump_diffusion import sample_jumps
 from ndebench.regularizers.registry import create_regularizer, list_regularizers, regularizer_info
@@ -180,6 +180,14 @@ def test_jump_ttn_stays_on_at_test_time():
     model = create_model("neural_ode", DataSpec(2, 3, times=times), regularizer=reg)
     assert model.n_mc() == 3
 
+
+
+@pytest.mark.parametrize("name", list_regularizers())
+def test_the_test_protocol_is_declared_by_the_class(name):
+    params = {"n_mc": 4} if "n_mc" in regularizer_info(name).hyperparams else {}
+    reg = create_regularizer(name, **params)
+    assert "test_time" not in vars(reg), "test_time is a class fact, never set per instance"
+    assert reg.n_mc == params.get("n_mc", Regularizer.n_mc) and Regularizer.n_mc == 1
 
 def test_jump_needs_fixed_step_solver():
     reg = create_regularizer("jump_diffusion")
@@ -400,7 +408,7 @@ def test_tabn_state_dict_span_and_penalty():
             norm.bias.add_(torch.randn_like(norm.bias))
     reference = sum(
         F.mse_loss(w, torch.ones_like(w)) + F.mse_loss(b, torch.zeros_like(b))
-        for norm in model.field.net.norms for w, b in zip(norm.weight, norm.bias)
+        for norm in model.field.net.norms for w, b in zip(norm.weight, norm.bias, strict=True)
     )
     torch.testing.assert_close(model.penalty(), 0.1 * reference)
     assert float(create_regularizer("tabn", decay=0.0).penalty()) == 0.0

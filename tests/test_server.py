@@ -11,8 +11,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
 from ndebench.platform.cli import main
-from ndebench.platform.server import default_settings, server_command, study_url
+from ndebench.platform.engine.server import default_settings, server_command, study_url
 
 
 def test_study_url_opens_the_model_training_view_filtered_to_evaluate_runs():
@@ -68,6 +69,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+@pytest.mark.system
 def test_server_serves_and_stops_with_its_parent(tmp_path):
     """`ndebench server` answers on loopback by the public name it printed and takes its workers down on SIGTERM."""
     port = _free_port()

@@ -4,7 +4,7 @@ import math
 import pytest
 from ndebench.datasets.uea import shipped_sets
 from ndebench.models.integrate import SolverConfig
-from ndebench.platform.config import TrainingConfig
+from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.trial import TrialSpec, run_trial
 
 

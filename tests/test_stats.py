@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform import stats
+from ndebench.platform.report import significance, stats
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 
@@ -33,7 +33,7 @@ def test_paired_uses_the_common_seeds_in_seed_order():
     seeds_a = [4, 0, 2, 1, 3]
     seeds_b = [0, 1, 2, 3, 4, 5]
     res = stats.two_sample_test(A, B, "paired", seeds_a, seeds_b)
-    by_seed = dict(zip(seeds_a, A))
+    by_seed = dict(zip(seeds_a, A, strict=True))
     ref = sps.ttest_rel([by_seed[s] for s in range(5)], B[:5])
     assert (res.t, res.p, res.df, res.n_a, res.n_b) == (ref.statistic, ref.pvalue, 4, 5, 5)
     with pytest.raises(ValueError, match=r"repeats seeds \[0\]"):
@@ -140,7 +140,7 @@ def test_compare_to_baseline_direction_and_p_values():
 
 def test_holm_matches_statsmodels_and_skips_nan():
     p = np.array([0.01, 0.04, math.nan, 0.03, 0.2])
-    adjusted = stats.holm(p)
+    adjusted = significance.adjust(p, "holm")
     finite = ~np.isnan(p)
     assert adjusted[finite] == pytest.approx(multipletests(p[finite], method="holm")[1])
     assert math.isnan(adjusted[2])

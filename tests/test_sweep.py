@@ -5,19 +5,17 @@ The sweep's dataset, its broken model and one of its regularizers come from a pa
 declares them as entry points; it is put on the path only now, so the registries find it at the lookup of a
 name they lack, in the driver and in every Ray worker."""
 import contextlib
-import importlib
 import io
 import json
-import os
-import sys
 
 import pytest
 import yaml
+from fakes import make_plugin
 from ndebench.models.registry import list_models
 from ndebench.platform.cli import main
-from ndebench.platform.tracking import TAG, evaluate_runs, search
-from test_plugins import make_plugin
+from ndebench.platform.record.tracking import TAG, evaluate_runs, search
 
+pytestmark = pytest.mark.system
 PARENT = "mlflow.parentRunId"
 SPEC = {
     "study": "e2e",
@@ -77,22 +75,21 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     flag = root / "broken.flag"
     flag.write_text("broken")
-    os.environ["NDEBENCH_TEST_BROKEN"] = str(flag)
     assert "broken_cde" not in list_models()  # the registries are loaded before the plugin is installed
     pythonpath = make_plugin(root / "plugin", PLUGIN)["PYTHONPATH"]
-    sys.path.insert(0, str(root / "plugin"))
-    importlib.invalidate_caches()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
-             runtime_env={"env_vars": {"NDEBENCH_TEST_BROKEN": str(flag), "PYTHONPATH": pythonpath}})
-    config = root / "e2e.yaml"
-    config.write_text(yaml.safe_dump(SPEC))
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    args = ["run", str(config), "--tracking-uri", uri, "--storage-path", (root / "ray").as_uri(),
-            "--out", str(root / "reports")]
-    code, out = _run(args)
-    yield root, uri, args, code, out, flag
-    ray.shutdown()
-    sys.path.remove(str(root / "plugin"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NDEBENCH_TEST_BROKEN", str(flag))
+        patch.syspath_prepend(str(root / "plugin"))
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+                 runtime_env={"env_vars": {"NDEBENCH_TEST_BROKEN": str(flag), "PYTHONPATH": pythonpath}})
+        config = root / "e2e.yaml"
+        config.write_text(yaml.safe_dump(SPEC))
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        args = ["run", str(config), "--tracking-uri", uri, "--storage-path", (root / "ray").as_uri(),
+                "--out", str(root / "reports")]
+        code, out = _run(args)
+        yield root, uri, args, code, out, flag
+        ray.shutdown()
 
 
 def _trials(uri, phase=None):

@@ -4,9 +4,10 @@ import sys
 
 import pytest
 from ndebench.platform.cli import main
-from ndebench.platform.report import primary_metrics
-from ndebench.platform.runframe import runs_frame
-from ndebench.platform.tracking import (
+from ndebench.platform.record.runframe import runs_frame
+from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
+from ndebench.platform.record.tracking import (
+    MLFLOW_STATUS,
     TAG,
     TrialRecorder,
     client,
@@ -14,6 +15,7 @@ from ndebench.platform.tracking import (
     evaluate_runs,
     planned_seeds,
 )
+from ndebench.platform.report.report import primary_metrics
 
 STUDY = "crafted"
 
@@ -95,7 +97,7 @@ def test_a_study_whose_runs_all_diverged_gets_a_report(tmp_path, monkeypatch, ca
 
 def test_fresh_database_created_by_concurrent_processes(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    code = ("import sys; from ndebench.platform.tracking import ensure_experiment; "
+    code = ("import sys; from ndebench.platform.record.tracking import ensure_experiment; "
             "print(ensure_experiment(sys.argv[1], 'race'))")
     procs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
@@ -105,7 +107,7 @@ def test_fresh_database_created_by_concurrent_processes(tmp_path):
 
 
 def test_runs_have_short_names_and_the_experiment_opens_in_the_model_training_view(tmp_path):
-    from ndebench.platform.tracking import ensure_experiment, run_name, study_run
+    from ndebench.platform.record.tracking import ensure_experiment, run_name, study_run
 
     assert run_name({"regularizer": "continuum_dropout", "regularizer.p": 0.3, "regularizer.m": 10,
                      "regularizer.n_mc": 5, "phase": "evaluate", "seed": 0}) == "cd m=10 p=0.3 s0"
@@ -124,10 +126,16 @@ def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_me
     tagged = [_record(uri, r, 0, "ok", scores, tags={"metric": "accuracy"}) for r in ("none", "continuum_dropout")]
     older = _record(uri, "none", 1, "ok", scores)
     runs = evaluate_runs(uri, STUDY, with_calibration=False)
-    assert dict(zip(runs["run_id"], runs["metric"])) == {tagged[0]: "accuracy", tagged[1]: "accuracy", older: ""}
+    assert tuple(runs.columns[:len(RESULTS_COLUMNS)]) == RESULTS_COLUMNS
+    metric_of = runs.set_index("run_id")["metric"].to_dict()
+    assert metric_of == {tagged[0]: "accuracy", tagged[1]: "accuracy", older: ""}
     frame = runs_frame(uri, STUDY, histories=False)
-    assert dict(zip(frame["run_id"], frame["metric"])) == dict(zip(runs["run_id"], runs["metric"]))
+    assert frame.set_index("run_id")["metric"].to_dict() == metric_of
     # The registration says accuracy although the runs report AUROC; a study recorded before the tag
     # existed falls back to the columns, where AUROC marks a binary task.
     assert primary_metrics(runs) == {"synthetic": "test_accuracy"}
     assert primary_metrics(runs[runs["run_id"] == older]) == {"synthetic": "test_auroc"}
+
+
+def test_statuses_read_from_mlflow_are_the_schema_statuses():
+    assert set(MLFLOW_STATUS.values()) <= set(STATUSES)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.integrate import SolverConfig
-from ndebench.platform.config import TrainingConfig
+from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.trial import TrialSpec, auto_batch_size, run_trial
 
 FAST = TrainingConfig(epochs=6, min_epochs=2, patience=2, lr=0.01, threads=1)

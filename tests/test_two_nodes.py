@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ndebench.platform.tracking import TAG, search
+from ndebench.platform.record.tracking import TAG, search
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.system, pytest.mark.cluster]
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 CONFIG = {
     "study": "two_nodes", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],

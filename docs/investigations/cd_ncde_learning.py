@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.platform import trial
-from ndebench.platform.config import TrainingConfig
+from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.trial import TrialSpec, _loss, _Training, build_trial, evaluate
 from ndebench.regularizers.base import PassSpec
 from ndebench.regularizers.continuum_dropout import ContinuumDropout

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from ndebench.platform import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
+from ndebench.platform.record.schema import COUNTED_STATUSES
+from ndebench.platform.report import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
@@ -21,7 +22,7 @@ def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty or "run_id" not in runs:
         return runs
     labels = frame.set_index("run_id")["label"]
-    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"])])
+    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"], strict=True)])
 
 
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
@@ -36,8 +37,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     multivariate split (default: the UEA archive's table).
     """
     directory = files.directory
-    frame = frame[frame["status"].isin(stats.STATUSES)]
-    runs = runs[runs["status"].isin(stats.STATUSES)]
+    frame = frame[frame["status"].isin(COUNTED_STATUSES)]
+    runs = runs[runs["status"].isin(COUNTED_STATUSES)]
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
     runs, primary = report.with_primary_metrics(runs)
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ndebench.platform.tracking import mark_stopped
+from ndebench.platform.record.tracking import mark_stopped
 from ray.tune import Callback
 
 Printer = Callable[[str], None]

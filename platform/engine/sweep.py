@@ -1,7 +1,7 @@
-"""The sweep driver: the stages of :mod:`ndebench.platform.plan`, each one Ray Tune run over all its cells.
+"""The sweep driver: the stages of :mod:`ndebench.platform.spec.plan`, each one Ray Tune run over all its cells.
 
 Search stages (``base``, ``tune``) run every cell's trials in one ``Tuner`` through
-:class:`~ndebench.platform.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
+:class:`~ndebench.platform.engine.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
 per cell. ``evaluate`` runs the chosen config of every cell for every seed in one grid. MLflow: a study run,
 one run per (cell, stage) under it, every trial run under its cell run. A cell whose search or evaluation
 yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns only failed and
@@ -25,12 +25,11 @@ from typing import Any
 from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.datasets.registry import dataset_info
-from ndebench.platform.cluster import check_cluster
-from ndebench.platform.config import Space, SweepSpec, config_hash
-from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
-from ndebench.platform.provenance import driver_provenance
-from ndebench.platform.storage import Storage
-from ndebench.platform.tracking import (
+from ndebench.platform.engine.cluster import check_cluster
+from ndebench.platform.engine.provenance import driver_provenance
+from ndebench.platform.engine.storage import Storage
+from ndebench.platform.engine.trainable import trainable
+from ndebench.platform.record.tracking import (
     TAG,
     cell_run,
     cell_states,
@@ -42,7 +41,8 @@ from ndebench.platform.tracking import (
     search,
     study_run,
 )
-from ndebench.platform.trainable import trainable
+from ndebench.platform.spec.config import Space, SweepSpec, config_hash
+from ndebench.platform.spec.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
 
 Printer = Callable[[str], None]
 TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
@@ -221,8 +221,8 @@ class Sweep:
     def _search_stage(self, stage: Stage) -> dict[str, dict[str, Any]]:
         """Run one search stage over its cells with something to search; return the chosen values per cell
         (searched keys only). Failed cells go to ``self.failed``; finished ones are read from MLflow."""
-        from ndebench.platform.progress import MarkStopped, StageProgress
-        from ndebench.platform.searcher import CellSearcher, PerCellASHA
+        from ndebench.platform.engine.progress import MarkStopped, StageProgress
+        from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
         from ray import tune
 
         chosen = {c.key: {} for c in stage.cells if c.budget == 0}
@@ -322,7 +322,7 @@ class Sweep:
 
     def _evaluate(self, cells: list[Cell], configs: dict[str, dict[str, Any]]) -> tuple[int, int]:
         """Every unfinished cell's config over the seeds in one grid, then per-cell aggregates in MLflow."""
-        from ndebench.platform.progress import StageProgress
+        from ndebench.platform.engine.progress import StageProgress
         from ray import tune
 
         states = cell_states(self.tracking_uri, self.spec.study, "evaluate") if self.resume else {}
@@ -366,8 +366,8 @@ class Sweep:
                    outcomes: dict[str, list[dict[str, Any]]]) -> None:
         """Cell-run metrics ``mean_<m>``, ``std_<m>``, ``n`` and ``p_value_vs_none`` (primary metric)."""
         import pandas as pd
-        from ndebench.platform.report import primary_metrics
-        from ndebench.platform.stats import compare_to_baseline, summarize_cells
+        from ndebench.platform.report.report import primary_metrics
+        from ndebench.platform.report.stats import compare_to_baseline, summarize_cells
 
         runs = evaluate_runs(self.tracking_uri, self.spec.study, with_calibration=False, variants=True)
         if runs.empty:

@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pandas as pd
+from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, TAG
 
-TAG = "ndebench."
-PARENT = "mlflow.parentRunId"
-FINISHED_STATUSES = ("ok", "diverged")
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
 T = TypeVar("T")

@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from ndebench.datasets.registry import dataset_info
-from ndebench.platform.figures import save_png_pdf
 from ndebench.platform.registry import UnknownNameError
+from ndebench.platform.report.figures import save_png_pdf
 
 MARGIN = 0.05
 CELL = ["model", "dataset", "regularizer"]

@@ -1,7 +1,7 @@
 """Accuracy against the number of Monte-Carlo passes at test time (the paper's Tables 13-14 and Fig. 4).
 
 Built from the ``reevaluate`` runs of a study (each one trained evaluate run re-scored with ``n_mc`` passes,
-see :mod:`~ndebench.platform.reevaluate`). Per dataset and metric: a first row with the baseline ``none``
+see :mod:`~ndebench.platform.engine.reevaluate`). Per dataset and metric: a first row with the baseline ``none``
 from its evaluate runs, then one row per regularizer and ``N_MC``; columns are models; a cell is the mean
 (sample std) over the ok seeds; the best mean per column is bold. A figure per dataset draws the metric
 against ``N_MC`` per model with the baseline's mean +- std band.
@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform import stats, tables
-from ndebench.platform.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report import stats, tables
+from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
+from ndebench.regularizers.none import BASELINE
 
 LABELS = {m: tables.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}
 
@@ -42,15 +43,15 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
     for dataset in sorted(reevaluated["dataset"].unique()):
         for metric in _metrics(reevaluated, dataset):
             cells = mc_cells(reevaluated[reevaluated["dataset"] == dataset], metric)
-            base = evaluated[(evaluated["dataset"] == dataset) & (evaluated["regularizer"] == stats.BASELINE)]
+            base = evaluated[(evaluated["dataset"] == dataset) & (evaluated["regularizer"] == BASELINE)]
             base_cells = (stats.summarize_cells(base, metric).set_index("model") if metric in base and len(base)
                           else pd.DataFrame(columns=["n", "mean", "std"]))
             models = sorted(cells["model"].unique())
-            rows = [[Cell(stats.BASELINE), Cell("–")] + [
+            rows = [[Cell(BASELINE), Cell("–")] + [
                 Cell(mean_std(base_cells.loc[m, "mean"], base_cells.loc[m, "std"], int(base_cells.loc[m, "n"])))
                 if m in base_cells.index else Cell("–") for m in models]]
             by = cells.set_index(["label", "n_mc", "model"])
-            keys = sorted({(label, n) for label, n in zip(cells["label"], cells["n_mc"])})
+            keys = sorted({(label, n) for label, n in zip(cells["label"], cells["n_mc"], strict=True)})
             for label, n in keys:
                 rows.append([Cell(label), Cell(str(n))] + [
                     Cell(mean_std(by.loc[(label, n, m), "mean"], by.loc[(label, n, m), "std"],
@@ -61,14 +62,14 @@ def mc_sections(reevaluated: pd.DataFrame, evaluated: pd.DataFrame, directory: P
                 means = [by.loc[(label, n, model), "mean"] if (label, n, model) in by.index else np.nan
                          for label, n in keys]
                 finite = [round(float(x), 3) for x in means if np.isfinite(x)]
-                for cell, mean in zip(column, means):
+                for cell, mean in zip(column, means, strict=True):
                     cell.bold = bool(finite and np.isfinite(mean) and round(float(mean), 3) == max(finite))
             label_text = LABELS[metric]
             figure = _plot(cells, base_cells, models, dataset, label_text,
                            directory / f"mc_samples_{re.sub(r'[^A-Za-z0-9.-]+', '-', dataset)}_{metric}.png")
             caption = (f"Test {label_text} on {dataset} against the number of Monte-Carlo passes N_MC at test time, "
                        "re-scoring the same trained weights (no retraining): mean (sample std) over the ok seeds; "
-                       f"first row: {stats.BASELINE} (deterministic); bold: best per model.")
+                       f"first row: {BASELINE} (deterministic); bold: best per model.")
             sections.append(Section(f"MC samples: {label_text} on {dataset}",
                                     ["regularizer", "N_MC", *models], rows, caption, figure))
     return sections
@@ -89,6 +90,6 @@ def _plot(cells: pd.DataFrame, base: pd.DataFrame, models: list[str], dataset: s
             ax.axhspan(b["mean"] - np.nan_to_num(b["std"]), b["mean"] + np.nan_to_num(b["std"]),
                        color=colour, alpha=0.1)
     ax.set(xlabel="N_MC (test-time passes)", ylabel=f"test {ylabel}",
-           title=f"{dataset}: dashed = {stats.BASELINE} mean, band = +- std")
+           title=f"{dataset}: dashed = {BASELINE} mean, band = +- std")
     ax.legend(fontsize="small")
     return save_figure(fig, path)

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ndebench.platform.config import Space, SweepSpec, TuneConfig
+from ndebench.platform.spec.config import Space, SweepSpec, TuneConfig
+from ndebench.regularizers.none import BASELINE
 
 SHARED_PREFIXES = ("model.", "training.")
 
@@ -81,7 +82,7 @@ def sweep_cells(spec: SweepSpec) -> list[Cell]:
     for name in spec.variants:
         spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
         for values in itertools.product(*(s.args for s in spaces.values())):
-            point = dict(zip(spaces, values))
+            point = dict(zip(spaces, values, strict=True))
             cells += [Cell(m, d, name, variant_label(name, point), tuple(point.items()))
                       for m in spec.models for d in spec.datasets]
     return cells
@@ -114,7 +115,7 @@ def base_stage(spec: SweepSpec) -> Stage:
     """Paper protocol, stage 1: per (model, dataset), ``model.*``/``training.*`` on the unregularized model."""
     searches = []
     for model, dataset in itertools.product(spec.models, spec.datasets):
-        cell = Cell(model, dataset, "none")
+        cell = Cell(model, dataset, BASELINE)
         template = cell_template(spec, cell)
         template["cell"] = f"{cell.key}"
         if spec.base_epochs is not None:

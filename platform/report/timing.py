@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import stats
-from ndebench.platform.sections import Cell, Section, mean_std
+from ndebench.platform.report import stats
+from ndebench.platform.report.sections import Cell, Section, mean_std
+from ndebench.regularizers.none import BASELINE
 
 REGULARIZER = "continuum_dropout"
 
@@ -26,11 +27,11 @@ def time_column(runs: pd.DataFrame) -> str | None:
 def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     """Per (model, dataset, label) of ``none`` and Continuum Dropout: ``n, mean, std`` of the per-run
     seconds per epoch, ``p, m`` and ``ratio`` (mean over the baseline's mean)."""
-    part = runs[runs["regularizer"].isin([stats.BASELINE, REGULARIZER])]
+    part = runs[runs["regularizer"].isin([BASELINE, REGULARIZER])]
     cells = (stats.summarize_cells(part.assign(regularizer=part["label"]), column)
              .rename(columns={"regularizer": "label"}))
     cells = cells.join(part.groupby("label")[["p", "m"]].first(), on="label")
-    base = cells[cells["label"] == stats.BASELINE].set_index(["model", "dataset"])["mean"]
+    base = cells[cells["label"] == BASELINE].set_index(["model", "dataset"])["mean"]
     cells["ratio"] = [row.mean / base.get((row.model, row.dataset), np.nan) for row in cells.itertuples()]
     return cells
 
@@ -46,12 +47,12 @@ def time_sections(runs: pd.DataFrame) -> list[Section]:
     for dataset, group in cells.groupby("dataset", sort=True):
         models = sorted(group["model"].unique())
         order = group.groupby("label")[["p", "m"]].first().fillna(-1.0)
-        labels = sorted(order.index, key=lambda label: (label != stats.BASELINE, *order.loc[label], label))
+        labels = sorted(order.index, key=lambda label: (label != BASELINE, *order.loc[label], label))
         by = group.set_index(["label", "model"])
         rows = []
         for label in labels:
             first = by.loc[label].iloc[0]
-            baseline = label == stats.BASELINE
+            baseline = label == BASELINE
             line = [Cell(label), Cell("0" if baseline else _number(first["p"])),
                     Cell("–" if baseline else _number(first["m"]))]
             for model in models:
@@ -60,14 +61,14 @@ def time_sections(runs: pd.DataFrame) -> list[Section]:
                     continue
                 row = by.loc[(label, model)]
                 text = mean_std(row["mean"], row["std"], int(row["n"]))
-                if label != stats.BASELINE and np.isfinite(row["ratio"]):
+                if label != BASELINE and np.isfinite(row["ratio"]):
                     text += f" x{row['ratio']:.3f}"
                 line.append(Cell(text))
             rows.append(line)
         source = ("train_time_s: the training pass of each epoch only" if column == "train_time_s" else
                   "epoch_time_s, which includes the validation pass (these runs predate train_time_s)")
         caption = (f"Seconds per training epoch on {dataset}: mean (sample std) over the ok seeds of each run's "
-                   f"mean over its epochs, from {source}; xR: ratio to {stats.BASELINE} of the same model.")
+                   f"mean over its epochs, from {source}; xR: ratio to {BASELINE} of the same model.")
         sections.append(Section(f"Compute time on {dataset}", ["regularizer", "p", "m", *models], rows, caption))
     return sections
 

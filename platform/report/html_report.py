@@ -7,8 +7,8 @@ import html
 from pathlib import Path
 
 import pandas as pd
-from ndebench.platform import sections, tables
-from ndebench.platform.sections import Section
+from ndebench.platform.report import sections, tables
+from ndebench.platform.report.sections import Section
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
@@ -29,7 +29,7 @@ def data_uri(path: Path) -> str:
 
 
 def main_table_section(table: tables.Table, alpha: float) -> str:
-    """One of the per-study tables of :func:`~ndebench.platform.report.build_report` as HTML."""
+    """One of the per-study tables of :func:`~ndebench.platform.report.report.build_report` as HTML."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in
                    ["regularizer"] + [f"{m} / {tables.column_title(table, d, metric)}"
                                       for m, d, metric in table.columns])

@@ -54,7 +54,7 @@ def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, yl
     non_empty = [i for i, s in enumerate(samples) if len(s)]
     if non_empty:
         ax.boxplot([samples[i] for i in non_empty], positions=positions[non_empty], widths=0.5, showfliers=False)
-    for position, sample in zip(positions, samples):
+    for position, sample in zip(positions, samples, strict=True):
         offsets = np.linspace(-0.12, 0.12, len(sample)) if len(sample) > 1 else np.zeros(len(sample))
         ax.scatter(position + offsets, sample, s=16, zorder=3)
     failed = failed or {}
@@ -80,7 +80,7 @@ def _cliques(names: list[str], not_different: set[frozenset[str]]) -> list[tuple
 
 def critical_difference_diagram(ranks: pd.Series, pairs: pd.DataFrame, alpha: float, path: Path, title: str) -> Path:
     """Average ranks (1 = best) on a horizontal axis; a bar joins regularizers whose pairwise
-    Holm-adjusted Wilcoxon p-value (``pairs`` from :func:`~ndebench.platform.stats.pairwise_wilcoxon`) is
+    Holm-adjusted Wilcoxon p-value (``pairs`` from :func:`~ndebench.platform.report.stats.pairwise_wilcoxon`) is
     at least ``alpha``, i.e. that the data cannot tell apart."""
     names = list(ranks.index)
     k = len(names)

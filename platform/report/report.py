@@ -7,7 +7,7 @@ dict from :func:`~ndebench.platform.metrics.calibration_bins`) into paper-style 
 regularizers, column groups are models and columns datasets, cells are "mean (std)" over seeds with
 ``*``/``**`` for the t-test against ``none`` and the best value per column in bold. This module validates
 the runs, picks the metrics and writes the files; the table model and its Markdown and LaTeX renderers
-are :mod:`~ndebench.platform.tables`.
+are :mod:`~ndebench.platform.report.tables`.
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import figures, learning, significance, stats
 from ndebench.platform.metrics import merge_calibration_bins
-from ndebench.platform.tables import (
+from ndebench.platform.record.schema import COUNTED_STATUSES
+from ndebench.platform.report import figures, learning, significance, stats
+from ndebench.platform.report.tables import (
     LABELS,
     TEST_NAMES,
     Table,
@@ -36,6 +37,7 @@ from ndebench.platform.tables import (
     regularizer_order,
     status_line,
 )
+from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
 REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
@@ -121,7 +123,7 @@ def has_results(runs: pd.DataFrame) -> bool:
 
 def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -> pd.DataFrame:
     _check_runs(runs, test, alpha)
-    runs = runs[runs["status"].isin(stats.STATUSES)]
+    runs = runs[runs["status"].isin(COUNTED_STATUSES)]
     if not any(m in runs.columns for m in METRICS):
         raise ValueError(f"runs have no metric column; expected some of {', '.join(METRICS)}")
     if metric is not None and metric not in runs.columns:
@@ -141,18 +143,18 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
     the ``ok`` runs; ``*`` (better) or ``†`` (worse) marks p < ``alpha`` and ``**``/``††`` p < ``alpha / 5``
     in a two-sided ``test`` (``student``, ``welch`` or ``paired``) against ``none``, the p-values adjusted
-    by ``correction`` (:mod:`~ndebench.platform.significance`); the best mean per column is bold; a cell
+    by ``correction`` (:mod:`~ndebench.platform.report.significance`); the best mean per column is bold; a cell
     whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
     ``summary.json`` holds every statistic with its p-value, the across-dataset comparison
-    (:func:`~ndebench.platform.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
+    (:func:`~ndebench.platform.report.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
     Figures: a reliability diagram per (model, dataset) when runs carry calibration bins, a per-seed
     box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
-    that passes :func:`~ndebench.platform.significance.friedman_gate` (else ``table.md`` says why not).
+    that passes :func:`~ndebench.platform.report.significance.friedman_gate` (else ``table.md`` says why not).
 
-    Learning (:mod:`~ndebench.platform.learning`): a cell whose mean final training loss (column
+    Learning (:mod:`~ndebench.platform.report.learning`): a cell whose mean final training loss (column
     ``final_train_loss``) is not 5% below chance ``ln K`` is flagged "did not learn" in every table and listed
     in ``summary.json`` (``learning``, ``did_not_learn``); with ``curves`` (per-epoch ``train_loss`` and
-    ``val_loss`` of the runs, :func:`~ndebench.platform.learning.read_curves`) a learning-curve figure per
+    ``val_loss`` of the runs, :func:`~ndebench.platform.report.learning.read_curves`) a learning-curve figure per
     (model, dataset) shows the mean losses per epoch of each regularizer against the chance level.
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
@@ -168,7 +170,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     coverage = seed_coverage(runs, planned_seeds)
     if not has_results(runs):
         return _report_without_results(runs, directory, study, coverage, test, alpha)
-    pending = runs[~runs["status"].isin(stats.STATUSES)]
+    pending = runs[~runs["status"].isin(COUNTED_STATUSES)]
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     strong = alpha / 5
     tables = study_tables(runs, primary, test, alpha, correction, coverage)
@@ -195,7 +197,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
                  correction: str = "none", coverage: pd.DataFrame | None = None) -> list[Table]:
     """The tables of a report: the primary metric, then NLL and ECE where reported and not primary; cells
-    that did not learn (:func:`~ndebench.platform.learning.learning_check`) are flagged in each."""
+    that did not learn (:func:`~ndebench.platform.report.learning.learning_check`) are flagged in each."""
     flagged = learning.flags(learning.learning_check(runs))
     tables = [Table.build(runs, primary, "primary", test, alpha, correction, coverage, flagged)]
     for extra in ("test_nll", "test_ece"):
@@ -226,7 +228,7 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
         by_status = {status: sorted(int(s) for s in group["seed"]) for status, group in cell.groupby("status")}
         missing = [seed for seed in seeds if seed not in set(cell["seed"])]
         notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
-                 if k not in stats.STATUSES]
+                 if k not in COUNTED_STATUSES]
         notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
         rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "missing_seeds": missing,
                      "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
@@ -305,12 +307,12 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
              test: str, alpha: float, strong: float) -> dict[str, Any]:
     return {
         "study": study, "test": test, "test_description": TEST_NAMES[test], "alpha": alpha,
-        "strong_alpha": strong, "baseline": stats.BASELINE,
+        "strong_alpha": strong, "baseline": BASELINE,
         "correction": tables[0].correction,
         "markers": {"*": f"better, p < {alpha:g}", "**": f"better, p < {strong:g}",
                     "†": f"worse, p < {alpha:g}", "††": f"worse, p < {strong:g}"},
         "runs": {s: int((runs["status"] == s).sum())
-                 for s in (*stats.STATUSES, *sorted(set(runs["status"]) - set(stats.STATUSES)))},
+                 for s in (*COUNTED_STATUSES, *sorted(set(runs["status"]) - set(COUNTED_STATUSES)))},
         "primary_metric": primary,
         "tables": [{"title": t.title, "cells": _records(t.cell_stats), "comparisons": _records(t.comparisons)}
                    for t in tables],
@@ -422,4 +424,4 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
 def _console_diff(regularizer: str, comparison: pd.Series | None) -> str:
     if comparison is not None:
         return fmt(comparison["difference"], sign=True)
-    return "baseline" if regularizer == stats.BASELINE else f"no {stats.BASELINE} runs"
+    return "baseline" if regularizer == BASELINE else f"no {BASELINE} runs"

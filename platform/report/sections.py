@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from ndebench.platform.figures import save_png_pdf
-from ndebench.platform.tables import latex_escape
+from ndebench.platform.report.figures import save_png_pdf
+from ndebench.platform.report.tables import latex_escape
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import tracking
+from ndebench.platform.record import tracking
 
 PARAMS = ("p", "m", "rate")
 TIME_METRICS = ("train_time_s", "epoch_time_s")

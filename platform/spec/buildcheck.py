@@ -10,7 +10,7 @@ import itertools
 from typing import Any
 
 import torch
-from ndebench.platform.config import ConfigError, Space, SweepSpec
+from ndebench.platform.spec.config import ConfigError, Space, SweepSpec
 
 MAX_BUILDS_PER_MODEL = 64
 
@@ -58,7 +58,7 @@ def check_models_build(spec: SweepSpec) -> int:
 
 def tpe_warnings(spec: SweepSpec) -> list[str]:
     """Stages whose TPE budget never leaves Optuna's random start-up phase."""
-    from ndebench.platform.plan import plan_stages
+    from ndebench.platform.spec.plan import plan_stages
 
     out = []
     for stage in plan_stages(spec):

@@ -11,8 +11,8 @@ import math
 from typing import Any
 
 import optuna
-from ndebench.platform.config import AshaConfig, Space, TuneConfig
-from ndebench.platform.plan import CellSearch
+from ndebench.platform.spec.config import AshaConfig, Space, TuneConfig
+from ndebench.platform.spec.plan import CellSearch
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler
 from ray.tune.search import Searcher
@@ -46,7 +46,7 @@ def make_study(search: CellSearch, tune: TuneConfig) -> optuna.Study:
     if tune.sampler == "grid":
         keys = list(search.space)
         for values in itertools.product(*(search.space[k].args for k in keys)):
-            study.enqueue_trial(dict(zip(keys, values)), skip_if_exists=False)
+            study.enqueue_trial(dict(zip(keys, values, strict=True)), skip_if_exists=False)
     return study
 
 

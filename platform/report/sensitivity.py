@@ -19,15 +19,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform import stats
-from ndebench.platform.runframe import PARAMS
-from ndebench.platform.sections import Cell, Section, mean_std, save_figure
-from ndebench.platform.tables import LABELS
+from ndebench.platform.record.runframe import PARAMS
+from ndebench.platform.report import stats
+from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report.tables import LABELS
+from ndebench.regularizers.none import BASELINE
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:
     """Per (model, dataset, variant label) of ``regularizer``: ``n, mean, std`` (from
-    :func:`~ndebench.platform.stats.summarize_cells`, ok runs only) and the variant's parameters ``p, m, rate``."""
+    :func:`~ndebench.platform.report.stats.summarize_cells`, ok runs only) and the variant's parameters
+    ``p, m, rate``."""
     part = runs[(runs["regularizer"] == regularizer) & (runs["variant"].fillna("") != "")]
     if part.empty:
         return pd.DataFrame(columns=["model", "dataset", "label", "n", "mean", "std", *PARAMS])
@@ -39,7 +41,7 @@ def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataF
 
 def baseline_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """``n, mean, std`` of the baseline ``none`` per (model, dataset), indexed by (model, dataset)."""
-    part = runs[(runs["regularizer"] == stats.BASELINE) & (runs["variant"].fillna("") == "")]
+    part = runs[(runs["regularizer"] == BASELINE) & (runs["variant"].fillna("") == "")]
     if part.empty:
         return pd.DataFrame(columns=["n", "mean", "std"])
     return stats.summarize_cells(part, metric).set_index(["model", "dataset"])[["n", "mean", "std"]]
@@ -70,9 +72,9 @@ def _value(x: float) -> str:
 
 def _baseline_text(base: pd.DataFrame, model: str, dataset: str) -> str:
     if (model, dataset) not in base.index:
-        return f"no {stats.BASELINE} runs, so no cell is flagged"
+        return f"no {BASELINE} runs, so no cell is flagged"
     row = base.loc[(model, dataset)]
-    return f"{stats.BASELINE}: {mean_std(row['mean'], row['std'], int(row['n']))} (n = {int(row['n'])})"
+    return f"{BASELINE}: {mean_std(row['mean'], row['std'], int(row['n']))} (n = {int(row['n'])})"
 
 
 def _cell(row: pd.Series, base: pd.DataFrame, model: str, dataset: str, metric: str) -> Cell:
@@ -86,7 +88,7 @@ def _bold_best(cells: list[Cell], means: list[float], metric: str) -> None:
     if not finite:
         return
     best = (max if stats.higher_is_better(metric) else min)(finite)
-    for cell, mean in zip(cells, means):
+    for cell, mean in zip(cells, means, strict=True):
         cell.bold = bool(np.isfinite(mean) and round(mean, 3) == best)
 
 
@@ -130,7 +132,7 @@ def rate_section(cells: pd.DataFrame, base: pd.DataFrame, dataset: str, metric: 
         column = [_cell(rows.loc[v], base, model, dataset, metric) if v in rows.index else Cell("–") for v in values]
         _bold_best(column, [float(rows.loc[v, "mean"]) if v in rows.index else math.nan for v in values], metric)
         columns.append(column)
-    baseline_row = [Cell(f"{stats.BASELINE}")] + [
+    baseline_row = [Cell(f"{BASELINE}")] + [
         Cell(mean_std(base.loc[(m, dataset), "mean"], base.loc[(m, dataset), "std"], int(base.loc[(m, dataset), "n"])))
         if (m, dataset) in base.index else Cell("–") for m in models]
     table = [baseline_row] + [[Cell(_value(v))] + [col[i] for col in columns] for i, v in enumerate(values)]
@@ -139,7 +141,7 @@ def rate_section(cells: pd.DataFrame, base: pd.DataFrame, dataset: str, metric: 
                         [(m, dataset, m) for m in models], f"{regularizer} on {dataset}", label,
                         directory / f"sensitivity_{_slug(regularizer, dataset)}.png")
     caption = (f"Test {label} on {dataset} with {regularizer} at each fixed {param}: mean (sample std) over the "
-               f"ok seeds of each variant cell; first row: the baseline {stats.BASELINE}; bold: best per model.")
+               f"ok seeds of each variant cell; first row: the baseline {BASELINE}; bold: best per model.")
     return Section(f"{regularizer}: {param} on {dataset}", [param] + models, table, caption, figure)
 
 
@@ -159,7 +161,7 @@ def _line_plot(lines: dict[str, pd.DataFrame], x: str, base: pd.DataFrame,
         colour = colours.get(line, "black") if line else "black"
         spread = b["std"] if np.isfinite(b["std"]) else 0.0
         ax.axhline(b["mean"], color=colour, linestyle="--", linewidth=1,
-                   label=f"{stats.BASELINE}" + (f" ({line})" if line else ""))
+                   label=f"{BASELINE}" + (f" ({line})" if line else ""))
         ax.axhspan(b["mean"] - spread, b["mean"] + spread, color=colour, alpha=0.12)
     ax.set(xlabel=x, ylabel=f"test {ylabel}", title=title)
     ax.legend(fontsize="small")

@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import pandas as pd
-from ndebench.platform import tracking
-from ndebench.platform.runframe import runs_frame
+from ndebench.platform.record import tracking
+from ndebench.platform.record.runframe import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate
 from ndebench.platform.weights import ARTIFACT, load_weights
 from ndebench.regularizers.registry import create_regularizer
@@ -64,15 +64,14 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
             skipped[f"params are not a resolved trial config (missing or wrong: {exc})"].append(run.run_id)
             continue
         built = build_trial(spec)
-        regularizer = built.model.regularizer
         try:
             built.model.load_state_dict(load_weights(client, run.run_id))
         except FileNotFoundError:
             skipped[f"no {ARTIFACT} artifact (weights logging off, or an older run)"].append(run.run_id)
             continue
         for n in todo:
-            regularizer.n_mc = n
-            metrics, _ = evaluate(built.model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
+            metrics, _ = evaluate(built.model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5,
+                                  n_mc=n)
             tags = {f"{tracking.TAG}{k}": str(getattr(run, k)) for k in IDENTITY}
             tags |= {f"{tracking.TAG}phase": "reevaluate", f"{tracking.TAG}n_mc": str(n),
                      f"{tracking.TAG}status": "ok", f"{tracking.TAG}source_run": run.run_id,

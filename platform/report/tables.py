@@ -4,8 +4,8 @@ A :class:`Table` is renderer-agnostic: columns are (model, dataset, metric), row
 first), and each :class:`Cell` holds the "mean (std)" text over the ``ok`` seeds, the significance marker of
 the test against ``none``, whether it is the best of its column (bold), a note (other n, diverged or
 errored runs, missing seeds) and a ``flag`` for a cell whose model did not learn
-(:mod:`~ndebench.platform.learning`). :func:`markdown` and :func:`latex` render a study's tables, its across-dataset
-comparison and captions that name the metric, n, the test, alpha and the correction.
+(:mod:`~ndebench.platform.report.learning`). :func:`markdown` and :func:`latex` render a study's tables, its
+across-dataset comparison and captions that name the metric, n, the test, alpha and the correction.
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import significance, stats
-from ndebench.platform.learning import FLAG, MARGIN
+from ndebench.platform.record.schema import COUNTED_STATUSES
+from ndebench.platform.report import significance, stats
+from ndebench.platform.report.learning import FLAG, MARGIN
+from ndebench.regularizers.none import BASELINE
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
           "test_nll": "NLL", "test_ece": "ECE"}
@@ -63,11 +65,11 @@ class Table:
               correction: str = "none", coverage: pd.DataFrame | None = None,
               flagged: dict[tuple[str, str, str], str] | None = None) -> Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
-        :data:`~ndebench.platform.stats.STATUSES`: cell means and stds
-        (:func:`~ndebench.platform.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
-        after ``correction``, the notes of ``coverage`` (:func:`~ndebench.platform.report.seed_coverage`) and
-        the cells in ``flagged`` (``(model, dataset, regularizer)`` -> why, :func:`~ndebench.platform.learning.flags`)
-        marked "did not learn"."""
+        :data:`~ndebench.platform.record.schema.COUNTED_STATUSES`: cell means and stds
+        (:func:`~ndebench.platform.report.stats.summarize_cells`), ``test`` against ``none`` marked at ``alpha``
+        after ``correction``, the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)
+        and the cells in ``flagged`` (``(model, dataset, regularizer)`` -> why,
+        :func:`~ndebench.platform.report.learning.flags`) marked "did not learn"."""
         flagged = flagged or {}
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
@@ -76,7 +78,7 @@ class Table:
             comparisons.append(stats.compare_to_baseline(part, metric, test=test, alpha=alpha))
         cell_stats = pd.concat(summaries, ignore_index=True)
         comparison = pd.concat(comparisons, ignore_index=True)
-        comparison["p_holm"] = stats.holm(comparison["p"].to_numpy(float), alpha)
+        comparison["p_holm"] = significance.adjust(comparison["p"].to_numpy(float), stats.CORRECTION, alpha)
         comparison = significance.mark(comparison, alpha, correction)
         columns = [(m, d, metrics[d]) for m, d in
                    runs[["model", "dataset"]].drop_duplicates().sort_values(["model", "dataset"])
@@ -87,7 +89,7 @@ class Table:
         by_cell = cell_stats.set_index(stats.CELL)
         tests = comparison.set_index(stats.CELL)
         gaps = {} if coverage is None else {tuple(k): n for k, n in zip(
-            coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"]) if n}
+            coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"], strict=True) if n}
         cells = {}
         for j, (model, dataset, metric) in enumerate(columns):
             for regularizer in rows:
@@ -115,7 +117,7 @@ class Table:
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
     """``none`` first, then the other regularizers by name."""
     names = set(runs["regularizer"])
-    return [stats.BASELINE] * (stats.BASELINE in names) + sorted(names - {stats.BASELINE})
+    return [BASELINE] * (BASELINE in names) + sorted(names - {BASELINE})
 
 
 def _cell(row: pd.Series, comparison: pd.Series | None, usual_n: int, gap: str = "") -> Cell:
@@ -202,8 +204,8 @@ def status_line(runs: pd.DataFrame) -> str:
     """One sentence counting the runs by status (``ok``, ``diverged``, ``error`` first), with a hint when
     some are still ``running``."""
     counts = runs["status"].value_counts()
-    others = sorted(set(counts.index) - set(stats.STATUSES))
-    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*stats.STATUSES, *others)]
+    others = sorted(set(counts.index) - set(COUNTED_STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*COUNTED_STATUSES, *others)]
     line = f"{len(runs)} evaluate-phase runs: " + ", ".join(parts) + "."
     if "running" in counts:
         line += (" Running runs belong to a sweep in progress (or to one that was stopped: "
@@ -397,7 +399,7 @@ def effect_rows(table: Table) -> list[list[str]]:
 
 def effects_caption(table: Table) -> str:
     """What the effect-size table shows, naming the test its intervals match."""
-    return (f"Difference = regularizer mean minus {stats.BASELINE} mean on the primary metric (raw: for NLL and "
+    return (f"Difference = regularizer mean minus {BASELINE} mean on the primary metric (raw: for NLL and "
             f"ECE a negative difference is better), with the 95% confidence interval of the "
             f"{TEST_NAMES[table.test]}. Hedges' g: the difference in standard deviations (pooled for Student, "
             "the average variance for Welch, the paired differences' for paired) times the small-sample "

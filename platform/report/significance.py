@@ -54,13 +54,13 @@ def marker(p: float, direction: str, alpha: float, strong_alpha: float) -> str:
 
 
 def mark(comparisons: pd.DataFrame, alpha: float, correction: str) -> pd.DataFrame:
-    """``comparisons`` (from :func:`~ndebench.platform.stats.compare_to_baseline`) with ``correction``,
+    """``comparisons`` (from :func:`~ndebench.platform.report.stats.compare_to_baseline`) with ``correction``,
     ``p_adjusted`` and ``marker`` recomputed from the adjusted p-values and the direction of each difference."""
     out = comparisons.copy()
     out["correction"] = check_correction(correction)
     out["p_adjusted"] = adjust(out["p"].to_numpy(dtype=float), correction, alpha)
     strong = alpha / 5
-    out["marker"] = [marker(p, d, alpha, strong) for p, d in zip(out["p_adjusted"], out["direction"])]
+    out["marker"] = [marker(p, d, alpha, strong) for p, d in zip(out["p_adjusted"], out["direction"], strict=True)]
     return out
 
 

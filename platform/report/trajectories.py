@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from ndebench.platform.sections import save_figure
+from ndebench.platform.report.sections import save_figure
 from ndebench.regularizers.continuum_dropout import sample_renewal_paths
 from ndebench.regularizers.rates import solve_rates
 

@@ -4,14 +4,15 @@ improvement +- SEM and the % change +- SEM, for all datasets and split into univ
 
 With per-dataset means ``r_d``, ``b_d`` (sign-adjusted so positive is better) the improvement is the mean
 over datasets of ``d_d = r_d - b_d`` with ``scipy.stats.sem`` and the % change the mean of
-``100 d_d / |b_d|`` with its SEM, both from :func:`~ndebench.platform.stats.compare_across_datasets`.
+``100 d_d / |b_d|`` with its SEM, both from :func:`~ndebench.platform.report.stats.compare_across_datasets`.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ndebench.platform import stats
-from ndebench.platform.sections import Cell, Section
+from ndebench.platform.report import stats
+from ndebench.platform.report.sections import Cell, Section
+from ndebench.regularizers.none import BASELINE
 
 SPLITS = (("all", "datasets"), ("univariate", "univariate datasets (1 channel)"),
           ("multivariate", "multivariate datasets (more than 1 channel)"))
@@ -37,7 +38,7 @@ def summary_rows(runs: pd.DataFrame, metrics: dict[str, str], alpha: float = 0.0
                       ignore_index=True).set_index(stats.CELL)
     extra = []
     for row in across.itertuples(index=False):
-        base = [cells.loc[(row.model, d, stats.BASELINE)] for d in row.datasets]
+        base = [cells.loc[(row.model, d, BASELINE)] for d in row.datasets]
         reg = [cells.loc[(row.model, d, row.regularizer)] for d in row.datasets]
         extra.append({"baseline_mean": _mean([c["mean"] for c in base]),
                       "baseline_std": _mean([c["std"] for c in base]),
@@ -74,7 +75,7 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
                    f"the mean of the per-dataset standard deviations; improvement and % change (sign-adjusted, "
                    f"positive is better) are the mean +- standard error of the mean over datasets.")
         sections.append(Section(f"Extended summary: {key} ({len(datasets)} datasets)",
-                                ["model", "regularizer", "datasets", stats.BASELINE,
+                                ["model", "regularizer", "datasets", BASELINE,
                                  "regularizer mean", "improvement", "% change", "wins"],
                                 table, caption))
     return sections

@@ -14,20 +14,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.effects import COLUMNS as EFFECT_COLUMNS
-from ndebench.platform.effects import effect_sizes, mean_interval
+from ndebench.platform.record.schema import COUNTED_STATUSES
+from ndebench.platform.report.effects import COLUMNS as EFFECT_COLUMNS
+from ndebench.platform.report.effects import effect_sizes, mean_interval
+from ndebench.platform.report.significance import adjust
+from ndebench.regularizers.none import BASELINE
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 CELL = ["model", "dataset", "regularizer"]
-# Statuses the statistics count; any other (``running``, ``stopped``) is reported beside the tables.
-STATUSES = ("ok", "diverged", "error")
-BASELINE = "none"
 TESTS = ("student", "welch", "paired")
 HIGHER_IS_BETTER = {"accuracy": True, "top5_accuracy": True, "auroc": True, "nll": False, "ece": False}
 IDENTICAL = "identical"
 TOO_FEW = "too few runs"
 ZERO_VARIANCE = "zero variance"
+# The correction of the across-dataset and pairwise Wilcoxon tests (the per-table one is the report's choice).
 CORRECTION = "holm"
 
 
@@ -76,9 +76,9 @@ def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     n < 2), and the counts ``n_diverged``, ``n_error``, ``n_missing`` (ok runs without the metric) and
     ``n_runs`` (all runs of the cell)."""
     status = runs["status"]
-    unknown = set(status) - set(STATUSES)
+    unknown = set(status) - set(COUNTED_STATUSES)
     if unknown:
-        raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(STATUSES)}")
+        raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(COUNTED_STATUSES)}")
     values = _ok_values(runs, metric)
     grouped = values.groupby(CELL)[metric]
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
@@ -170,7 +170,7 @@ def compare_to_baseline(
     ``n_baseline``, ``mean_baseline``, ``difference`` (mean - mean_baseline), ``t``, ``p``, ``df``,
     ``direction`` (``better``/``worse``/``equal`` given the metric's direction; ``""`` when a side has no
     runs), ``marker`` (:func:`significance_marker`), ``flag``, the 95% interval of the difference and Hedges'
-    g with its interval for the same test (:func:`~ndebench.platform.effects.effect_sizes`), and ``p_holm``:
+    g with its interval for the same test (:func:`~ndebench.platform.report.effects.effect_sizes`), and ``p_holm``:
     the p-values Holm-adjusted over all rows of this call (``multipletests(method="holm")``), for readers
     who want the family-wise view.
     """
@@ -208,7 +208,7 @@ def compare_to_baseline(
     out = pd.DataFrame(rows, columns=[
         "metric", *CELL, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline", "difference",
         "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
-    out["p_holm"] = holm(out["p"].to_numpy(dtype=float), alpha)
+    out["p_holm"] = adjust(out["p"].to_numpy(dtype=float), CORRECTION, alpha)
     return out
 
 
@@ -218,17 +218,6 @@ def _direction(difference: float, higher: bool) -> str:
     if math.isclose(difference, 0.0, abs_tol=1e-12):
         return "equal"
     return "better" if (difference > 0) == higher else "worse"
-
-
-def holm(p: np.ndarray, alpha: float = 0.05) -> np.ndarray:
-    """Holm step-down adjusted p-values (``statsmodels.stats.multitest.multipletests(method="holm")``);
-    NaN entries stay NaN and are not counted in the family."""
-    p = np.asarray(p, dtype=float)
-    out = np.full(p.shape, math.nan)
-    finite = np.isfinite(p)
-    if finite.any():
-        out[finite] = multipletests(p[finite], alpha=alpha, method=CORRECTION)[1]
-    return out
 
 
 def min_wilcoxon_p(n: int) -> float:
@@ -309,7 +298,7 @@ def _across_frame(rows: list[dict], alpha: float = 0.05) -> pd.DataFrame:
         "model", "regularizer", "baseline", "n_datasets", "datasets", "mean_improvement", "se", "ci_low", "ci_high",
         "pct_change",
         "pct_se", "wins", "wilcoxon", "p", "note"])
-    out["p_holm"] = holm(out["p"].to_numpy(dtype=float), alpha)
+    out["p_holm"] = adjust(out["p"].to_numpy(dtype=float), CORRECTION, alpha)
     out["significant"] = out["p_holm"] < alpha
     out["correction"] = CORRECTION
     return out
@@ -359,5 +348,5 @@ def pairwise_wilcoxon(runs: pd.DataFrame, metrics: dict[str, str], model: str, a
             d = (both.loc[a] - both.loc[b]).to_numpy(float)
             rows.append({"a": a, "b": b, "n_datasets": len(d), "p": _wilcoxon(d, alpha)["p"]})
     out = pd.DataFrame(rows, columns=["a", "b", "n_datasets", "p"])
-    out["p_holm"] = holm(out["p"].to_numpy(dtype=float), alpha)
+    out["p_holm"] = adjust(out["p"].to_numpy(dtype=float), CORRECTION, alpha)
     return out

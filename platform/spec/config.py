@@ -633,7 +633,7 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
 
 def _check_grids(spec: SweepSpec) -> None:
     """``sampler: grid`` covers a categorical space exactly; a continuous distribution has no grid."""
-    from ndebench.platform.plan import plan_stages
+    from ndebench.platform.spec.plan import plan_stages
 
     for stage in plan_stages(spec):
         if stage.tune.sampler != "grid":

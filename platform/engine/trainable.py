@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.datasets.registry import dataset_info
-from ndebench.platform.config import config_hash
+from ndebench.platform.engine.provenance import worker_provenance
+from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
-from ndebench.platform.provenance import worker_provenance
-from ndebench.platform.storage import Storage
-from ndebench.platform.tracking import TAG, TrialRecorder, last_logged_step
+from ndebench.platform.record.tracking import TAG, TrialRecorder, last_logged_step
+from ndebench.platform.spec.config import config_hash
 from ndebench.platform.trial import STATE_FILE, TrialSpec, load_trial_state, run_trial, save_trial_state
 
 RUN_ID_FILE = "mlflow_run_id"

@@ -1,0 +1,19 @@
+"""The run record's vocabulary, written once for its writers, its readers and the report: the MLflow tag
+prefix and parent tag, the run statuses, and the leading columns of ``results.csv``."""
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+TAG = "ndebench."
+PARENT = "mlflow.parentRunId"
+
+Status = Literal["ok", "diverged", "error", "running", "stopped"]
+STATUSES: tuple[Status, ...] = get_args(Status)
+# A finished trial produced a result (a diverged one too); error runs failed, running and stopped ones are unfinished.
+FINISHED_STATUSES: tuple[Status, ...] = ("ok", "diverged")
+# The statistics count these; running and stopped runs are reported beside the tables instead.
+COUNTED_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error")
+
+# One row per evaluate run; the test_* metric columns follow.
+RESULTS_COLUMNS = ("variant", "run_id", "study", "model", "dataset", "regularizer", "config_hash", "status", "message",
+                   "seed", "test_protocol", "metric")

@@ -1,0 +1,220 @@
+"""Fakes shared by several test files: archive writers for every dataset family, a plugin distribution, and
+a crafted analysis study."""
+from __future__ import annotations
+
+import os
+import pickle
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.io
+from scipy.io import wavfile
+
+# UEA/UCR
+
+def write_ts(path, samples, labels, *, equal_length=True):
+    """A ``.ts`` file in the archive's format: one line per sample, channels separated by ':'."""
+    header = [
+        "# generated for a test",
+        f"@problemName {path.stem}",
+        "@timeStamps false",
+        "@missing false",
+        f"@univariate {'true' if len(samples[0]) == 1 else 'false'}",
+        f"@dimensions {len(samples[0])}",
+        f"@equalLength {'true' if equal_length else 'false'}",
+        *([f"@seriesLength {len(samples[0][0])}"] if equal_length else []),
+        f"@classLabel true {' '.join(sorted(set(labels)))}",
+        "@data",
+    ]
+    rows = [
+        ":".join(",".join(repr(float(v)) for v in channel) for channel in sample) + f":{label}"
+        for sample, label in zip(samples, labels, strict=True)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(header + rows) + "\n")
+
+
+# PhysioNet Sepsis
+
+HEADER = (
+    "HR|O2Sat|Temp|SBP|MAP|DBP|Resp|EtCO2|BaseExcess|HCO3|FiO2|pH|PaCO2|SaO2|AST|BUN|Alkalinephos|Calcium|"
+    "Chloride|Creatinine|Bilirubin_direct|Glucose|Lactate|Magnesium|Phosphate|Potassium|Bilirubin_total|"
+    "TroponinI|Hct|Hgb|PTT|WBC|Fibrinogen|Platelets|Age|Gender|Unit1|Unit2|HospAdmTime|ICULOS|SepsisLabel"
+)
+
+
+def fmt(value: float) -> str:
+    return "NaN" if np.isnan(value) else f"{value:.2f}"
+
+
+def make_stays(root, rng):
+    """Write 60 stays and return the expected (values (72, 34), static (5,), label) of those kept."""
+    expected = []
+    for index in range(60):
+        folder = "training_setA" if index < 40 else "training_setB"
+        length = [2, 90, 80][index] if index < 3 else int(rng.integers(3, 100))
+        hours = np.arange(1, length + 1)
+        if index % 5 == 0 and length > 6:
+            hours = np.delete(hours, [3, 4])  # a gap: ICULOS jumps from 3 to 6
+        onset = {1: 80, 2: 50}.get(index, int(rng.integers(10, 90)) if index % 3 == 0 else None)
+        features = np.where(rng.random((len(hours), 34)) < 0.6, np.nan, rng.normal(50, 10, (len(hours), 34)).round(2))
+        unit = [np.nan, np.nan] if index % 4 == 0 else [float(index % 2), float(1 - index % 2)]
+        admitted = np.nan if index % 7 == 0 else -round(rng.uniform(0, 50), 2)
+        static = [round(rng.uniform(20, 90), 2), float(index % 2), *unit, admitted]
+        lines = [HEADER]
+        for row, hour in zip(features, hours, strict=True):
+            label = 1.0 if onset is not None and hour >= onset else 0.0
+            lines.append("|".join(fmt(v) for v in [*row, *static, float(hour), label]))
+        path = root / folder / f"p{index:06d}.psv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        kept = hours <= 72
+        if kept.sum() > 2:
+            values = np.full((72, 34), np.nan)
+            values[hours[kept] - 1] = features[kept]
+            label = float(onset is not None and bool((hours[kept] >= onset).any()))
+            expected.append((values, np.array(static), label))
+    return expected
+
+
+# Speech Commands
+
+def write_clip(path, samples: int, frequency: float, rng) -> None:
+    t = np.arange(samples) / 16000
+    audio = 0.3 * np.sin(2 * np.pi * frequency * t) + 0.05 * rng.standard_normal(samples)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wavfile.write(path, 16000, (audio * 2**15).astype(np.int16))
+
+
+# CIFAR-10/100, SVHN, STL-10
+
+TRAIN, TEST = 60, 20
+
+
+def cifar_batch(rng, n, classes, key):
+    """A CIFAR pickle batch: ``data`` uint8 (n, 3072) channel-major, labels cycling through the classes."""
+    return {"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), key: [i % classes for i in range(n)]}
+
+
+def write_pickle(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(obj))
+
+
+def make_cifar10(root, rng):
+    folder = root / "cifar10" / "cifar-10-batches-py"
+    batches = [cifar_batch(rng, TRAIN // 5, 10, "labels") for _ in range(5)]
+    for i, batch in enumerate(batches, 1):
+        write_pickle(folder / f"data_batch_{i}", batch)
+    test = cifar_batch(rng, TEST, 10, "labels")
+    write_pickle(folder / "test_batch", test)
+    write_pickle(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+    pixels = np.concatenate([b["data"] for b in batches]).reshape(-1, 3, 32, 32)
+    return pixels, np.concatenate([b["labels"] for b in batches])
+
+
+def make_cifar100(root, rng):
+    folder = root / "cifar100" / "cifar-100-python"
+    train = cifar_batch(rng, TRAIN * 4, 100, "fine_labels")  # every class needs images
+    write_pickle(folder / "train", train)
+    write_pickle(folder / "test", cifar_batch(rng, TEST, 100, "fine_labels"))
+    write_pickle(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)], "coarse_label_names": ["c"]})
+    return train["data"].reshape(-1, 3, 32, 32), np.arange(TRAIN * 4) % 100
+
+
+def make_svhn(root, rng):
+    folder = root / "svhn"
+    folder.mkdir(parents=True)
+    out = None
+    for split, n in (("train", TRAIN), ("test", TEST)):
+        x = rng.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
+        y = (np.arange(n) % 10 + 1).reshape(-1, 1)  # 1..10, 10 is the digit 0
+        scipy.io.savemat(folder / f"{split}_32x32.mat", {"X": x, "y": y})
+        if split == "train":
+            out = (x.transpose(3, 2, 0, 1), y[:, 0] % 10)
+    return out
+
+
+def make_stl10(root, rng):
+    folder = root / "stl10" / "stl10_binary"
+    folder.mkdir(parents=True)
+    out = None
+    for split, n in (("train", TRAIN // 3), ("test", TEST // 2)):
+        x = rng.integers(0, 256, (n, 3, 96, 96), dtype=np.uint8)
+        # STL-10 stores images column-major: each channel is the transposed 96x96 array
+        x.transpose(0, 1, 3, 2).tofile(folder / f"{split}_X.bin")
+        (np.arange(n, dtype=np.uint8) % 10 + 1).tofile(folder / f"{split}_y.bin")
+        if split == "train":
+            out = (x, np.arange(n) % 10)
+    (folder / "unlabeled_X.bin").write_bytes(b"")
+    return out
+
+
+MAKERS = {"cifar10": make_cifar10, "cifar100": make_cifar100, "svhn": make_svhn, "stl10": make_stl10}
+SIZES = {
+    "cifar10": (TRAIN, TEST), "cifar100": (TRAIN * 4, TEST), "svhn": (TRAIN, TEST), "stl10": (TRAIN // 3, TEST // 2),
+}
+
+
+# Entry-point plugins
+
+def make_plugin(root: Path, body: str) -> dict[str, str]:
+    """A distribution ``ndebench-testplugin`` on ``root`` whose module is ``body`` (registering components
+    under the three entry-point groups); returns the environment that puts it on ``PYTHONPATH``."""
+    (root / "ndebench_testplugin").mkdir(parents=True)
+    (root / "ndebench_testplugin" / "__init__.py").write_text(textwrap.dedent(body))
+    info = root / "ndebench_testplugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ndebench-testplugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "".join(f"[ndebench.{group}]\nplugin = ndebench_testplugin\n\n"
+                for group in ("models", "regularizers", "datasets"))
+    )
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+
+
+# A crafted study: two models, three datasets, `none`, Continuum Dropout variants over a 2 x 2 (p, m)
+# grid and jump diffusion over two rates, two seeds each.
+
+MODELS = ("neural_cde", "neural_ode")
+DATASETS = ("ArrowHead", "BasicMotions", "GunPoint")
+CHANNELS = {"ArrowHead": 1, "BasicMotions": 6, "GunPoint": 1}
+GRID = [(0.1, 5.0), (0.1, 50.0), (0.5, 5.0), (0.5, 50.0)]
+RATES = (0.01, 0.1)
+SEEDS = (0, 1)
+
+
+def _variant(p: float, m: float) -> str:
+    return f"continuum_dropout[p={p:g},m={m:g}]"
+
+
+def study_frame(seed: int = 0) -> pd.DataFrame:
+    """One row per evaluate run with the columns of :func:`ndebench.platform.record.runframe.runs_frame`. The
+    (p=0.5, m=5) variant is 0.1 worse than ``none`` (a red cell); the others are 0.02-0.05 better."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, model in enumerate(MODELS):
+        for j, dataset in enumerate(DATASETS):
+            base = 0.6 + 0.05 * i + 0.03 * j
+            cells = [("none", "", np.nan, np.nan, np.nan, 0.0, 10.0)]
+            cells += [("continuum_dropout", _variant(p, m), p, m, np.nan,
+                       -0.1 if (p, m) == (0.5, 5.0) else 0.02 + 0.03 * (m == 50.0), 11.0 + p)
+                      for p, m in GRID]
+            cells += [("jump_diffusion", f"jump_diffusion[rate={r:g}]", np.nan, np.nan, r, 0.01 * k, 10.5)
+                      for k, r in enumerate(RATES)]
+            for regularizer, variant, p, m, rate, shift, seconds in cells:
+                for s in SEEDS:
+                    acc = base + shift + rng.normal(0, 0.01)
+                    rows.append({
+                        "run_id": f"{model}-{dataset}-{variant or regularizer}-{s}", "parent_run_id": "",
+                        "study": "crafted", "model": model, "dataset": dataset, "regularizer": regularizer,
+                        "variant": variant, "label": variant or regularizer, "seed": s, "status": "ok",
+                        "n_mc": 0, "p": p, "m": m, "rate": rate, "test_accuracy": acc,
+                        "test_nll": 1.0 - acc + rng.normal(0, 0.01),
+                        "train_time_s": seconds * (1 + 0.2 * i) + rng.normal(0, 0.1),
+                        "epoch_time_s": seconds * (1 + 0.2 * i) + 2.0,
+                        "channels": CHANNELS[dataset],
+                    })
+    return pd.DataFrame(rows)
