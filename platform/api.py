@@ -75,9 +75,10 @@ def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "
         verbose: bool = False) -> RunResult:
     """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then
     :class:`~ndebench.platform.sweep.Sweep` (a local Ray, or the cluster at ``address``) records every trial
-    in MLflow at ``uri`` (default :func:`tracking_uri`). ``resume`` continues a study (only failed and
-    unfinished cells run again); ``storage_path`` holds Ray's results (a path or an ``s3://``-style URI);
-    ``data_dir`` overrides the spec's. A failed cell does not raise: it is in ``outcome.failed``."""
+    in MLflow at ``uri`` (default :func:`tracking_uri`). ``resume`` continues a study (failed and
+    unfinished cells, and every planned (cell, seed) without an ok run, run again); ``storage_path`` holds
+    Ray's results (a path or an ``s3://``-style URI); ``data_dir`` overrides the spec's. A failed cell does
+    not raise: it is in ``outcome.failed``."""
     from ndebench.platform.buildcheck import check_models_build
     from ndebench.platform.sweep import Sweep
 

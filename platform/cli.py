@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
+from ndebench.platform import exitcodes
+
 EPILOG = "Docs: README.md. Every subcommand has --help."
 LISTED_CELLS = 12
 
@@ -23,9 +25,12 @@ def _add_tracking(parser: argparse.ArgumentParser) -> None:
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
+    from ndebench.platform.runchecks import check_tracking_uri
     from ndebench.platform.tracking import absolute_uri, default_tracking_uri
 
-    return absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
+    uri = absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
+    check_tracking_uri(uri)
+    return uri
 
 
 def _describe_spec(spec) -> str:
@@ -36,7 +41,6 @@ def _describe_spec(spec) -> str:
     lines = [f"study {spec.study!r}, protocol {spec.protocol}: {len(cells)} cell(s) = {len(spec.models)} model(s) x "
              f"{len(spec.datasets)} dataset(s) x {len(spec.regularizers)} regularizer(s)"
              + (f" + {variants} fixed-parameter variant cell(s)" if variants else "")]
-    total = 0
     for stage in plan_stages(spec):
         tc = stage.tune
         how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random",
@@ -52,12 +56,16 @@ def _describe_spec(spec) -> str:
             lines.append(f"  {c.label}: {c.budget} trial(s) [{', '.join(sorted(c.space))}]")
         if len(searched) > LISTED_CELLS:
             lines.append(f"  ... and {len(searched) - LISTED_CELLS} more cell(s)")
-        total += stage.trials
     seeds = list(spec.evaluate.seeds)
     lines.append(f"stage evaluate: {len(cells) * len(seeds)} trial(s) = {len(cells)} cell(s) x seeds {seeds}")
-    total += len(cells) * len(seeds)
-    lines.append(f"total: {total} trial(s)")
+    lines.append(f"total: {_total_trials(spec)} trial(s)")
     return "\n".join(lines)
+
+
+def _total_trials(spec) -> int:
+    from ndebench.platform.plan import plan_stages, sweep_cells
+
+    return sum(stage.trials for stage in plan_stages(spec)) + len(sweep_cells(spec)) * len(spec.evaluate.seeds)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -73,11 +81,12 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ndebench.platform.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.config import load_spec
+    from ndebench.platform.runchecks import resource_warnings, size_warnings
 
     spec = load_spec(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in tpe_warnings(spec):
+    for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}")
     print(_describe_spec(spec))
     return 0
@@ -85,17 +94,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.completeness import not_ok_summary, planned_statuses
     from ndebench.platform.config import load_spec
+    from ndebench.platform.plan import sweep_cells
+    from ndebench.platform.runchecks import check_out_dir, size_warnings
     from ndebench.platform.sweep import Sweep
 
     spec = load_spec(args.config, _overrides(args))
     check_models_build(spec)
     uri = _tracking_uri(args)
+    check_out_dir(args.out)
     print(_describe_spec(spec), flush=True)
-    for warning in tpe_warnings(spec):
+    for warning in tpe_warnings(spec) + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}", flush=True)
     sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
-                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose)
+                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
+                  retry_diverged=args.retry_diverged)
     outcome = sweep.run()
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
@@ -106,7 +120,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         for label, message in outcome.failed.items():
             print(f"  {label}: {message}")
     print(f"\nOpen the MLflow UI with:  ndebench ui --tracking-uri {uri}")
-    return 1 if outcome.failed else 0
+    statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
+    problems = [f"{len(outcome.failed)} failed cell(s)"] if outcome.failed else []
+    problems += [summary] if (summary := not_ok_summary(statuses)) else []
+    if problems:
+        print(f"[ndebench] exit {exitcodes.FAILED}: {'; '.join(problems)} (`ndebench run ... --resume` reruns them)",
+              flush=True)
+        return exitcodes.FAILED
+    print(f"[ndebench] all {len(statuses)} planned evaluate run(s) ok or diverged", flush=True)
+    return exitcodes.OK
 
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
@@ -391,8 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
     run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379); "
                      "default: start a local Ray")
-    run.add_argument("--resume", action="store_true", help="continue a study: rerun only failed and unfinished cells, "
+    run.add_argument("--resume", action="store_true", help="continue a study: rerun failed and unfinished cells and "
+                     "every planned (cell, seed) without an ok run (errored, cut off, missing, newly added seeds), "
                      "reading finished cells' chosen configs from MLflow")
+    run.add_argument("--retry-diverged", action="store_true", help="with --resume, also rerun diverged evaluate runs "
+                     "whose config and code are unchanged")
     run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
                      "(always written to a log file under the storage path)")
     run.add_argument("--data-dir", help="data directory (overrides the config's data_dir and $NDEBENCH_DATA_DIR)")
@@ -450,8 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "working directory; a postgresql:// or mysql:// URI for a database server)")
     server.add_argument("--artifacts-destination", help="folder or object-store URI (s3://, gs://) for artifacts "
                         "(default: ./mlartifacts on this node; workers upload through the server)")
-    server.add_argument("--host", default="0.0.0.0", help="interface to bind (default 0.0.0.0: reachable from the "
-                        "other nodes; 127.0.0.1 for this machine only)")
+    server.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine "
+                        "only). 0.0.0.0 makes it reachable from the other nodes, and from anyone else who reaches the "
+                        "port: without authentication it is a read/write API with artifact upload (README, Cluster)")
     server.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     server.add_argument("--public-host", help="name or address the workers reach this node by (default: this "
                         "machine's fully qualified host name)")
@@ -536,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError) as exc:
         print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exitcodes.BAD_INPUT
 
 
 def run() -> None:

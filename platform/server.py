@@ -30,7 +30,7 @@ class ServerSettings:
 
     backend_store_uri: str
     artifacts_destination: str
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 5000
     public_host: str = ""
     allowed_hosts: tuple[str, ...] = ()

@@ -15,6 +15,9 @@ import pandas as pd
 TAG = "ndebench."
 PARENT = "mlflow.parentRunId"
 FINISHED_STATUSES = ("ok", "diverged")
+# Set on an evaluate attempt that a later run of the same (cell, seed) replaced (ndebench.platform.completeness).
+SUPERSEDED = f"{TAG}superseded_by"
+PLANNED_SEEDS = f"{TAG}evaluate_seeds"
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
 T = TypeVar("T")
@@ -170,8 +173,8 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
 class TrialRecorder:
     """Records one trial as one MLflow run: tags, params (the resolved config), per-epoch and final metrics.
 
-    An evaluate trial re-run after a crash (same study and config hash, run not finished) continues the same
-    MLflow run instead of adding a duplicate, as does any trial given the ``run_id`` of its checkpoint
+    An evaluate trial re-run after a crash (same study and config hash, run still ``running``) continues the
+    same MLflow run instead of adding a duplicate, as does any trial given the ``run_id`` of its checkpoint
     (``reattached``; ``previous_tags`` are that run's tags before this attempt).
     """
 
@@ -187,11 +190,12 @@ class TrialRecorder:
         if parent_run_id:
             all_tags[PARENT] = parent_run_id
         # Only an evaluate trial (one per cell and seed) is unique by its config; search stages may try a
-        # config twice, and those are separate trials.
+        # config twice, and those are separate trials. Only a run cut off while running is continued: an
+        # errored or diverged attempt stays as it ended, and the new run supersedes it.
         existing = [
             r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' "
                                           f"and tags.`{TAG}phase` = '{tags['phase']}'")
-            if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
+            if run_status(r) == "running"
         ] if tags["phase"] == "evaluate" and run_id is None else []
         if run_id is not None:
             existing = [_retry(lambda: self.client.get_run(run_id))]
@@ -207,6 +211,12 @@ class TrialRecorder:
             params = [Param(k, str(v)) for k, v in sorted(config.items())]
             _retry(lambda: self.client.log_batch(self.run_id, params=params))
         _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Set ``ndebench.<key>`` tags on the run."""
+        from mlflow.entities import RunTag
+
+        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(f"{TAG}{k}", str(v)) for k, v in tags.items()]))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
@@ -232,12 +242,6 @@ def last_logged_step(mlflow_client: Any, run_id: str, metric: str = "train_loss"
     """The last epoch step of ``metric`` a run has logged (0 if none)."""
     history = _retry(lambda: mlflow_client.get_metric_history(run_id, metric))
     return max((m.step for m in history), default=0)
-
-
-def finished_hashes(uri: str, study: str, phase: str) -> set[str]:
-    """Config hashes of the study's trial runs in ``phase`` that finished (``ok`` or ``diverged``)."""
-    runs = search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'")
-    return {r.data.tags.get(f"{TAG}config_hash") for r in runs if r.data.tags.get(f"{TAG}status") in FINISHED_STATUSES}
 
 
 def run_status(run: Any) -> str:
@@ -279,10 +283,10 @@ def _first_line(reason: Any) -> str:
 
 
 def planned_seeds(uri: str, study: str) -> list[int] | None:
-    """The evaluation seeds the study planned: param ``evaluate.seeds`` (a JSON list) of its run tagged
-    ``ndebench.kind=study``; ``None`` when the study has no such run."""
+    """The evaluation seeds the study planned: tag ``ndebench.evaluate_seeds`` (the latest sweep's, a JSON list)
+    or else param ``evaluate.seeds`` of its run tagged ``ndebench.kind=study``; ``None`` without such a run."""
     for run in search(uri, study, f"tags.`{TAG}kind` = 'study'"):
-        raw = run.data.params.get("evaluate.seeds")
+        raw = run.data.tags.get(PLANNED_SEEDS) or run.data.params.get("evaluate.seeds")
         if raw:
             try:
                 seeds = json.loads(raw)
@@ -298,14 +302,15 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
     the tag existed), ``test_*`` metrics, calibration bins. Runs of fixed-parameter variant cells (column
-    ``variant``) only with ``variants=True``."""
+    ``variant``) only with ``variants=True``; attempts a later run of their (cell, seed) superseded never."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
     mlflow_client = client(uri)
     for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
         tags = run.data.tags
-        if tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants):
+        if (tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants)
+                or tags.get(SUPERSEDED)):
             continue
         row: dict[str, Any] = {
             "variant": tags.get(f"{TAG}variant", ""),
@@ -372,14 +377,18 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
     description as its note, the protocol settings as params, ``tags`` (provenance) with the ``ndebench.``
     prefix. Created once; a resumed sweep reuses it."""
-    from mlflow.entities import Param
+    from mlflow.entities import Param, RunTag
 
     existing = _tagged(uri, study, {"kind": "study"})
     if existing:
-        _retry(lambda: client(uri).update_run(existing[0].info.run_id, status="RUNNING"))
-        return existing[0].info.run_id
+        run_id = existing[0].info.run_id
+        _retry(lambda: client(uri).update_run(run_id, status="RUNNING"))
+        # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
+        _retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(PLANNED_SEEDS, params["evaluate.seeds"])]))
+        return run_id
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
+            PLANNED_SEEDS: params["evaluate.seeds"],
             **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}}
     experiment_id = ensure_experiment(uri, study)
     if description:
