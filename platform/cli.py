@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -96,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.completeness import not_ok_summary, planned_statuses
     from ndebench.platform.config import load_spec
+    from ndebench.platform.diskfull import DiskFullError
     from ndebench.platform.plan import sweep_cells
     from ndebench.platform.runchecks import check_out_dir, size_warnings
     from ndebench.platform.sweep import Sweep
@@ -110,16 +112,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
                   resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
                   retry_diverged=args.retry_diverged)
-    outcome = sweep.run()
+    try:
+        outcome = sweep.run()
+    except DiskFullError as exc:
+        try:
+            _report_if_possible(spec, uri, Path(args.out), {})
+        except Exception as report_exc:  # noqa: BLE001 - the full disk is what the exit code reports
+            print(f"[ndebench] no report: {report_exc}", flush=True)
+        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {exc}", flush=True)
+        return exitcodes.INFRASTRUCTURE
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
-    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha, spec.report.correction,
-            outcome.failed)
+    full = [m for m in (outcome.infrastructure, _report_if_possible(spec, uri, Path(args.out), outcome.failed)) if m]
     if outcome.failed:
         print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
         for label, message in outcome.failed.items():
             print(f"  {label}: {message}")
     print(f"\nOpen the MLflow UI with:  ndebench ui --tracking-uri {uri}")
+    if full:
+        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {'; '.join(full)}", flush=True)
+        return exitcodes.INFRASTRUCTURE
     statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
     problems = [f"{len(outcome.failed)} failed cell(s)"] if outcome.failed else []
     problems += [summary] if (summary := not_ok_summary(statuses)) else []
@@ -129,6 +141,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         return exitcodes.FAILED
     print(f"[ndebench] all {len(statuses)} planned evaluate run(s) ok or diverged", flush=True)
     return exitcodes.OK
+
+
+def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> str | None:
+    """The sweep's report; when a full disk stops it, what is full (the files written so far stay)."""
+    from ndebench.platform.diskfull import disk_full, is_disk_full
+
+    try:
+        _report(spec.study, uri, out, spec.report.test, spec.report.alpha, spec.report.correction, failed)
+    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here; anything else propagates
+        if not is_disk_full(exc):
+            raise
+        message = str(disk_full(exc, str(out.resolve())))
+        print(f"[ndebench] report not complete: {message}", flush=True)
+        return message
+    return None
 
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
@@ -552,7 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
     from ndebench.platform.config import ConfigError
+    from ndebench.platform.diskfull import disk_full, is_disk_full
     from ndebench.platform.registry import UnknownNameError
+    from ndebench.platform.tracking import default_tracking_uri, sqlite_path
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -560,7 +589,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return args.func(args)
-    except (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError) as exc:
+    except Exception as exc:
+        if is_disk_full(exc):
+            database = sqlite_path(getattr(args, "tracking_uri", None) or default_tracking_uri())
+            error = disk_full(exc, os.getcwd(), str(database) if database else None)
+            print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
+            return exitcodes.INFRASTRUCTURE
+        if not isinstance(exc, (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError)):
+            raise
         print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
 

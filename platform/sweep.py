@@ -28,6 +28,7 @@ from ndebench.datasets.registry import dataset_info
 from ndebench.platform.cluster import check_cluster
 from ndebench.platform.completeness import attempts, current, mark_superseded
 from ndebench.platform.config import Space, SweepSpec, config_hash
+from ndebench.platform.diskfull import disk_full, is_disk_full
 from ndebench.platform.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
 from ndebench.platform.provenance import driver_provenance
 from ndebench.platform.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
@@ -40,11 +41,13 @@ from ndebench.platform.tracking import (
     cell_states,
     client,
     close_orphaned_runs,
+    close_running_runs,
     ensure_experiment,
     evaluate_runs,
     finish_cell,
     run_status,
     search,
+    sqlite_path,
     study_run,
 )
 from ndebench.platform.trainable import trainable
@@ -103,6 +106,7 @@ class SweepOutcome:
     errors: int
     failed: dict[str, str] = field(default_factory=dict)
     log_file: str | None = None
+    infrastructure: str | None = None  # what the machine failed at (a full disk), for exit code 3
 
 
 class Sweep:
@@ -524,6 +528,17 @@ class Sweep:
             check_storage_writable(self.storage)
             check_resources(self.spec, [{"CPU": local_cpus(), "GPU": local_gpus()}])
             resources = self._start_ray()
+        try:
+            return self._run_stages(resources)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            error = disk_full(exc, self.storage.display(), str(sqlite_path(self.tracking_uri) or self.tracking_uri))
+            closed = close_running_runs(self.tracking_uri, self.spec.study, str(error))
+            self.say(f"{error}; {closed} open run(s) closed as error/failed")
+            raise error from exc
+
+    def _run_stages(self, resources: dict[str, float]) -> SweepOutcome:
         ensure_experiment(self.tracking_uri, self.spec.study)
         source = Path(self.spec.source).read_text() if self.spec.source else None
         if source is not None and self.spec.overrides:
@@ -548,5 +563,13 @@ class Sweep:
         failed = {c.label: self.failed[c.key] for c in cells if c.key in self.failed}
         finish_cell(self.tracking_uri, self.study_run_id, "failed" if failed else "done",
                     error=f"{len(failed)} cell(s) failed" if failed else None)
-        log_file = self._write_log()
-        return SweepOutcome(self.spec.study, self._evaluated, evaluated, skipped, len(failed), failed, log_file)
+        log_file, infrastructure = None, None
+        try:
+            log_file = self._write_log()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            infrastructure = str(disk_full(exc, self.storage.display(self.spec.study)))
+            self.say(f"Ray's log not written: {infrastructure}")
+        return SweepOutcome(self.spec.study, self._evaluated, evaluated, skipped, len(failed), failed, log_file,
+                            infrastructure)
