@@ -16,6 +16,14 @@ EPILOG = "Docs: README.md. Every subcommand has --help."
 LISTED_CELLS = 12
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so that a sweep stops as it does on Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
 
@@ -112,8 +120,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
                   resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
                   retry_diverged=args.retry_diverged)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         outcome = sweep.run()
+    except KeyboardInterrupt as exc:
+        code = exitcodes.TERMINATED if isinstance(exc, Terminated) else exitcodes.INTERRUPTED
+        print(f"[ndebench] exit {code}: interrupted ({'SIGTERM' if code == exitcodes.TERMINATED else 'Ctrl-C'}); "
+              "`ndebench run ... --resume` continues the study, cut-off evaluate trials from their checkpoints",
+              flush=True)
+        return code
     except DiskFullError as exc:
         try:
             _report_if_possible(spec, uri, Path(args.out), {})
@@ -121,6 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[ndebench] no report: {report_exc}", flush=True)
         print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {exc}", flush=True)
         return exitcodes.INFRASTRUCTURE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
     full = [m for m in (outcome.infrastructure, _report_if_possible(spec, uri, Path(args.out), outcome.failed)) if m]

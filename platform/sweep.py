@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import socket
 import sys
 import tempfile
@@ -232,6 +233,9 @@ class Sweep:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         )
         tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
+        # Ray Tune's own SIGINT handler would end only this stage and let the sweep go on: Ctrl-C raises
+        # KeyboardInterrupt instead, so the whole command stops (`ndebench run` exits 130).
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         if self.verbose:
             return tuner.fit()
         ray_logger = logging.getLogger("ray")
@@ -431,6 +435,17 @@ class Sweep:
         if kept:
             self.say(f"  {kept} diverged run(s) kept as results (same config and code); --retry-diverged reruns them")
 
+    def _close_runs_of_a_lost_driver(self) -> None:
+        """Search trials an earlier driver left running: their cells restart, so the runs are closed as what
+        happened (evaluate runs stay: their trials continue them)."""
+        cause = ("driver lost: left running by an earlier `ndebench run` of this study that died or was "
+                 "interrupted; its cell restarts on --resume")
+        for phase in ("base", "tune"):
+            closed = close_orphaned_runs(self.tracking_uri, self.spec.study, phase, tags={"kind": "trial"},
+                                         cause=cause)
+            if closed:
+                self.say(f"stage {phase}: {len(closed)} run(s) of an earlier driver that was lost closed as error")
+
     def _refuse_unsafe_trial_dirs(self) -> None:
         """Unfinished evaluate runs whose ``ndebench.trial_dir`` tag leaves the storage root: say so and drop the
         tag, so that their trials start from scratch instead of reading whatever the tag names."""
@@ -548,6 +563,8 @@ class Sweep:
                                       tags=driver_provenance() | {"host": socket.gethostname()})
         self._place(resources.get("GPU", 0.0))
         self.failed = {}
+        if self.resume:
+            self._close_runs_of_a_lost_driver()
         base: dict[str, dict[str, Any]] = {}
         if self.spec.protocol == "paper":
             base = self._search_stage(base_stage(self.spec))

@@ -173,9 +173,10 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
 class TrialRecorder:
     """Records one trial as one MLflow run: tags, params (the resolved config), per-epoch and final metrics.
 
-    An evaluate trial re-run after a crash (same study and config hash, run still ``running``) continues the
-    same MLflow run instead of adding a duplicate, as does any trial given the ``run_id`` of its checkpoint
-    (``reattached``; ``previous_tags`` are that run's tags before this attempt).
+    An evaluate trial re-run after a crash (same study and config hash, run still ``running``), or a search
+    trial retried by Ray (same trial folder), continues the same MLflow run instead of adding a duplicate, as
+    does any trial given the ``run_id`` of its checkpoint (``reattached``; ``previous_tags`` are that run's
+    tags before this attempt).
     """
 
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
@@ -189,14 +190,16 @@ class TrialRecorder:
                                                                      f"{TAG}kind": "trial"}
         if parent_run_id:
             all_tags[PARENT] = parent_run_id
-        # Only an evaluate trial (one per cell and seed) is unique by its config; search stages may try a
-        # config twice, and those are separate trials. Only a run cut off while running is continued: an
+        # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
+        # stage may try a config twice, so its trial is found by its Ray trial folder (a retry after its
+        # worker died before the first checkpoint). Only a run cut off while running is continued: an
         # errored or diverged attempt stays as it ended, and the new run supersedes it.
+        same = (f"tags.`{TAG}config_hash` = '{config_hash}'" if tags["phase"] == "evaluate"
+                else f"tags.`{TAG}trial_dir` = '{tags['trial_dir']}'" if tags.get("trial_dir") else "")
         existing = [
-            r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' "
-                                          f"and tags.`{TAG}phase` = '{tags['phase']}'")
+            r for r in search(uri, study, f"{same} and tags.`{TAG}phase` = '{tags['phase']}'")
             if run_status(r) == "running"
-        ] if tags["phase"] == "evaluate" and run_id is None else []
+        ] if same and run_id is None else []
         if run_id is not None:
             existing = [_retry(lambda: self.client.get_run(run_id))]
         self.reattached = bool(existing)
@@ -250,14 +253,15 @@ def run_status(run: Any) -> str:
 
 
 def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,
-                        tags: dict[str, str] | None = None) -> list[str]:
+                        tags: dict[str, str] | None = None, cause: str = "") -> list[str]:
     """Close as ``error`` the ``phase`` runs of ``study`` (and with ``tags``) still marked running; return
     their run ids.
 
     Called when every trial they belong to has ended: a run still running then belonged to a worker that
     died (killed, out of memory, node lost) before it could record an outcome. ``reasons`` maps config
     hashes to what Ray reported for that trial (an exception or text; its first line is kept). The message
-    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it.
+    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it; ``cause`` replaces it (e.g. for
+    runs an earlier driver left running).
     """
     from mlflow.entities import RunTag
 
@@ -268,8 +272,9 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
         if run_status(run) != "running":
             continue
         reason = _first_line((reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", "")))
-        message = (f"the worker running this trial died before recording an outcome{': ' + reason if reason else ''}"
-                   f"; closed by the sweep driver at the end of the {phase} phase")
+        message = cause or (f"the worker running this trial died before recording an outcome"
+                            f"{': ' + reason if reason else ''}; closed by the sweep driver at the end of the "
+                            f"{phase} phase")
         tags = [RunTag(f"{TAG}status", "error"), RunTag(f"{TAG}error", message[:4000])]
         _retry(lambda: mlflow_client.log_batch(run.info.run_id, tags=tags))
         _retry(lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED"))
