@@ -136,8 +136,9 @@ def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable
     Returns the child's exit code, or ``128 + signal`` when stopped by a signal (as a shell reports it)."""
     process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV), start_new_session=True)
     # A SIGKILL of this process runs none of its handlers: a watchdog ends the group once this process is gone.
-    subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(process.pid)], start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(process.pid)],
+                                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     if base_url and on_ready:
         _when_ready(base_url, on_ready)
     stopped_by = 0
@@ -154,6 +155,8 @@ def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _end_group(process)
+        watchdog.kill()
+        watchdog.wait()
     return 128 + stopped_by if stopped_by else code
 
 
