@@ -410,12 +410,13 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     if existing:
         run_id = existing[0].info.run_id
         _retry(lambda: client(uri).update_run(run_id, status="RUNNING"))
-        # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
-        _retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(PLANNED_SEEDS, params["evaluate.seeds"])]))
+        if "evaluate.seeds" in params:
+            # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
+            _retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(PLANNED_SEEDS, params["evaluate.seeds"])]))
         return run_id
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
-            PLANNED_SEEDS: params["evaluate.seeds"],
+            **({PLANNED_SEEDS: params["evaluate.seeds"]} if "evaluate.seeds" in params else {}),
             **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}}
     experiment_id = ensure_experiment(uri, study)
     if description:
