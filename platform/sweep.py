@@ -4,8 +4,9 @@ Search stages (``base``, ``tune``) run every cell's trials in one ``Tuner`` thro
 :class:`~ndebench.platform.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
 per cell. ``evaluate`` runs the chosen config of every cell for every seed in one grid. MLflow: a study run,
 one run per (cell, stage) under it, every trial run under its cell run. A cell whose search or evaluation
-yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns only failed and
-unfinished cells, reading every finished cell's chosen config back from MLflow.
+yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns failed and unfinished
+search cells, reading every finished cell's chosen config back from MLflow, and every planned evaluate
+(cell, seed) without a current ``ok`` run (:func:`rerun_reason`).
 """
 from __future__ import annotations
 
