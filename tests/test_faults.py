@@ -182,3 +182,5 @@ def test_resume_after_the_driver_is_killed_in_search_and_in_evaluate(tmp_path):
     keys = sorted((r.data.tags[f"{TAG}regularizer"], r.data.tags[f"{TAG}seed"]) for r in evaluated)
     assert keys == [("continuum_dropout", "0"), ("continuum_dropout", "1"), ("none", "0"), ("none", "1")]
     assert all(r.data.tags[f"{TAG}status"] == "ok" for r in evaluated)
+    lost = [r for r in runs if r.data.tags.get(f"{TAG}phase") == "base" and r.data.tags.get(f"{TAG}status") == "error"]
+    assert lost and all(r.data.tags[f"{TAG}error"].startswith("driver lost: ") for r in lost)
