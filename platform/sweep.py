@@ -80,10 +80,10 @@ def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_
         return "no run yet"
     run = current(runs)
     status, tags = run_status(run), run.data.tags
-    if status == "running":
-        return "cut off (continues its run from its last checkpoint)"
     if tags.get(f"{TAG}config_hash") != config_hash:
         return f"config changed since its {status} run"
+    if status == "running":
+        return "cut off (continues its run from its last checkpoint)"
     if status == "ok":
         return None
     if status != "diverged":
