@@ -228,7 +228,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
     n_mc = parse_n_mc(args.n_mc)
     uri = _tracking_uri(args)
-    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True))
+    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True), data_dir=args.data_dir)
     print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
           f"`ndebench report --study {args.study}` adds the MC-samples table")
     return 0
@@ -498,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "and record runs tagged ndebench.phase=reevaluate (no retraining; finished pairs are skipped).")
     reevaluate.add_argument("--study", required=True)
     reevaluate.add_argument("--n-mc", default="1,3,5,10,20", help="comma-separated MC passes (default 1,3,5,10,20)")
+    reevaluate.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data); a run's "
+                            "own data_dir param is never used")
     _add_tracking(reevaluate)
     reevaluate.set_defaults(func=cmd_reevaluate)
 
