@@ -448,7 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(paper: base, then regularizer; joint: one tune stage), each over all cells in "
                                      "one Ray Tune run with an Optuna study per cell, evaluate every cell's chosen "
                                      "config over the seeds on test data, record every trial in MLflow and write the "
-                                     "report. Exit 1 when a cell failed (the others still finish).")
+                                     "report. Exit 1 when a cell failed (the others still finish) or a planned "
+                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
+                                     "full, 130 on Ctrl-C.")
     run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
     _add_overrides(run)
     _add_tracking(run)
