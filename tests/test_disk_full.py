@@ -1,14 +1,19 @@
-"""A full disk is an infrastructure failure (exit 3) whose message names the path: on a real small tmpfs where
-this machine allows mounting one (the tracking database), and with `ENOSPC` injected where a sweep writes Ray's
-log and logs its report (so the report files are still written, and no run is left running)."""
+"""A full disk is an infrastructure failure (exit 3) whose message names the path: on real small tmpfs mounts
+where this machine allows them (the tracking database; the storage path filling up during a sweep), and with
+`ENOSPC` injected where a sweep writes Ray's log and logs its report to the artifact store. The report files are
+still written and no run is left running."""
 from __future__ import annotations
 
 import contextlib
 import errno
 import io
+import sqlite3
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 import ray
 import yaml
 from ndebench.platform import tracking
@@ -97,3 +102,38 @@ def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_p
     runs = search(f"sqlite:///{tmp_path / 'mlflow.db'}", "full")
     assert runs and not [r for r in runs if run_status(r) == "running" or r.info.status == "RUNNING"]
     assert [r.data.tags[f"{TAG}status"] for r in runs if r.data.tags.get(f"{TAG}kind") == "trial"] == ["ok"]
+
+
+def _ok_trials(db: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+            return connection.execute(
+                "select count(*) from tags s join tags k on k.run_uuid = s.run_uuid where s.key = 'ndebench.status' "
+                "and s.value = 'ok' and k.key = 'ndebench.kind' and k.value = 'trial'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_storage_disk_that_fills_up_during_a_sweep_exits_3(tmp_path):
+    """A real 4 MiB tmpfs as the storage path, filled to the last byte once the trial has finished: Ray's log
+    cannot be written, the report still is, and `ndebench run` exits 3 naming the storage folder."""
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(TINY))
+    with _tmpfs(tmp_path / "store", "4m") as mounted:
+        if not mounted:
+            pytest.skip("no tmpfs can be mounted here; the injected-ENOSPC sweep test covers the same path")
+        with (tmp_path / "run.log").open("w") as log:
+            driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "full.yaml",
+                                       "--storage-path", "store"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.time() + 400
+            while _ok_trials(tmp_path / "mlflow.db") == 0:
+                assert driver.poll() is None and time.time() < deadline, (tmp_path / "run.log").read_text()
+                time.sleep(0.3)
+            with (tmp_path / "store" / "filler").open("wb") as filler, contextlib.suppress(OSError):
+                while True:
+                    filler.write(b"\0" * 65536)
+            assert driver.wait(timeout=300) == 3, (tmp_path / "run.log").read_text()
+    output = (tmp_path / "run.log").read_text()
+    assert f"[ndebench] exit 3: disk full: cannot write {tmp_path / 'store' / 'full'}" in output
+    assert (tmp_path / "reports" / "full" / "table.md").exists()
+    runs = search(f"sqlite:///{tmp_path / 'mlflow.db'}", "full")
+    assert runs and not [r for r in runs if run_status(r) == "running" or r.info.status == "RUNNING"]
