@@ -38,15 +38,14 @@ def check_tracking_uri(uri: str) -> None:
 
 
 def check_out_dir(out: str | Path) -> None:
-    """``--out`` is (or can be made) a folder this process can write."""
-    path = Path(out)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".ndebench-probe-{uuid.uuid4().hex}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ValueError(f"--out {str(out)!r} is not a writable folder: {exc.strerror or exc}") from None
+    """``--out`` is a folder this process can write, or can be created in one (nothing is created here)."""
+    path = Path(out).resolve()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"lies under the file {str(existing)!r}"
+        raise ValueError(f"--out {str(out)!r} {what}; it must be a folder (created if missing)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {str(out)!r} is not a writable folder: {str(existing)!r} refuses writes")
 
 
 def check_storage_writable(storage: Storage) -> None:

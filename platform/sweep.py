@@ -93,6 +93,16 @@ def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_
     return "diverged, --retry-diverged" if retry_diverged else None
 
 
+def _search_rerun_reason(state: Any) -> str:
+    """Why ``--resume`` searches a cell again: its cell run's state (``None``: the cell never started)."""
+    if state is None:
+        return "not started"
+    status = state.data.tags.get(f"{TAG}status")
+    if status == "failed":
+        return f"failed: {state.data.tags.get(f'{TAG}error', '')[:200]}"
+    return "unfinished (its driver was lost)"
+
+
 def _trial_dirname(trial: Any) -> str:
     """A trial's folder under the storage path: its id, as Ray's logs and errors name it. Ray's default adds up to
     130 characters of the config and a timestamp, unreadable with our flat ``section.key`` configs."""
@@ -290,6 +300,9 @@ class Sweep:
                    "grid": "the full grid"}[tc.sampler]
         self.say(f"stage {stage.name}: {run.trials} trial(s) over {len(run.cells)} cell(s), {sampler}, "
                  f"{tc.metric} {tc.mode}" + (", ASHA early stopping" if tc.scheduler == "asha" else ""))
+        if self.resume:
+            reasons = {(c.label, ""): _search_rerun_reason(states.get(c.key)) for c in run.cells}
+            self._say_reruns(reasons, 0)
         parents = {c.key: cell_run(self.tracking_uri, self.spec.study, self.study_run_id, stage.name, c.key,
                                    self._cell_tags(c.cell)) for c in run.cells}
         resolved = [type(c)(c.cell, self._resolve(c.template), c.space, c.budget) for c in run.cells]
@@ -427,10 +440,11 @@ class Sweep:
         self._aggregate(parents, by_key, outcomes)
         return len(trials), skipped
 
-    def _say_reruns(self, reasons: dict[tuple[str, int], str], kept: int) -> None:
-        """What ``--resume`` reruns and why, and how many diverged runs it keeps."""
+    def _say_reruns(self, reasons: dict[tuple[str, int | str], str], kept: int) -> None:
+        """What ``--resume`` reruns and why (per cell and seed, or per cell of a search stage), and how many
+        diverged runs it keeps."""
         for (label, seed), why in list(reasons.items())[:LISTED]:
-            self.say(f"  rerun {label} seed {seed}: {why}")
+            self.say(f"  rerun {label}{'' if seed == '' else f' seed {seed}'}: {why}")
         if len(reasons) > LISTED:
             self.say(f"  ... and {len(reasons) - LISTED} more")
         if kept:

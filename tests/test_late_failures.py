@@ -57,7 +57,8 @@ def test_more_cpus_than_the_machine_has_warns_in_validate_and_fails_run(tmp_path
 def test_out_naming_a_file_fails_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("not a folder")
-    _refused(capsys, ["run", _config(tmp_path), "--out", "afile"], "--out 'afile' is not a writable folder")
+    _refused(capsys, ["run", _config(tmp_path), "--out", "afile"], "--out 'afile' is a file; it must be a folder")
+    _refused(capsys, ["run", _config(tmp_path), "--out", "afile/sub"], "--out 'afile/sub' lies under the file")
     assert not (tmp_path / "mlflow.db").exists()
 
 
