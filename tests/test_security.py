@@ -148,3 +148,15 @@ def test_the_tracking_server_attack_on_resume_is_refused(tmp_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
+
+
+def test_the_worker_refuses_an_unsafe_tag_on_its_own(tmp_path):
+    """Defence in depth: a trial that still sees a bad `ndebench.trial_dir` (another driver version, a race with
+    the tag's removal) refuses it before reading anything, and says why."""
+    from ndebench.platform.trainable import _resume_state
+
+    (tmp_path / "mlartifacts/evil/checkpoint_999999").mkdir(parents=True)
+    (tmp_path / "mlartifacts/evil/checkpoint_999999" / STATE_FILE).write_bytes(_payload(tmp_path / "pwned"))
+    state, note = _resume_state(Storage(tmp_path / "root"), "sec", {f"{TAG}trial_dir": "../mlartifacts/evil"})
+    assert state is None and not (tmp_path / "pwned").exists()
+    assert note.startswith("refused: ndebench.trial_dir='../mlartifacts/evil'") and "from scratch" in note
