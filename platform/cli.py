@@ -3,14 +3,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
 
+from ndebench.platform import exitcodes
+
 EPILOG = "Docs: README.md. Every subcommand has --help."
 LISTED_CELLS = 12
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so that a sweep stops as it does on Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 class CommandError(Exception):
@@ -23,9 +34,12 @@ def _add_tracking(parser: argparse.ArgumentParser) -> None:
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
+    from ndebench.platform.engine.runchecks import check_tracking_uri
     from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
 
-    return absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
+    uri = absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
+    check_tracking_uri(uri)
+    return uri
 
 
 def _describe_spec(spec) -> str:
@@ -36,7 +50,6 @@ def _describe_spec(spec) -> str:
     lines = [f"study {spec.study!r}, protocol {spec.protocol}: {len(cells)} cell(s) = {len(spec.models)} model(s) x "
              f"{len(spec.datasets)} dataset(s) x {len(spec.regularizers)} regularizer(s)"
              + (f" + {variants} fixed-parameter variant cell(s)" if variants else "")]
-    total = 0
     for stage in plan_stages(spec):
         tc = stage.tune
         how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random",
@@ -52,12 +65,16 @@ def _describe_spec(spec) -> str:
             lines.append(f"  {c.label}: {c.budget} trial(s) [{', '.join(sorted(c.space))}]")
         if len(searched) > LISTED_CELLS:
             lines.append(f"  ... and {len(searched) - LISTED_CELLS} more cell(s)")
-        total += stage.trials
     seeds = list(spec.evaluate.seeds)
     lines.append(f"stage evaluate: {len(cells) * len(seeds)} trial(s) = {len(cells)} cell(s) x seeds {seeds}")
-    total += len(cells) * len(seeds)
-    lines.append(f"total: {total} trial(s)")
+    lines.append(f"total: {_total_trials(spec)} trial(s)")
     return "\n".join(lines)
+
+
+def _total_trials(spec) -> int:
+    from ndebench.platform.spec.plan import plan_stages, sweep_cells
+
+    return sum(stage.trials for stage in plan_stages(spec)) + len(sweep_cells(spec)) * len(spec.evaluate.seeds)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -71,42 +88,91 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.spec.config import load_spec
 
     spec = load_spec(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in tpe_warnings(spec):
+    for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}")
     print(_describe_spec(spec))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform.diskfull import DiskFullError
+    from ndebench.platform.engine.runchecks import check_out_dir, size_warnings
     from ndebench.platform.engine.sweep import Sweep
+    from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.spec.config import load_spec
+    from ndebench.platform.spec.plan import sweep_cells
 
     spec = load_spec(args.config, _overrides(args))
     check_models_build(spec)
     uri = _tracking_uri(args)
+    check_out_dir(args.out)
     print(_describe_spec(spec), flush=True)
-    for warning in tpe_warnings(spec):
+    for warning in tpe_warnings(spec) + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}", flush=True)
     sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
-                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose)
-    outcome = sweep.run()
+                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
+                  retry_diverged=args.retry_diverged)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        outcome = sweep.run()
+    except KeyboardInterrupt as exc:
+        code = exitcodes.TERMINATED if isinstance(exc, Terminated) else exitcodes.INTERRUPTED
+        print(f"[ndebench] exit {code}: interrupted ({'SIGTERM' if code == exitcodes.TERMINATED else 'Ctrl-C'}); "
+              "`ndebench run ... --resume` continues the study, cut-off evaluate trials from their checkpoints",
+              flush=True)
+        return code
+    except DiskFullError as exc:
+        try:
+            _report_if_possible(spec, uri, Path(args.out), {})
+        except Exception as report_exc:  # noqa: BLE001 - the full disk is what the exit code reports
+            print(f"[ndebench] no report: {report_exc}", flush=True)
+        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {exc}", flush=True)
+        return exitcodes.INFRASTRUCTURE
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
-    _report(spec.study, uri, Path(args.out), spec.report.test, spec.report.alpha, spec.report.correction,
-            outcome.failed)
+    full = [m for m in (outcome.infrastructure, _report_if_possible(spec, uri, Path(args.out), outcome.failed)) if m]
     if outcome.failed:
         print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
         for label, message in outcome.failed.items():
             print(f"  {label}: {message}")
     print(f"\nOpen the MLflow UI with:  ndebench ui --tracking-uri {uri}")
-    return 1 if outcome.failed else 0
+    if full:
+        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {'; '.join(full)}", flush=True)
+        return exitcodes.INFRASTRUCTURE
+    statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
+    problems = [f"{len(outcome.failed)} failed cell(s)"] if outcome.failed else []
+    problems += [summary] if (summary := not_ok_summary(statuses)) else []
+    if problems:
+        print(f"[ndebench] exit {exitcodes.FAILED}: {'; '.join(problems)} (`ndebench run ... --resume` reruns them)",
+              flush=True)
+        return exitcodes.FAILED
+    print(f"[ndebench] all {len(statuses)} planned evaluate run(s) ok or diverged", flush=True)
+    return exitcodes.OK
+
+
+def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> str | None:
+    """The sweep's report; when a full disk stops it, what is full (the files written so far stay)."""
+    from ndebench.platform.diskfull import disk_full, is_disk_full
+
+    try:
+        _report(spec.study, uri, out, spec.report.test, spec.report.alpha, spec.report.correction, failed)
+    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here; anything else propagates
+        if not is_disk_full(exc):
+            raise
+        message = str(disk_full(exc, str(out.resolve())))
+        print(f"[ndebench] report not complete: {message}", flush=True)
+        return message
+    return None
 
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
@@ -170,7 +236,7 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 
     n_mc = parse_n_mc(args.n_mc)
     uri = _tracking_uri(args)
-    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True))
+    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True), data_dir=args.data_dir)
     print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
           f"`ndebench report --study {args.study}` adds the MC-samples table")
     return 0
@@ -390,7 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(paper: base, then regularizer; joint: one tune stage), each over all cells in "
                                      "one Ray Tune run with an Optuna study per cell, evaluate every cell's chosen "
                                      "config over the seeds on test data, record every trial in MLflow and write the "
-                                     "report. Exit 1 when a cell failed (the others still finish).")
+                                     "report. Exit 1 when a cell failed (the others still finish) or a planned "
+                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
+                                     "full, 130 on Ctrl-C.")
     run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
     _add_overrides(run)
     _add_tracking(run)
@@ -399,8 +467,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
     run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379); "
                      "default: start a local Ray")
-    run.add_argument("--resume", action="store_true", help="continue a study: rerun only failed and unfinished cells, "
+    run.add_argument("--resume", action="store_true", help="continue a study: rerun failed and unfinished cells and "
+                     "every planned (cell, seed) without an ok run (errored, cut off, missing, newly added seeds), "
                      "reading finished cells' chosen configs from MLflow")
+    run.add_argument("--retry-diverged", action="store_true", help="with --resume, also rerun diverged evaluate runs "
+                     "whose config and code are unchanged")
     run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
                      "(always written to a log file under the storage path)")
     run.add_argument("--data-dir", help="data directory (overrides the config's data_dir and $NDEBENCH_DATA_DIR)")
@@ -437,6 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "and record runs tagged ndebench.phase=reevaluate (no retraining; finished pairs are skipped).")
     reevaluate.add_argument("--study", required=True)
     reevaluate.add_argument("--n-mc", default="1,3,5,10,20", help="comma-separated MC passes (default 1,3,5,10,20)")
+    reevaluate.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data); a run's "
+                            "own data_dir param is never used")
     _add_tracking(reevaluate)
     reevaluate.set_defaults(func=cmd_reevaluate)
 
@@ -458,8 +531,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "working directory; a postgresql:// or mysql:// URI for a database server)")
     server.add_argument("--artifacts-destination", help="folder or object-store URI (s3://, gs://) for artifacts "
                         "(default: ./mlartifacts on this node; workers upload through the server)")
-    server.add_argument("--host", default="0.0.0.0", help="interface to bind (default 0.0.0.0: reachable from the "
-                        "other nodes; 127.0.0.1 for this machine only)")
+    server.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine "
+                        "only). 0.0.0.0 makes it reachable from the other nodes, and from anyone else who reaches the "
+                        "port: without authentication it is a read/write API with artifact upload (README, Cluster)")
     server.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     server.add_argument("--public-host", help="name or address the workers reach this node by (default: this "
                         "machine's fully qualified host name)")
@@ -533,6 +607,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
+    from ndebench.platform.diskfull import disk_full, is_disk_full
+    from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
     from ndebench.platform.registry import UnknownNameError
     from ndebench.platform.spec.config import ConfigError
 
@@ -542,9 +618,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return args.func(args)
-    except (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError) as exc:
+    except Exception as exc:
+        if is_disk_full(exc):
+            database = sqlite_path(getattr(args, "tracking_uri", None) or default_tracking_uri())
+            error = disk_full(exc, os.getcwd(), str(database) if database else None)
+            print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
+            return exitcodes.INFRASTRUCTURE
+        if not isinstance(exc, (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError)):
+            raise
         print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exitcodes.BAD_INPUT
 
 
 def run() -> None:

@@ -28,12 +28,16 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _num(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"  # ints exactly: 4294967295, not 4.29497e+09
+
+
 def _bounds(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
     if low is not None:
-        return f"{'>' if low_open else '>='} {low:g}"
-    return "" if high is None else f"{'<' if high_open else '<='} {high:g}"
+        return f"{'>' if low_open else '>='} {_num(low)}"
+    return "" if high is None else f"{'<' if high_open else '<='} {_num(high)}"
 
 
 def _within(value: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:

@@ -203,8 +203,11 @@ class BestState:
 
 
 def _rng_state(rng: TrialRNG) -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-             "trial": rng.state()}
+    # Plain data and tensors only, so that checkpoints load with torch.load(weights_only=True).
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                    int(has_gauss), float(gauss)],
+             "torch": torch.get_rng_state(), "trial": rng.state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -212,7 +215,8 @@ def _rng_state(rng: TrialRNG) -> dict[str, Any]:
 
 def _load_rng_state(state: dict[str, Any], rng: TrialRNG) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -287,7 +291,8 @@ class _Training:
     def snapshot(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "stop": self.stop, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "best": dataclasses.asdict(self.best), "rng": _rng_state(self.rng)}
+                "best": dataclasses.asdict(self.best) | {"val": {k: float(v) for k, v in self.best.val.items()}},
+                "rng": _rng_state(self.rng)}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -407,6 +412,6 @@ def save_trial_state(state: dict[str, Any], directory: str | Path) -> Path:
 
 
 def load_trial_state(directory: str | Path) -> dict[str, Any]:
-    """Read a snapshot written by :func:`save_trial_state`, onto the CPU."""
-    # weights_only=False: the snapshot holds Python and NumPy random states, and it is our own file.
-    return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=False)
+    """Read a snapshot written by :func:`save_trial_state`, onto the CPU. Only tensors and plain data are
+    accepted (``weights_only=True``): a checkpoint can never run code."""
+    return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)

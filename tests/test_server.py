@@ -104,3 +104,30 @@ def test_server_serves_and_stops_with_its_parent(tmp_path):
     assert code == 128 + signal.SIGTERM
     assert f"--tracking-uri http://localhost:{port}" in output
     assert not any(_group_alive(pgid) for pgid in server_groups)
+
+
+def test_server_killed_with_sigkill_takes_mlflow_down_and_binds_loopback_by_default(tmp_path):
+    """A SIGKILL runs no handler of `ndebench server`: its watchdog still ends the MLflow server's group."""
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "server", "--port", str(port),
+                                "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "server did not answer within 90 s"
+                time.sleep(0.5)
+        groups = {pid for pid in _children(process.pid) if os.getpgid(pid) == pid}
+        assert groups
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert "listening on 127.0.0.1:" in process.stdout.read()
+    deadline = time.monotonic() + 30
+    while any(_group_alive(pgid) for pgid in groups):
+        assert time.monotonic() < deadline, "the MLflow server outlived `ndebench server` by 30 s"
+        time.sleep(0.5)

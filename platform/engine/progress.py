@@ -10,6 +10,9 @@ from ndebench.platform.record.tracking import mark_stopped
 from ray.tune import Callback
 
 Printer = Callable[[str], None]
+# Ray's words for a trial whose process or node died, as opposed to an exception the trial raised.
+WORKER_LOST = ("ActorDiedError", "RayActorError", "actor died", "WorkerCrashedError", "NodeDiedError",
+               "worker died", "OutOfMemoryError")
 
 
 def _duration(seconds: float) -> str:
@@ -18,13 +21,18 @@ def _duration(seconds: float) -> str:
 
 
 def _error_line(trial: Any) -> str:
-    """The last line of a trial's error (``ValueError: ...``): the message a user acts on."""
+    """The last line of a trial's error (``ValueError: ...``): the message a user acts on; ``worker lost: ...``
+    when Ray reports the trial's process or node dead rather than an exception."""
     try:
         error = trial.get_pickled_error() or trial.get_error()
     except Exception:  # noqa: BLE001 - an unreadable error file still leaves the trial failed
         error = None
-    lines = str(error or "").strip().splitlines()
-    return lines[-1].strip() if lines else "the trial raised (see the log file)"
+    text = str(error or "")
+    lines = text.strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    if not last or any(mark in text for mark in WORKER_LOST):
+        return f"worker lost{': ' + last if last else ''} (see the log file)"
+    return last
 
 
 class StageProgress(Callback):

@@ -10,10 +10,12 @@ n_mc) pair that already has an ``ok`` reevaluate run is skipped, so the command 
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import pandas as pd
+from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.record import tracking
 from ndebench.platform.record.runframe import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate
@@ -37,10 +39,13 @@ def parse_n_mc(text: str) -> list[int]:
     return sorted(set(values))
 
 
-def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str], None] = print) -> list[str]:
+def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str], None] = print,
+               data_dir: str | None = None) -> list[str]:
     """Record a reevaluate run per (ok evaluate run with a Monte-Carlo test protocol, ``n_mc`` value) not yet
     recorded; return the new run ids. Runs without a test-time MC protocol are deterministic at any N_MC and
-    are skipped, as are runs without logged weights or a resolved config in their params (counted in ``log``)."""
+    are skipped, as are runs without logged weights or a resolved config in their params (counted in ``log``).
+    The data come from ``data_dir`` (else ``$NDEBENCH_DATA_DIR`` or ``./data``), never from a run's
+    ``data_dir`` param: whoever can write to the tracking store must not choose files this process reads."""
     from mlflow.entities import Metric
 
     evaluated = runs_frame(uri, study, histories=False)
@@ -48,6 +53,7 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     have = {(r.source_run, r.n_mc) for r in _recorded(uri, study).itertuples()}
     client = tracking.client(uri)
+    local_data = str(resolve_data_dir(data_dir))
     experiment_id = tracking.ensure_experiment(uri, study)
     created: list[str] = []
     skipped: defaultdict[str, list[str]] = defaultdict(list)
@@ -59,7 +65,7 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
             skipped[f"{run.regularizer} is deterministic at test time"].append(run.run_id)
             continue
         try:
-            spec = TrialSpec.from_flat(run.params)
+            spec = dataclasses.replace(TrialSpec.from_flat(run.params), data_dir=local_data)
         except (KeyError, TypeError) as exc:
             skipped[f"params are not a resolved trial config (missing or wrong: {exc})"].append(run.run_id)
             continue

@@ -1,7 +1,8 @@
 """MLflow processes started by ndebench: the tracking server a cluster needs and the local UI.
 
-Both run as a child in its own process group, which is ended with the parent (SIGINT, SIGTERM or a normal
-exit), so no MLflow worker outlives the ``ndebench`` command that started it.
+Both run as a child in its own process group, which is ended with the parent (SIGINT, SIGTERM, SIGHUP or a
+normal exit; after a SIGKILL of the parent, by a small watchdog process), so no MLflow worker outlives the
+``ndebench`` command that started it.
 """
 from __future__ import annotations
 
@@ -20,6 +21,27 @@ from pathlib import Path
 
 # With job execution on, MLflow 3.17 starts worker processes that survive the server's own exit.
 SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+# Run as `python -c WATCHDOG PARENT GROUP`: waits until PARENT is gone (its children are then re-parented),
+# then ends process group GROUP (SIGTERM, SIGKILL after 10 s); quits early once the group is gone.
+WATCHDOG = """
+import os, signal, sys, time
+parent, group = int(sys.argv[1]), int(sys.argv[2])
+def alive():
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+while alive() and os.getppid() == parent:
+    time.sleep(0.5)
+for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+    if not alive():
+        break
+    os.killpg(group, sig)
+    deadline = time.monotonic() + wait
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+"""
 
 
 @dataclass(frozen=True)
@@ -30,7 +52,7 @@ class ServerSettings:
 
     backend_store_uri: str
     artifacts_destination: str
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 5000
     public_host: str = ""
     allowed_hosts: tuple[str, ...] = ()
@@ -113,6 +135,10 @@ def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable
     then end the whole group (the server and its workers). ``on_ready`` runs once ``base_url`` answers.
     Returns the child's exit code, or ``128 + signal`` when stopped by a signal (as a shell reports it)."""
     process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV), start_new_session=True)
+    # A SIGKILL of this process runs none of its handlers: a watchdog ends the group once this process is gone.
+    watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(process.pid)],
+                                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     if base_url and on_ready:
         _when_ready(base_url, on_ready)
     stopped_by = 0
@@ -129,6 +155,8 @@ def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _end_group(process)
+        watchdog.kill()
+        watchdog.wait()
     return 128 + stopped_by if stopped_by else code
 
 

@@ -4,8 +4,9 @@ Search stages (``base``, ``tune``) run every cell's trials in one ``Tuner`` thro
 :class:`~ndebench.platform.engine.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
 per cell. ``evaluate`` runs the chosen config of every cell for every seed in one grid. MLflow: a study run,
 one run per (cell, stage) under it, every trial run under its cell run. A cell whose search or evaluation
-yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns only failed and
-unfinished cells, reading every finished cell's chosen config back from MLflow.
+yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns failed and unfinished
+search cells, reading every finished cell's chosen config back from MLflow, and every planned evaluate
+(cell, seed) without a current ``ok`` run (:func:`rerun_reason`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import socket
 import sys
 import tempfile
@@ -25,26 +27,37 @@ from typing import Any
 from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.datasets.registry import dataset_info
+from ndebench.platform.diskfull import disk_full, is_disk_full
 from ndebench.platform.engine.cluster import check_cluster
 from ndebench.platform.engine.provenance import driver_provenance
+from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import trainable
+from ndebench.platform.record.completeness import attempts, current, mark_superseded
 from ndebench.platform.record.tracking import (
+    FINISHED_STATUSES,
+    SUPERSEDED,
     TAG,
     cell_run,
     cell_states,
+    client,
     close_orphaned_runs,
+    close_running_runs,
     ensure_experiment,
     evaluate_runs,
     finish_cell,
-    finished_hashes,
+    run_status,
     search,
+    sqlite_path,
     study_run,
 )
 from ndebench.platform.spec.config import Space, SweepSpec, config_hash
 from ndebench.platform.spec.plan import Cell, Stage, base_stage, cell_template, stage_for_cells, sweep_cells, tune_stage
 
 Printer = Callable[[str], None]
+LISTED = 12
+# Provenance tags that identify the code: a diverged run of other code is rerun on --resume.
+CODE_TAGS = ("version", "git_commit", "git_dirty")
 TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
 
 
@@ -57,6 +70,37 @@ def decode(space: Space, text: str) -> Any:
     if space.kind == "choice":
         return next(v for v in space.args if str(v) == text)
     return int(text) if space.kind == "randint" else float(text)
+
+
+def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_diverged: bool) -> str | None:
+    """Why a planned (cell, seed) with these earlier ``runs`` (oldest first) is run again, or ``None`` when its
+    current run stands: ``ok`` with the same config, or ``diverged`` with the same config and ``code`` (the
+    driver's :data:`CODE_TAGS`) unless ``retry_diverged``."""
+    if not runs:
+        return "no run yet"
+    run = current(runs)
+    status, tags = run_status(run), run.data.tags
+    if tags.get(f"{TAG}config_hash") != config_hash:
+        return f"config changed since its {status} run"
+    if status == "running":
+        return "cut off (continues its run from its last checkpoint)"
+    if status == "ok":
+        return None
+    if status != "diverged":
+        return f"its last run ended {status}"
+    if any(tags.get(f"{TAG}{k}") != v for k, v in code.items()):
+        return "diverged under other code"
+    return "diverged, --retry-diverged" if retry_diverged else None
+
+
+def _search_rerun_reason(state: Any) -> str:
+    """Why ``--resume`` searches a cell again: its cell run's state (``None``: the cell never started)."""
+    if state is None:
+        return "not started"
+    status = state.data.tags.get(f"{TAG}status")
+    if status == "failed":
+        return f"failed: {state.data.tags.get(f'{TAG}error', '')[:200]}"
+    return "unfinished (its driver was lost)"
 
 
 def _trial_dirname(trial: Any) -> str:
@@ -74,6 +118,7 @@ class SweepOutcome:
     errors: int
     failed: dict[str, str] = field(default_factory=dict)
     log_file: str | None = None
+    infrastructure: str | None = None  # what the machine failed at (a full disk), for exit code 3
 
 
 class Sweep:
@@ -91,6 +136,7 @@ class Sweep:
         printer: Printer = _print,
         verbose: bool = False,
         progress_every_s: float = 60.0,
+        retry_diverged: bool = False,
     ):
         self.spec, self.tracking_uri, self.address, self.resume = spec, tracking_uri, address, resume
         self.storage = Storage(storage_path)
@@ -98,6 +144,7 @@ class Sweep:
         # Ray trials run in their own working directories, possibly on other nodes.
         self.data_dir = str(resolve_data_dir(data_dir or spec.data_dir).resolve())
         self.say, self.verbose, self.progress_every_s = printer, verbose, progress_every_s
+        self.retry_diverged = retry_diverged
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.failed: dict[str, str] = {}
 
@@ -127,6 +174,12 @@ class Sweep:
         nodes = check_cluster(self.tracking_uri, self.storage.uri, data_dir)
         if nodes > 1:
             self.say(f"cluster of {nodes} nodes: tracking store, storage and data reachable from every node")
+
+    @staticmethod
+    def _node_resources() -> list[dict[str, float]]:
+        import ray
+
+        return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
 
     def _start_ray(self) -> dict[str, float]:
         import ray
@@ -191,6 +244,9 @@ class Sweep:
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         )
         tuner = tune.Tuner(fn, param_space=param_space, tune_config=tune_config, run_config=run_config)
+        # Ray Tune's own SIGINT handler would end only this stage and let the sweep go on: Ctrl-C raises
+        # KeyboardInterrupt instead, so the whole command stops (`ndebench run` exits 130).
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
         if self.verbose:
             return tuner.fit()
         ray_logger = logging.getLogger("ray")
@@ -244,6 +300,9 @@ class Sweep:
                    "grid": "the full grid"}[tc.sampler]
         self.say(f"stage {stage.name}: {run.trials} trial(s) over {len(run.cells)} cell(s), {sampler}, "
                  f"{tc.metric} {tc.mode}" + (", ASHA early stopping" if tc.scheduler == "asha" else ""))
+        if self.resume:
+            reasons = {(c.label, ""): _search_rerun_reason(states.get(c.key)) for c in run.cells}
+            self._say_reruns(reasons, 0)
         parents = {c.key: cell_run(self.tracking_uri, self.spec.study, self.study_run_id, stage.name, c.key,
                                    self._cell_tags(c.cell)) for c in run.cells}
         resolved = [type(c)(c.cell, self._resolve(c.template), c.space, c.budget) for c in run.cells]
@@ -321,16 +380,36 @@ class Sweep:
         return out
 
     def _evaluate(self, cells: list[Cell], configs: dict[str, dict[str, Any]]) -> tuple[int, int]:
-        """Every unfinished cell's config over the seeds in one grid, then per-cell aggregates in MLflow."""
+        """Every planned (cell, seed) without a current ``ok`` run in one grid, then per-cell aggregates in MLflow."""
         from ndebench.platform.engine.progress import StageProgress
         from ray import tune
 
+        if self.resume:
+            self._refuse_unsafe_trial_dirs()
+        found = attempts(self.tracking_uri, self.spec.study) if self.resume else {}
+        code = {k: v for k, v in driver_provenance().items() if k in CODE_TAGS}
+        trials, reasons, skipped, kept = {}, {}, 0, 0
+        for seed in self.spec.evaluate.seeds:  # seed-major, so that different cells share the cluster
+            for cell in cells:
+                if cell.key not in configs:
+                    continue
+                config = dict(configs[cell.key], phase="evaluate", seed=seed)
+                runs = found.get((cell.key, seed), [])
+                why = rerun_reason(runs, config_hash(config), code, self.retry_diverged)
+                if why is None:
+                    skipped += 1
+                    kept += run_status(current(runs)) == "diverged"
+                else:
+                    trials[f"{cell.key}#{seed}"] = config
+                    reasons[(cell.label, seed)] = why
         states = cell_states(self.tracking_uri, self.spec.study, "evaluate") if self.resume else {}
         by_key = {c.key: c for c in cells}
+        rerun_cells = {t.split("#")[0] for t in trials}
         parents = {}
         for cell in cells:
             state = states.get(cell.key)
-            if state is not None and state.data.tags.get(f"{TAG}status") == "done":
+            done = state is not None and state.data.tags.get(f"{TAG}status") == "done"
+            if done and cell.key not in rerun_cells and cell.key not in self.failed:
                 continue
             run_id = cell_run(self.tracking_uri, self.spec.study, self.study_run_id, "evaluate", cell.key,
                               self._cell_tags(cell))
@@ -338,17 +417,10 @@ class Sweep:
                 finish_cell(self.tracking_uri, run_id, "failed", error=self.failed[cell.key])
             else:
                 parents[cell.key] = run_id
-        done = finished_hashes(self.tracking_uri, self.spec.study, "evaluate") if self.resume else set()
-        trials, skipped = {}, 0
-        for seed in self.spec.evaluate.seeds:  # seed-major, so that different cells share the cluster
-            for key in parents:
-                config = dict(configs[key], phase="evaluate", seed=seed)
-                if config_hash(config) in done:
-                    skipped += 1
-                else:
-                    trials[f"{key}#{seed}"] = config
-        self.say(f"stage evaluate: {len(trials)} trial(s) over {len(parents)} cell(s), seeds "
+        self.say(f"stage evaluate: {len(trials)} trial(s) over {len(rerun_cells)} cell(s), seeds "
                  f"{list(self.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
+        if self.resume:
+            self._say_reruns(reasons, kept)
         outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in parents}
         if trials:
             budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
@@ -359,8 +431,52 @@ class Sweep:
                 {"trial": tune.grid_search(list(trials))}, [progress])
             self._close_orphans("evaluate", progress.outcomes, trials)
             outcomes.update(progress.outcomes)
+            superseded = mark_superseded(self.tracking_uri, self.spec.study)
+            if superseded:
+                self.say(f"stage evaluate: {superseded} earlier attempt(s) marked superseded (tag {SUPERSEDED}); "
+                         "reports count the newest finished run of each (cell, seed)")
+            for outcome in (o for group in outcomes.values() for o in group if o["result"].get("resume_note")):
+                self.say(f"stage evaluate: run {outcome['result'].get('run_id')}: {outcome['result']['resume_note']}")
         self._aggregate(parents, by_key, outcomes)
         return len(trials), skipped
+
+    def _say_reruns(self, reasons: dict[tuple[str, int | str], str], kept: int) -> None:
+        """What ``--resume`` reruns and why (per cell and seed, or per cell of a search stage), and how many
+        diverged runs it keeps."""
+        for (label, seed), why in list(reasons.items())[:LISTED]:
+            self.say(f"  rerun {label}{'' if seed == '' else f' seed {seed}'}: {why}")
+        if len(reasons) > LISTED:
+            self.say(f"  ... and {len(reasons) - LISTED} more")
+        if kept:
+            self.say(f"  {kept} diverged run(s) kept as results (same config and code); --retry-diverged reruns them")
+
+    def _close_runs_of_a_lost_driver(self) -> None:
+        """Search trials an earlier driver left running: their cells restart, so the runs are closed as what
+        happened (evaluate runs stay: their trials continue them)."""
+        cause = ("driver lost: left running by an earlier `ndebench run` of this study that died or was "
+                 "interrupted; its cell restarts on --resume")
+        for phase in ("base", "tune"):
+            closed = close_orphaned_runs(self.tracking_uri, self.spec.study, phase, tags={"kind": "trial"},
+                                         cause=cause)
+            if closed:
+                self.say(f"stage {phase}: {len(closed)} run(s) of an earlier driver that was lost closed as error")
+
+    def _refuse_unsafe_trial_dirs(self) -> None:
+        """Unfinished evaluate runs whose ``ndebench.trial_dir`` tag leaves the storage root: say so and drop the
+        tag, so that their trials start from scratch instead of reading whatever the tag names."""
+        from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
+
+        for run in search(self.tracking_uri, self.spec.study,
+                          f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"):
+            trial_dir = run.data.tags.get(f"{TAG}trial_dir")
+            if not trial_dir or run.data.tags.get(f"{TAG}status") in FINISHED_STATUSES:
+                continue
+            try:
+                trial_folder(self.storage, self.spec.study, trial_dir)
+            except UnsafePathError as exc:
+                self.say(f"stage evaluate: run {run.info.run_id}: checkpoint path refused: {exc}; its trial starts "
+                         "from scratch")
+                client(self.tracking_uri).delete_tag(run.info.run_id, f"{TAG}trial_dir")
 
     def _aggregate(self, parents: dict[str, str], cells: dict[str, Cell],
                    outcomes: dict[str, list[dict[str, Any]]]) -> None:
@@ -435,9 +551,24 @@ class Sweep:
             resources = self._start_ray()
             self._check_cluster()
             self._check_study()
+            check_storage_writable(self.storage)
+            check_resources(self.spec, self._node_resources())
         else:
             self._check_study()
+            check_storage_writable(self.storage)
+            check_resources(self.spec, [{"CPU": local_cpus(), "GPU": local_gpus()}])
             resources = self._start_ray()
+        try:
+            return self._run_stages(resources)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            error = disk_full(exc, self.storage.display(), str(sqlite_path(self.tracking_uri) or self.tracking_uri))
+            closed = close_running_runs(self.tracking_uri, self.spec.study, str(error))
+            self.say(f"{error}; {closed} open run(s) closed as error/failed")
+            raise error from exc
+
+    def _run_stages(self, resources: dict[str, float]) -> SweepOutcome:
         ensure_experiment(self.tracking_uri, self.spec.study)
         source = Path(self.spec.source).read_text() if self.spec.source else None
         if source is not None and self.spec.overrides:
@@ -447,6 +578,8 @@ class Sweep:
                                       tags=driver_provenance() | {"host": socket.gethostname()})
         self._place(resources.get("GPU", 0.0))
         self.failed = {}
+        if self.resume:
+            self._close_runs_of_a_lost_driver()
         base: dict[str, dict[str, Any]] = {}
         if self.spec.protocol == "paper":
             base = self._search_stage(base_stage(self.spec))
@@ -462,5 +595,13 @@ class Sweep:
         failed = {c.label: self.failed[c.key] for c in cells if c.key in self.failed}
         finish_cell(self.tracking_uri, self.study_run_id, "failed" if failed else "done",
                     error=f"{len(failed)} cell(s) failed" if failed else None)
-        log_file = self._write_log()
-        return SweepOutcome(self.spec.study, self._evaluated, evaluated, skipped, len(failed), failed, log_file)
+        log_file, infrastructure = None, None
+        try:
+            log_file = self._write_log()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            infrastructure = str(disk_full(exc, self.storage.display(self.spec.study)))
+            self.say(f"Ray's log not written: {infrastructure}")
+        return SweepOutcome(self.spec.study, self._evaluated, evaluated, skipped, len(failed), failed, log_file,
+                            infrastructure)

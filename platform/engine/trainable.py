@@ -11,6 +11,8 @@ run already logged are not logged again: a resumed trial recomputes them bit for
 from __future__ import annotations
 
 import io
+import pickle
+import sys
 import tempfile
 import traceback
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.engine.provenance import worker_provenance
+from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.tracking import TAG, TrialRecorder, last_logged_step
@@ -39,23 +42,42 @@ def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
     return tags
 
 
-def latest_checkpoint(storage: Storage, trial_dir: str) -> dict[str, Any] | None:
-    """The newest loadable ``checkpoint_*/trial_state.pt`` under ``trial_dir`` (relative to the storage root)."""
+def latest_checkpoint(storage: Storage, study: str, trial_dir: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The newest loadable ``checkpoint_*/trial_state.pt`` under ``trial_dir`` (a run's ``ndebench.trial_dir``
+    tag, relative to the storage root) and a line per checkpoint that failed to load. Only tensors and plain
+    data are unpickled; a ``trial_dir`` outside the storage root raises
+    :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before anything is read."""
     import pyarrow.fs as pafs
     import torch
 
-    selector = pafs.FileSelector(storage.path(trial_dir), allow_not_found=True)
+    selector = pafs.FileSelector(trial_folder(storage, study, trial_dir), allow_not_found=True)
     folders = sorted((info.path for info in storage.fs.get_file_info(selector)
                       if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")),
                      reverse=True)
+    problems = []
     for folder in folders:
         try:
             with storage.fs.open_input_file(f"{folder}/{STATE_FILE}") as stream:
-                # weights_only=False: our own snapshot, holding Python and NumPy random states.
-                return torch.load(io.BytesIO(stream.read()), map_location="cpu", weights_only=False)
-        except (OSError, EOFError, RuntimeError):
-            continue  # a checkpoint cut off while it was written; an older one is complete
-    return None
+                return torch.load(io.BytesIO(stream.read()), map_location="cpu", weights_only=True), problems
+        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
+            # A checkpoint cut off while it was written leaves an older, complete one; either way it is said.
+            problems.append(f"checkpoint {folder}/{STATE_FILE} not loaded: {type(exc).__name__}: "
+                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+    return None, problems
+
+
+def _resume_state(storage: Storage | None, study: str, tags: dict[str, str]) -> tuple[dict[str, Any] | None, str]:
+    """The checkpoint an unfinished run's tag ``ndebench.trial_dir`` points to, and a note of what was refused
+    or failed to load (``""`` when nothing was)."""
+    trial_dir = tags.get(f"{TAG}trial_dir")
+    if storage is None or not trial_dir:
+        return None, ""
+    try:
+        state, problems = latest_checkpoint(storage, study, trial_dir)
+    except UnsafePathError as exc:
+        return None, f"refused: {exc}; the trial starts from scratch"
+    note = "; ".join(problems) + ("; the trial starts from scratch" if problems and state is None else "")
+    return state, note
 
 
 def _restored() -> tuple[dict[str, Any] | None, str | None]:
@@ -92,8 +114,12 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config),
                              tags | {"trial_dir": trial_dir},
                              parent_run_id=parents.get(config["cell"]), run_id=run_id)
-    if state is None and storage is not None and recorder.previous_tags.get(f"{TAG}trial_dir"):
-        state = latest_checkpoint(storage, recorder.previous_tags[f"{TAG}trial_dir"])
+    note = ""
+    if state is None:
+        state, note = _resume_state(storage, config["study"], recorder.previous_tags)
+    if note:
+        print(f"ndebench: run {recorder.run_id}: {note}", file=sys.stderr, flush=True)
+        recorder.set_tags({"resume_note": note})
     logged = last_logged_step(recorder.client, recorder.run_id) if recorder.reattached else 0
     epoch = state["epoch"] if state is not None else 0
     latest: dict[str, float] = {}
@@ -124,7 +150,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"[:4000]
         recorder.finish("error", {}, {"error": message}, {})
-        tune.report({"status": "error", "message": message, "run_id": recorder.run_id})
+        tune.report({"status": "error", "message": message, "run_id": recorder.run_id, "resume_note": note})
         return
     protocol = result.protocol
     tags = {"test_protocol": protocol["test_protocol"], "n_mc": protocol["n_mc"],
@@ -142,4 +168,4 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     recorder.finish(result.status, final, tags, artifacts)
     val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
     tune.report({**final, "val_loss": val_loss, "status": result.status, "message": result.message,
-                 "run_id": recorder.run_id})
+                 "run_id": recorder.run_id, "resume_note": note})

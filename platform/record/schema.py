@@ -6,6 +6,10 @@ from typing import Literal, get_args
 
 TAG = "ndebench."
 PARENT = "mlflow.parentRunId"
+# Set on an evaluate attempt that a later run of the same (cell, seed) replaced (record.completeness).
+SUPERSEDED = f"{TAG}superseded_by"
+# The study run's planned evaluate seeds, as the latest sweep of the study planned them.
+PLANNED_SEEDS = f"{TAG}evaluate_seeds"
 
 Status = Literal["ok", "diverged", "error", "running", "stopped"]
 STATUSES: tuple[Status, ...] = get_args(Status)

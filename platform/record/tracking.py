@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pandas as pd
-from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, TAG
+from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, SUPERSEDED, TAG
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
@@ -169,9 +169,10 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
 class TrialRecorder:
     """Records one trial as one MLflow run: tags, params (the resolved config), per-epoch and final metrics.
 
-    An evaluate trial re-run after a crash (same study and config hash, run not finished) continues the same
-    MLflow run instead of adding a duplicate, as does any trial given the ``run_id`` of its checkpoint
-    (``reattached``; ``previous_tags`` are that run's tags before this attempt).
+    An evaluate trial re-run after a crash (same study and config hash, run still ``running``), or a search
+    trial retried by Ray (same trial folder), continues the same MLflow run instead of adding a duplicate, as
+    does any trial given the ``run_id`` of its checkpoint (``reattached``; ``previous_tags`` are that run's
+    tags before this attempt).
     """
 
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
@@ -185,13 +186,16 @@ class TrialRecorder:
                                                                      f"{TAG}kind": "trial"}
         if parent_run_id:
             all_tags[PARENT] = parent_run_id
-        # Only an evaluate trial (one per cell and seed) is unique by its config; search stages may try a
-        # config twice, and those are separate trials.
+        # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
+        # stage may try a config twice, so its trial is found by its Ray trial folder (a retry after its
+        # worker died before the first checkpoint). Only a run cut off while running is continued: an
+        # errored or diverged attempt stays as it ended, and the new run supersedes it.
+        same = (f"tags.`{TAG}config_hash` = '{config_hash}'" if tags["phase"] == "evaluate"
+                else f"tags.`{TAG}trial_dir` = '{tags['trial_dir']}'" if tags.get("trial_dir") else "")
         existing = [
-            r for r in search(uri, study, f"tags.`{TAG}config_hash` = '{config_hash}' "
-                                          f"and tags.`{TAG}phase` = '{tags['phase']}'")
-            if r.data.tags.get(f"{TAG}status") not in FINISHED_STATUSES
-        ] if tags["phase"] == "evaluate" and run_id is None else []
+            r for r in search(uri, study, f"{same} and tags.`{TAG}phase` = '{tags['phase']}'")
+            if run_status(r) == "running"
+        ] if same and run_id is None else []
         if run_id is not None:
             existing = [_retry(lambda: self.client.get_run(run_id))]
         self.reattached = bool(existing)
@@ -206,6 +210,12 @@ class TrialRecorder:
             params = [Param(k, str(v)) for k, v in sorted(config.items())]
             _retry(lambda: self.client.log_batch(self.run_id, params=params))
         _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Set ``ndebench.<key>`` tags on the run."""
+        from mlflow.entities import RunTag
+
+        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(f"{TAG}{k}", str(v)) for k, v in tags.items()]))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
@@ -233,26 +243,21 @@ def last_logged_step(mlflow_client: Any, run_id: str, metric: str = "train_loss"
     return max((m.step for m in history), default=0)
 
 
-def finished_hashes(uri: str, study: str, phase: str) -> set[str]:
-    """Config hashes of the study's trial runs in ``phase`` that finished (``ok`` or ``diverged``)."""
-    runs = search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'")
-    return {r.data.tags.get(f"{TAG}config_hash") for r in runs if r.data.tags.get(f"{TAG}status") in FINISHED_STATUSES}
-
-
 def run_status(run: Any) -> str:
     """``ndebench.status`` of a run (``running`` while a trial trains), else one derived from MLflow's status."""
     return run.data.tags.get(f"{TAG}status") or MLFLOW_STATUS.get(run.info.status, "error")
 
 
 def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,
-                        tags: dict[str, str] | None = None) -> list[str]:
+                        tags: dict[str, str] | None = None, cause: str = "") -> list[str]:
     """Close as ``error`` the ``phase`` runs of ``study`` (and with ``tags``) still marked running; return
     their run ids.
 
     Called when every trial they belong to has ended: a run still running then belonged to a worker that
     died (killed, out of memory, node lost) before it could record an outcome. ``reasons`` maps config
     hashes to what Ray reported for that trial (an exception or text; its first line is kept). The message
-    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it.
+    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it; ``cause`` replaces it (e.g. for
+    runs an earlier driver left running).
     """
     from mlflow.entities import RunTag
 
@@ -263,12 +268,35 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
         if run_status(run) != "running":
             continue
         reason = _first_line((reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", "")))
-        message = (f"the worker running this trial died before recording an outcome{': ' + reason if reason else ''}"
-                   f"; closed by the sweep driver at the end of the {phase} phase")
+        message = cause or (f"the worker running this trial died before recording an outcome"
+                            f"{': ' + reason if reason else ''}; closed by the sweep driver at the end of the "
+                            f"{phase} phase")
         tags = [RunTag(f"{TAG}status", "error"), RunTag(f"{TAG}error", message[:4000])]
         _retry(lambda: mlflow_client.log_batch(run.info.run_id, tags=tags))
         _retry(lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED"))
         closed.append(run.info.run_id)
+    return closed
+
+
+def close_running_runs(uri: str, study: str, message: str) -> int:
+    """After the sweep itself failed (a full disk): close every run of ``study`` still running, trials as
+    ``error``, cell and study runs as ``failed``, each with ``message``; best effort, since the store may be
+    what failed. Returns how many were closed."""
+    from mlflow.entities import RunTag
+
+    closed = 0
+    try:
+        mlflow_client = client(uri)
+        for run in search(uri, study):
+            if run_status(run) != "running" and run.info.status != "RUNNING":
+                continue
+            status = "error" if run.data.tags.get(f"{TAG}kind") == "trial" else "failed"
+            tags = [RunTag(f"{TAG}status", status), RunTag(f"{TAG}error", message[:4000])]
+            mlflow_client.log_batch(run.info.run_id, tags=tags)
+            mlflow_client.set_terminated(run.info.run_id, "FAILED")
+            closed += 1
+    except Exception:  # noqa: BLE001 - a store that cannot take writes keeps its runs open; the caller says why
+        pass
     return closed
 
 
@@ -278,10 +306,10 @@ def _first_line(reason: Any) -> str:
 
 
 def planned_seeds(uri: str, study: str) -> list[int] | None:
-    """The evaluation seeds the study planned: param ``evaluate.seeds`` (a JSON list) of its run tagged
-    ``ndebench.kind=study``; ``None`` when the study has no such run."""
+    """The evaluation seeds the study planned: tag ``ndebench.evaluate_seeds`` (the latest sweep's, a JSON list)
+    or else param ``evaluate.seeds`` of its run tagged ``ndebench.kind=study``; ``None`` without such a run."""
     for run in search(uri, study, f"tags.`{TAG}kind` = 'study'"):
-        raw = run.data.params.get("evaluate.seeds")
+        raw = run.data.tags.get(PLANNED_SEEDS) or run.data.params.get("evaluate.seeds")
         if raw:
             try:
                 seeds = json.loads(raw)
@@ -298,14 +326,16 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
     the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
     on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
-    variant cells (column ``variant``) only with ``variants=True``."""
+    variant cells (column ``variant``) only with ``variants=True``; attempts a later run of their (cell, seed)
+    superseded never."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
     mlflow_client = client(uri)
     for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
         tags = run.data.tags
-        if tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants):
+        if (tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants)
+                or tags.get(SUPERSEDED)):
             continue
         row: dict[str, Any] = {
             "variant": tags.get(f"{TAG}variant", ""),
@@ -376,14 +406,19 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
     description as its note, the protocol settings as params, ``tags`` (provenance) with the ``ndebench.``
     prefix. Created once; a resumed sweep reuses it."""
-    from mlflow.entities import Param
+    from mlflow.entities import Param, RunTag
 
     existing = _tagged(uri, study, {"kind": "study"})
     if existing:
-        _retry(lambda: client(uri).update_run(existing[0].info.run_id, status="RUNNING"))
-        return existing[0].info.run_id
+        run_id = existing[0].info.run_id
+        _retry(lambda: client(uri).update_run(run_id, status="RUNNING"))
+        if "evaluate.seeds" in params:
+            # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
+            _retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(PLANNED_SEEDS, params["evaluate.seeds"])]))
+        return run_id
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
+            **({PLANNED_SEEDS: params["evaluate.seeds"]} if "evaluate.seeds" in params else {}),
             **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}}
     experiment_id = ensure_experiment(uri, study)
     if description:

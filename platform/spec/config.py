@@ -56,6 +56,7 @@ Value = Any  # a fixed scalar or a Space
 PROTOCOLS = ("paper", "joint")
 SAMPLERS = ("tpe", "random", "grid")
 SCHEDULERS = ("fifo", "asha")
+MAX_SEED = 2**32 - 1  # NumPy's and Optuna's seeds are 32-bit
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class TuneConfig:
     num_samples: int = typed.checked(20, typed.integer(1))
     metric: str = "val_loss"
     mode: str = typed.checked("min", typed.one_of("min", "max"))
-    seed: int = typed.checked(0, typed.integer(0))
+    seed: int = typed.checked(0, typed.integer(0, MAX_SEED))
     max_concurrent: int | None = typed.checked(None, typed.integer(1, null=True))
     sampler: str = typed.checked("tpe", typed.one_of(*SAMPLERS))
     n_startup_trials: int = typed.checked(10, typed.integer(0))
@@ -109,7 +110,7 @@ class TuneConfig:
 
 @dataclass(frozen=True)
 class EvaluateConfig:
-    seeds: tuple[int, ...] = typed.checked((0, 1, 2, 3, 4), typed.sequence_of(typed.integer(0)))
+    seeds: tuple[int, ...] = typed.checked((0, 1, 2, 3, 4), typed.sequence_of(typed.integer(0, MAX_SEED)))
     save_weights: bool = True
 
 
@@ -552,6 +553,7 @@ def parse_spec(raw: Any) -> SweepSpec:
     resources = _dataclass_from(Resources, raw.get("resources"), "resources")
     report = _dataclass_from(ReportConfig, raw.get("report"), "report")
     _require("description", raw.get("description", ""), typed.text)
+    _check_description(str(raw.get("description", "")))
     _require("data_dir", raw.get("data_dir"), typed.hint_rule(str | None))
     spec = SweepSpec(
         study=study, description=str(raw.get("description", "")), models=models, datasets=datasets,
@@ -564,6 +566,15 @@ def parse_spec(raw: Any) -> SweepSpec:
 
 def searched_keys(config: dict[str, Any]) -> list[str]:
     return sorted(k for k, v in config.items() if isinstance(v, Space))
+
+
+def _check_description(text: str) -> None:
+    """The description becomes the study run's MLflow note, a tag value with a length limit."""
+    from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
+
+    if len(text) > MAX_EXPERIMENT_TAG_VAL_LENGTH:
+        raise ConfigError(f"description has {len(text):,} characters; MLflow stores at most "
+                          f"{MAX_EXPERIMENT_TAG_VAL_LENGTH:,} (the study's note)")
 
 
 def config_hash(config: dict[str, Any]) -> str:

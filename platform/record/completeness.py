@@ -1,0 +1,64 @@
+"""Which planned evaluate runs a study has: the current run of every (cell, seed), older attempts superseded.
+
+A (cell, seed) may have several runs after ``--resume`` reran it (an errored or diverged attempt, or a
+changed config). Its current run is the newest that finished (``ok`` or ``diverged``), else the newest of
+any status; every other attempt gets the tag ``ndebench.superseded_by`` and is left out of reports.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ndebench.platform.record.tracking import FINISHED_STATUSES, SUPERSEDED, TAG, run_status, search
+
+
+def attempts(uri: str, study: str) -> dict[tuple[str, int], list[Any]]:
+    """Every evaluate trial run of ``study`` by (cell key, seed), oldest first."""
+    grouped: dict[tuple[str, int], list[Any]] = {}
+    for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"):
+        tags = run.data.tags
+        try:
+            key = (tags[f"{TAG}cell"], int(tags[f"{TAG}seed"]))
+        except (KeyError, ValueError):
+            continue
+        grouped.setdefault(key, []).append(run)
+    for runs in grouped.values():
+        runs.sort(key=lambda r: r.info.start_time or 0)
+    return grouped
+
+
+def current(runs: list[Any]) -> Any:
+    """The run that counts among the attempts of one (cell, seed)."""
+    finished = [r for r in runs if run_status(r) in FINISHED_STATUSES]
+    return (finished or runs)[-1]
+
+
+def mark_superseded(uri: str, study: str) -> int:
+    """Tag every attempt that is not its (cell, seed)'s current run; return how many were newly tagged."""
+    from ndebench.platform.record.tracking import client
+
+    mlflow_client, count = client(uri), 0
+    for runs in attempts(uri, study).values():
+        keep = current(runs)
+        for run in runs:
+            if run is not keep and run.data.tags.get(SUPERSEDED) != keep.info.run_id:
+                mlflow_client.set_tag(run.info.run_id, SUPERSEDED, keep.info.run_id)
+                count += 1
+    return count
+
+
+def planned_statuses(uri: str, study: str, cells: list[str], seeds: list[int]) -> dict[tuple[str, int], str]:
+    """The status of every planned (cell key, seed): its current run's, or ``missing``."""
+    found = attempts(uri, study)
+    return {(cell, seed): run_status(current(found[(cell, seed)])) if (cell, seed) in found else "missing"
+            for cell in cells for seed in seeds}
+
+
+def not_ok_summary(statuses: dict[tuple[str, int], str]) -> str:
+    """``"2 of 4 planned evaluate run(s) not ok (1 error, 1 missing)"``, or ``""`` when every run is ok or
+    diverged (a diverged run is a result: the report counts it)."""
+    bad = Counter(s for s in statuses.values() if s not in FINISHED_STATUSES)
+    if not bad:
+        return ""
+    detail = ", ".join(f"{n} {status}" for status, n in sorted(bad.items()))
+    return f"{sum(bad.values())} of {len(statuses)} planned evaluate run(s) not ok ({detail})"

@@ -1,0 +1,145 @@
+"""`--resume` fills every hole of the evaluate stage (reliability review N018, N019, N035, rows 93-94): an errored
+seed of a cell marked done, a cell that failed because every trial diverged (with `--retry-diverged` once the
+cause is gone), a seed that never got a run and a seed added to `evaluate.seeds` afterwards. After it every planned
+(cell, seed) has exactly one current `ok` run, the report's n equals the number of seeds, and only then the run
+exits 0. The faults come from two regularizers of a plugin, active while a flag file exists."""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import re
+import sys
+from collections import Counter
+
+import ray
+import yaml
+from fakes import make_plugin
+from ndebench.platform.cli import main
+from ndebench.platform.engine.sweep import rerun_reason
+from ndebench.platform.record.completeness import attempts, current
+from ndebench.platform.record.tracking import SUPERSEDED, TAG, client, evaluate_runs, run_status, search
+
+PLUGIN = '''
+import os
+
+import torch
+from ndebench.regularizers.base import Regularizer
+from ndebench.regularizers.registry import register_regularizer
+
+
+def _faulty():
+    return os.path.exists(os.environ["NDEBENCH_TEST_HOLES"])
+
+
+@register_regularizer("raise_on_seed1", summary="raises in seed 1's trial while $NDEBENCH_TEST_HOLES exists")
+class RaiseOnSeed1(Regularizer):
+    def draw(self, spec):
+        return True
+
+    def modulate(self, draw, t, z, out, role):
+        if _faulty() and torch.initial_seed() == 1:
+            raise ValueError("raise_on_seed1 raised")
+        return out
+
+
+@register_regularizer("nan_drift", summary="a NaN drift while $NDEBENCH_TEST_HOLES exists")
+class NanDrift(Regularizer):
+    def draw(self, spec):
+        return True
+
+    def modulate(self, draw, t, z, out, role):
+        return out * float("nan") if _faulty() and role == "drift" else out
+'''
+SPEC = {"study": "holes", "models": ["neural_cde"], "datasets": ["synthetic"],
+        "regularizers": ["none", "raise_on_seed1", "nan_drift"], "model": {"hidden_size": 8},
+        "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "evaluate": {"seeds": [0, 1]}}
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(args)
+    return code, out.getvalue()
+
+
+class _Run:
+    """The fields of an MLflow run that :func:`rerun_reason` reads."""
+
+    def __init__(self, status: str, config_hash: str = "h", commit: str = "c", start: int = 0):
+        self.data = type("Data", (), {"tags": {f"{TAG}status": status, f"{TAG}config_hash": config_hash,
+                                               f"{TAG}git_commit": commit}})()
+        self.info = type("Info", (), {"status": "FINISHED", "start_time": start})()
+
+
+def test_rerun_reasons():
+    code = {"git_commit": "c"}
+    assert rerun_reason([], "h", code, False) == "no run yet"
+    assert rerun_reason([_Run("ok")], "h", code, False) is None
+    assert rerun_reason([_Run("ok", "old")], "h", code, False) == "config changed since its ok run"
+    assert rerun_reason([_Run("error")], "h", code, False) == "its last run ended error"
+    assert rerun_reason([_Run("diverged")], "h", code, False) is None
+    assert rerun_reason([_Run("diverged")], "h", code, True) == "diverged, --retry-diverged"
+    assert rerun_reason([_Run("diverged", commit="old")], "h", code, False) == "diverged under other code"
+    assert rerun_reason([_Run("ok"), _Run("error")], "h", code, False) is None  # an ok attempt counts
+    assert rerun_reason([_Run("running")], "h", code, False).startswith("cut off")
+
+
+def test_resume_fills_every_hole(tmp_path):
+    flag = tmp_path / "faulty.flag"
+    flag.write_text("on")
+    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN)["PYTHONPATH"]
+    sys.path.insert(0, str(tmp_path / "plugin"))
+    importlib.invalidate_caches()
+    os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+             runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}})
+    try:
+        config = tmp_path / "holes.yaml"
+        config.write_text(yaml.safe_dump(SPEC))
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        args = ["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
+                "--out", str(tmp_path / "reports")]
+        code, out = _run(args)
+        assert code == 1, out
+        statuses = {key: run_status(current(runs)) for key, runs in attempts(uri, "holes").items()}
+        cells = {c.split("__")[-1]: c for c, _ in statuses}
+        assert statuses == {(cells["none"], 0): "ok", (cells["none"], 1): "ok",
+                            (cells["raise_on_seed1"], 0): "ok", (cells["raise_on_seed1"], 1): "error",
+                            (cells["nan_drift"], 0): "diverged", (cells["nan_drift"], 1): "diverged"}
+        assert out.strip().splitlines()[-1] == ("[ndebench] exit 1: 1 failed cell(s); 1 of 6 planned evaluate "
+                                                 "run(s) not ok (1 error) (`ndebench run ... --resume` reruns them)")
+        # A seed that never got a run (its worker died before it opened one), then the fault is fixed.
+        client(uri).delete_run(attempts(uri, "holes")[(cells["none"], 1)][0].info.run_id)
+        flag.unlink()
+
+        code, out = _run([*args, "--resume", "--retry-diverged", "--set", "evaluate.seeds=[0, 1, 2]"])
+        assert code == 0, out
+        assert "stage evaluate: 7 trial(s) over 3 cell(s), seeds [0, 1, 2], 2 already recorded" in out
+        for line in ("rerun neural_cde x synthetic x none seed 1: no run yet",
+                     "rerun neural_cde x synthetic x raise_on_seed1 seed 1: its last run ended error",
+                     "rerun neural_cde x synthetic x nan_drift seed 0: diverged, --retry-diverged",
+                     "rerun neural_cde x synthetic x none seed 2: no run yet"):
+            assert line in out
+        assert out.strip().splitlines()[-1] == "[ndebench] all 9 planned evaluate run(s) ok or diverged"
+        found = attempts(uri, "holes")
+        assert sorted(found) == sorted((cell, seed) for cell in cells.values() for seed in (0, 1, 2))
+        assert all(run_status(current(runs)) == "ok" for runs in found.values())
+        superseded = [r for runs in found.values() for r in runs if r.data.tags.get(SUPERSEDED)]
+        assert Counter(run_status(r) for r in superseded) == {"error": 1, "diverged": 2}
+        frame = evaluate_runs(uri, "holes", with_calibration=False)
+        assert len(frame) == 9 and set(frame.status) == {"ok"}
+        assert "9 evaluate-phase runs: 9 ok, 0 diverged, 0 error." in out
+        for regularizer in ("none", "raise_on_seed1", "nan_drift"):
+            assert re.search(rf"\b{regularizer}\s+accuracy\s+3\s", out), out
+        cell_runs = search(uri, "holes", f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'evaluate'")
+        assert {r.data.tags[f"{TAG}status"] for r in cell_runs} == {"done"}
+        assert {r.data.metrics["n"] for r in cell_runs} == {3.0}
+
+        code, out = _run([*args, "--resume", "--set", "evaluate.seeds=[0, 1, 2]"])
+        assert code == 0 and "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1, 2], 9 already recorded" in out
+    finally:
+        ray.shutdown()
+        sys.path.remove(str(tmp_path / "plugin"))
+        os.environ.pop("NDEBENCH_TEST_HOLES", None)
