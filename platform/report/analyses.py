@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
-from ndebench.platform.report import html_report, mc_samples, report, sections, sensitivity, stats, summary, timing
+from ndebench.platform.report import (
+    audit,
+    html_report,
+    mc_samples,
+    report,
+    sections,
+    sensitivity,
+    stats,
+    summary,
+    timing,
+)
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
@@ -42,12 +52,15 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
     runs, primary = report.with_primary_metrics(runs)
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
+    selection = audit.selection_audit(runs, primary)
     groups = {
         "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
                                                         sensitivity.sensitivity_sections(frame, primary, directory)),
         "Compute time": ("timing", "no continuum_dropout runs with timings", timing.time_sections(frame)),
         "Extended summary over datasets": ("summary_extended", "no regularizer shares datasets with none",
                                            summary.summary_sections(runs, primary, alpha, channels)),
+        "Selection audit": ("selection_audit", audit.SKIPPED,
+                            [audit.audit_section(selection, primary)] if len(selection) else []),
         "Monte-Carlo samples at test time": (
             "mc_samples", "no reevaluate runs; run `ndebench reevaluate`",
             [] if reevaluated is None else

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.metrics import merge_calibration_bins
 from ndebench.platform.record.schema import COUNTED_STATUSES
-from ndebench.platform.report import figures, learning, significance, stats
+from ndebench.platform.report import audit, figures, learning, sections, significance, stats
 from ndebench.platform.report.tables import (
     LABELS,
     TEST_NAMES,
@@ -151,6 +151,10 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
     that passes :func:`~ndebench.platform.report.significance.friedman_gate` (else ``table.md`` says why not).
 
+    Selection audit (:mod:`~ndebench.platform.report.audit`): where a regularizer's grid was run as variant cells,
+    ``table.md`` and ``summary.json`` (``selection_audit``) set the validation-selected result beside the
+    best-of-grid test mean (the optimistic oracle); otherwise ``selection_audit_skipped`` says why.
+
     Learning (:mod:`~ndebench.platform.report.learning`): a cell whose mean final training loss (column
     ``final_train_loss``) is not 5% below chance ``ln K`` is flagged "did not learn" in every table and listed
     in ``summary.json`` (``learning``, ``did_not_learn``); with ``curves`` (per-epoch ``train_loss`` and
@@ -184,8 +188,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
+    selection = audit.selection_audit(runs, primary)
+    if not selection.empty:
+        with table_md.open("a") as handle:
+            handle.write("\n" + sections.to_markdown(audit.audit_section(selection, primary)))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
-               | _learning_json(check))
+               | _learning_json(check) | audit.audit_json(selection))
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = _figures(runs, primary, directory, alpha, gates)

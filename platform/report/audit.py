@@ -1,0 +1,85 @@
+"""Selection audit: the validation-selected result of a searched regularizer beside the best-of-grid test mean.
+
+ndebench evaluates each regularizer at the configuration its search chose on **validation** data; that is
+what every table shows. Reporting instead the best test mean over the grid's points (an **oracle** that
+selects on the test set, as the Continuum Dropout paper's regularized rows do) compares a maximum over many
+configurations with the baseline's single one, so it is optimistic. Where a study has the grid's
+fixed-parameter variant cells (``variants: {continuum_dropout: grid}``), the audit shows per (model, dataset,
+regularizer) both numbers and the gap on the primary metric.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from ndebench.platform.report import stats
+from ndebench.platform.report.sections import Cell, Section
+
+COLUMNS = ["model", "dataset", "regularizer", "validation_selected", "oracle", "oracle_variant", "gap", "n_variants"]
+OPTIMISTIC = ("The oracle is the best test mean over the grid's variant cells, the configuration chosen on the test "
+              "set itself: a maximum over {k} configurations against the baseline's one, so it is optimistic. The "
+              "tables use the validation-selected configuration.")
+SKIPPED = ("no regularizer has fixed-parameter variant cells, so there is no grid to audit; add "
+           "`variants: {<regularizer>: grid}` to the config")
+
+
+def base_regularizer(label: str) -> str:
+    """``continuum_dropout[p=0.3,m=50]`` -> ``continuum_dropout``."""
+    return label.split("[", 1)[0]
+
+
+def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame:
+    """One row per (model, dataset, regularizer) whose variant cells cover a grid (columns :data:`COLUMNS`).
+
+    ``runs`` has one row per evaluate run with ``variant`` (the variant cell's label, ``""`` for the tuned
+    cell); ``primary`` maps datasets to their primary metric column. ``validation_selected`` is the tuned
+    cell's mean over its ``ok`` seeds, ``oracle`` the best mean over the variant cells (``oracle_variant`` its
+    label) and ``gap`` how much better the oracle looks: ``oracle - validation_selected``, sign-adjusted so
+    that a positive gap is an optimistic oracle whatever the metric's direction."""
+    if "variant" not in runs.columns:
+        return pd.DataFrame(columns=COLUMNS)
+    ok = runs[runs["status"] == "ok"]
+    variants = ok[ok["variant"].fillna("") != ""]
+    rows = []
+    for (model, dataset, label), group in variants.groupby(["model", "dataset", "variant"], sort=True):
+        rows.append({"model": model, "dataset": dataset, "regularizer": base_regularizer(label), "label": label,
+                     "mean": float(group[primary[dataset]].astype(float).mean())})
+    means = pd.DataFrame(rows, columns=["model", "dataset", "regularizer", "label", "mean"])
+    out = []
+    for (model, dataset, regularizer), grid in means.groupby(["model", "dataset", "regularizer"], sort=True):
+        metric = primary[dataset]
+        sign = 1.0 if stats.higher_is_better(metric) else -1.0
+        tuned = ok[(ok["model"] == model) & (ok["dataset"] == dataset) & (ok["regularizer"] == regularizer)
+                   & (ok["variant"].fillna("") == "")]
+        selected = float(tuned[metric].astype(float).mean()) if len(tuned) else math.nan
+        best = grid.loc[(sign * grid["mean"]).idxmax()]
+        out.append({"model": model, "dataset": dataset, "regularizer": regularizer, "validation_selected": selected,
+                    "oracle": float(best["mean"]), "oracle_variant": best["label"],
+                    "gap": sign * (float(best["mean"]) - selected), "n_variants": len(grid)})
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def audit_section(audit: pd.DataFrame, primary: dict[str, str]) -> Section:
+    """The audit as a report section (Markdown, LaTeX and ``report.html`` render the same object)."""
+    rows = [[Cell(r.model), Cell(r.dataset), Cell(r.regularizer), Cell(_fmt(r.validation_selected)),
+             Cell(_fmt(r.oracle)), Cell(r.oracle_variant), Cell(_fmt(r.gap, sign=True))]
+            for r in audit.itertuples(index=False)]
+    metrics = ", ".join(sorted({primary[d] for d in audit["dataset"]}))
+    k = int(audit["n_variants"].max()) if len(audit) else 0
+    caption = (f"Test {metrics} of the configuration chosen on validation (what the tables show) and of the best "
+               f"grid point on test (the oracle); gap = oracle minus validation-selected, positive when the oracle "
+               f"looks better. " + OPTIMISTIC.format(k=k))
+    return Section("Selection audit: validation-selected vs best-of-grid on test",
+                   ["model", "dataset", "regularizer", "validation-selected", "oracle", "oracle variant", "gap"],
+                   rows, caption)
+
+
+def audit_json(audit: pd.DataFrame) -> dict[str, object]:
+    """``summary.json``'s ``selection_audit`` (the rows) and, when there is none, ``selection_audit_skipped``."""
+    if audit.empty:
+        return {"selection_audit": [], "selection_audit_skipped": SKIPPED}
+    return {"selection_audit": audit.drop(columns="n_variants").to_dict(orient="records")}
+
+
+def _fmt(x: float, sign: bool = False) -> str:
+    return "–" if not math.isfinite(x) else (f"{x:+.3f}" if sign else f"{x:.3f}")
