@@ -13,7 +13,8 @@ from ndebench.platform.spec.config import Space, load_spec
 from ndebench.platform.trial import TrialSpec, run_trial
 
 CONFIGS = sorted(Path(__file__).parent.parent.glob("tune_configs/paper_*.yaml"))
-IMAGE_CONFIGS = ("paper_table3_image_regularizers", "paper_table6_image_ndes")
+IMAGE_CONFIGS = ("paper_table3_image_regularizers", "paper_table6_image_ndes", "paper_table17_jump_rates_images",
+                 "paper_fig6_9_image_sensitivity")
 
 
 def first_value(value):
@@ -50,7 +51,9 @@ def fake_speech(root: Path) -> None:
 # the fake archive): Speech, Sepsis and image configs run each model once in the suite (the OI config, with
 # twice the channels, its first and last model). Once, by hand: every (model, regularizer) cell of both
 # Sepsis configs on the 60 stays passed.
-HEAVY = ("paper_table4_speech_commands", "paper_table5_sepsis_no_oi", "paper_table5_sepsis_oi") + IMAGE_CONFIGS
+SLOW = ("paper_table4_speech_commands", "paper_table12_speech_sensitivity", "paper_table15_speech_timing",
+        "paper_table18_ncde_jump_speech", "paper_table5_sepsis_no_oi", "paper_table5_sepsis_oi")
+HEAVY = SLOW + IMAGE_CONFIGS
 # Image trials at the paper's size (10.6M parameters, 100 Euler steps of a 1024-d state) take minutes on
 # a shared CPU; the suite runs them with a narrow extractor and NDE (run_config(..., small_images=False)
 # runs them at full size).
@@ -99,8 +102,8 @@ def run_config(
     return tags
 
 
-# The Speech and Sepsis configs train for tens of seconds each (HEAVY[:3]): end-to-end runs, in the system lane.
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.system) if p.stem in HEAVY[:3] else p
+# The Speech and Sepsis configs train for tens of seconds each (SLOW): end-to-end runs, in the system lane.
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.system) if p.stem in SLOW else p
                                   for p in CONFIGS], ids=lambda p: p.stem)
 def test_paper_config_runs_one_epoch_on_fake_archives(path, tmp_path, fake_md5):
     sde = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde",

@@ -29,7 +29,8 @@ def base_regularizer(label: str) -> str:
 
 
 def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame:
-    """One row per (model, dataset, regularizer) whose variant cells cover a grid (columns :data:`COLUMNS`).
+    """One row per (model, dataset, regularizer) with both a tuned cell and variant cells over its grid (columns
+    :data:`COLUMNS`).
 
     ``runs`` has one row per evaluate run with ``variant`` (the variant cell's label, ``""`` for the tuned
     cell); ``primary`` maps datasets to their primary metric column. ``validation_selected`` is the tuned
@@ -51,7 +52,9 @@ def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame
         sign = 1.0 if stats.higher_is_better(metric) else -1.0
         tuned = ok[(ok["model"] == model) & (ok["dataset"] == dataset) & (ok["regularizer"] == regularizer)
                    & (ok["variant"].fillna("") == "")]
-        selected = float(tuned[metric].astype(float).mean()) if len(tuned) else math.nan
+        if tuned.empty:
+            continue
+        selected = float(tuned[metric].astype(float).mean())
         best = grid.loc[(sign * grid["mean"]).idxmax()]
         out.append({"model": model, "dataset": dataset, "regularizer": regularizer, "validation_selected": selected,
                     "oracle": float(best["mean"]), "oracle_variant": best["label"],
