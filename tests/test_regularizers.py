@@ -14,7 +14,7 @@ from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, moved_t
 from ndebench.models.registry import create_model, list_models, model_info
 from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.regularizers.base import PassSpec, Regularizer
-from ndebench.regularizers.jump_diffusion import sample_jumps
+from ndebench.regularizers.jump_diffusion import sample_drops, sample_jumps
 from ndebench.regularizers.registry import create_regularizer, list_regularizers, regularizer_info
 from ndebench.regularizers.tabn import TemporalBatchNorm, bin_weights
 from torch import nn
@@ -168,6 +168,30 @@ def test_jump_on_euler_step_makes_units_zero_or_double():
     reg.eval()
     z_eval = solve(Zero(), z0, torch.tensor([0.0, dt]), reg)
     assert torch.equal(z_eval, z0), "jump diffusion is off at test time"
+
+
+def test_per_step_drop_frequency_is_p_at_every_step_whatever_its_length():
+    """``scale: per_step`` (App. G.1's discrete form): each unit's increment is dropped with probability p
+    at each step, unequal steps included; counts within 4 standard errors of p."""
+    grid = torch.tensor([0.0, 0.01, 0.4, 1.0, 3.0])
+    p, n = 0.3, 300 * 40
+    drops = sample_drops(spec(300, 40, grid=grid), p)
+    assert drops.keep.shape == (4, 300, 40) and set(drops.keep.unique().tolist()) == {0.0, 1.0}
+    for k in range(4):
+        assert within_se(int((drops.keep[k] == 0).sum()), n, p, k=4.0), k
+
+
+def test_per_step_drop_on_euler_keeps_or_removes_the_whole_increment():
+    reg = create_regularizer("jump_diffusion", rate=0.4, scale="per_step")
+    z0 = torch.zeros(600, 10)
+    z1 = solve(One(), z0, torch.tensor([0.0, 0.5]), reg)
+    assert set(z1.unique().tolist()) == {0.0, 0.5}
+    assert within_se(int((z1 == 0).sum()), z1.numel(), 0.4, k=4.0)
+    with pytest.raises(ValueError, match="rate=2.0 is a per-step drop probability"):
+        create_regularizer("jump_diffusion", rate=2.0, scale="per_step")
+    with pytest.raises(ValueError, match="scale='poisson' must be one of rate, per_step"):
+        create_regularizer("jump_diffusion", scale="poisson")
+    assert reg.describe()["scale"] == "per_step" and reg.describe()["size"] == 1.0
 
 
 def test_jump_ttn_stays_on_at_test_time():
