@@ -50,7 +50,9 @@ class DatasetBundle(_Splits):
 
     ``task`` is ``classification`` (K logits, cross-entropy) or ``binary`` (one logit, AUROC reported);
     ``channels`` is C; ``source`` says where the data came from (a package, a folder); ``extra`` holds
-    dataset-specific metadata (e.g. the class names, the normalization statistics).
+    dataset-specific metadata (e.g. the class names, the normalization statistics). ``count_channels`` K: the
+    last K of the C channels are cumulative observation counts of the first K (the OI intensity), never NaN,
+    so they say nothing of which times were observed.
     """
 
     name: str
@@ -63,6 +65,7 @@ class DatasetBundle(_Splits):
     channels: int
     source: str
     extra: dict = field(default_factory=dict)
+    count_channels: int = 0
     input_kind: ClassVar[str] = "timeseries"
 
     @property

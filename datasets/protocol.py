@@ -158,6 +158,7 @@ def build_bundle(
     return DatasetBundle(
         name=name, times=times.float(), train=splits[0], val=splits[1], test=splits[2], task=task,
         num_classes=num_classes, channels=int(normalized.shape[-1]), source=source, extra=info,
+        count_channels=int(values.shape[-1]) if intensity else 0,
     )
 
 

@@ -20,7 +20,8 @@ class DataSpec:
     ``in_channels`` C (values per time point, or image channels); ``num_classes`` K; ``binary``: one logit
     (a binary task) instead of K; ``times`` ``(L,)`` the common observation grid of a time-series set
     (``None`` for images); ``image_size`` ``(H, W)`` of an image set (``None`` for time series);
-    ``static_channels`` S, the time-invariant features per sample (0: none).
+    ``static_channels`` S, the time-invariant features per sample (0: none); ``count_channels`` K, the last K
+    input channels being observation counts of the first K (never missing; 0: none).
     """
 
     in_channels: int
@@ -29,6 +30,7 @@ class DataSpec:
     times: torch.Tensor | None = None
     image_size: tuple[int, int] | None = None
     static_channels: int = 0
+    count_channels: int = 0
 
 
 class TimedInputs(NamedTuple):

@@ -29,7 +29,10 @@ class ODERNN(TimeSeriesNDE):
     per-channel observation flags (the differences of the cumulative observation count, which the
     pipeline feeds as the intensity channel) and ``dt_i`` the time since the sample's last GRU update
     (the reference's accumulator never resets; this is the intended quantity); else ``u_i = x_i``.
-    Missing values of ``x_i`` are read from the natural cubic spline through the observed points.
+    Missing values of ``x_i`` are read from the natural cubic spline through the observed points. Observations
+    come from the data's own mask: with ``data.count_channels`` K (the OI intensity appended by the dataset,
+    never missing) the flags of the K count channels are those of the value channels they count, so an hour
+    without data is not an observation.
 
     Inputs (built once by :meth:`prepare`): ``(N, L, 2C)`` = ``[o, x]`` at the grid times, or the tuple
     ``(that, static (N, S))``; latent ``(B, H)``. Solver default: one Euler step per interval, adjoint,
@@ -46,6 +49,7 @@ class ODERNN(TimeSeriesNDE):
     ):
         super().__init__(data, **common)
         self.interpolation, self.intensity = interpolation, intensity
+        self.count_channels = data.count_channels
         hidden_size, in_channels = self.hidden_size, self.in_channels
         self.static = StaticInput(self.static_channels, hidden_size)
         self.field = FieldMLP(hidden_size, hidden_size, hidden_size, self.num_layers, self.regularizer.field_layer,
@@ -53,8 +57,10 @@ class ODERNN(TimeSeriesNDE):
         self.cell = nn.GRUCell(1 + 2 * in_channels if intensity else in_channels, hidden_size)
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
-        counts = (~torch.isnan(values)).cumsum(1).to(values.dtype)
+        measured = values[..., : values.shape[-1] - self.count_channels]
+        counts = (~torch.isnan(measured)).cumsum(1).to(values.dtype)
         flags = torch.cat([counts[:, :1], counts[:, 1:] - counts[:, :-1]], dim=1)
+        flags = torch.cat([flags, flags[..., : self.count_channels]], dim=-1)
         coeffs = spline_coefficients(times, values, self.interpolation)
         filled = control_path(times, coeffs, self.interpolation).evaluate(times)
         return self.static.pack(torch.cat([flags, filled], dim=-1), static)

@@ -247,7 +247,7 @@ def data_spec(bundle: Any) -> DataSpec:
         return DataSpec(bundle.channels, bundle.num_classes, bundle.task == "binary", image_size=bundle.image_size)
     static = bundle.train.static
     return DataSpec(bundle.channels, bundle.num_classes, bundle.task == "binary", times=bundle.times,
-                    static_channels=0 if static is None else static.shape[1])
+                    static_channels=0 if static is None else static.shape[1], count_channels=bundle.count_channels)
 
 
 def build_trial(spec: TrialSpec) -> BuiltTrial:
