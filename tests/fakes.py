@@ -160,17 +160,17 @@ SIZES = {
 
 # Entry-point plugins
 
-def make_plugin(root: Path, body: str) -> dict[str, str]:
-    """A distribution ``ndebench-testplugin`` on ``root`` whose module is ``body`` (registering components
-    under the three entry-point groups); returns the environment that puts it on ``PYTHONPATH``."""
-    (root / "ndebench_testplugin").mkdir(parents=True)
-    (root / "ndebench_testplugin" / "__init__.py").write_text(textwrap.dedent(body))
-    info = root / "ndebench_testplugin-0.1.dist-info"
+def make_plugin(root: Path, body: str, module: str = "ndebench_testplugin") -> dict[str, str]:
+    """A distribution on ``root`` whose module ``module`` is ``body`` (registering components under the three
+    entry-point groups); returns the environment that puts it on ``PYTHONPATH``. Tests that share a worker
+    process give their plugins different module names: an imported module is not imported again."""
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(textwrap.dedent(body))
+    info = root / f"{module}-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ndebench-testplugin\nVersion: 0.1\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "".join(f"[ndebench.{group}]\nplugin = ndebench_testplugin\n\n"
-                for group in ("models", "regularizers", "datasets"))
+        "".join(f"[ndebench.{group}]\nplugin = {module}\n\n" for group in ("models", "regularizers", "datasets"))
     )
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
 

@@ -89,7 +89,7 @@ def test_rerun_reasons():
 def test_resume_fills_every_hole(tmp_path):
     flag = tmp_path / "faulty.flag"
     flag.write_text("on")
-    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN)["PYTHONPATH"]
+    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN, "ndebench_holesplugin")["PYTHONPATH"]
     sys.path.insert(0, str(tmp_path / "plugin"))
     importlib.invalidate_caches()
     os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
