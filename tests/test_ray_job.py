@@ -38,7 +38,7 @@ def _submit(dashboard: str, folder, env_vars: dict[str, str], storage: str, env:
     entrypoint = (f"{sys.executable} -m ndebench.platform run sweep.yaml --storage-path {storage}; "
                   "echo ndebench-exit=$?")
     return subprocess.run([*RAY, "job", "submit", "--address", dashboard, "--working-dir", str(folder),
-                           "--runtime-env-json", runtime_env, "--", entrypoint],
+                           "--runtime-env-json", runtime_env, "--", "sh", "-c", entrypoint],
                           env=env, capture_output=True, text=True, timeout=600)
 
 
