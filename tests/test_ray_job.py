@@ -33,6 +33,12 @@ CONFIG = {
 USER, PASSWORD = "team-admin", "a-long-test-password"
 
 
+def _ours(temp_dir: str, ray_port: int) -> list[int]:
+    """This cluster's processes: those under its temp dir, and Ray's client server, whose command line names
+    only the head's port."""
+    return sorted(set(_processes_mentioning(temp_dir)) | set(_processes_mentioning(f":{ray_port}\0")))
+
+
 def _submit(dashboard: str, folder, env_vars: dict[str, str], storage: str, env: dict[str, str]):
     runtime_env = json.dumps({"env_vars": env_vars})
     entrypoint = (f"{sys.executable} -m ndebench.platform run sweep.yaml --storage-path {storage}; "
@@ -89,10 +95,10 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-        _kill(_processes_mentioning(temp_dir))
+        _kill(_ours(temp_dir, ray_port))
         deadline = time.monotonic() + 30
-        while _processes_mentioning(temp_dir) and time.monotonic() < deadline:
+        while _ours(temp_dir, ray_port) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left = _processes_mentioning(temp_dir)
+        left = _ours(temp_dir, ray_port)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not left
