@@ -46,3 +46,14 @@ def test_exposure_warning_only_beyond_localhost_without_auth():
     assert exposure_warning("127.0.0.1", auth=False) is None
     assert exposure_warning("0.0.0.0", auth=True) is None
     assert "--auth" in exposure_warning("0.0.0.0", auth=False)
+
+
+def test_server_auth_without_credentials_exits_2_before_starting(monkeypatch, tmp_path, capsys):
+    from ndebench.platform.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    assert main(["server", "--auth", "--port", "5999"]) == 2
+    assert "MLFLOW_TRACKING_PASSWORD" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow-auth").exists()

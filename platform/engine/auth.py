@@ -9,6 +9,7 @@ and the Flask secret key reach the server process through its environment only, 
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 import secrets
 from pathlib import Path
@@ -42,6 +43,13 @@ def admin_credentials(credentials_file: str | None = None) -> tuple[str, str]:
     if len(password) < 12:
         raise AuthError(f"the admin password from {where} has {len(password)} characters; use at least 12")
     return username, password
+
+
+def check_installed() -> None:
+    """MLflow's basic-auth app imports Flask-WTF, which only ``mlflow[auth]`` (the ``cluster`` extra) installs."""
+    if importlib.util.find_spec("flask_wtf") is None:
+        raise AuthError("--auth needs MLflow's basic-auth app, which needs Flask-WTF: pip install 'ndebench[cluster]' "
+                        "(or 'mlflow[auth]')")
 
 
 def auth_environment(folder: Path, username: str, password: str) -> dict[str, str]:

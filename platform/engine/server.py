@@ -108,10 +108,11 @@ def server_environment(settings: ServerSettings, credentials_file: str | None = 
                        cwd: Path | None = None) -> dict[str, str]:
     """Environment of the server process beyond this one's: with ``auth``, the basic-auth config (admin
     credentials from the environment or ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``)."""
-    from ndebench.platform.engine.auth import admin_credentials, auth_environment
+    from ndebench.platform.engine.auth import admin_credentials, auth_environment, check_installed
 
     if not settings.auth:
         return {}
+    check_installed()
     return auth_environment(Path(cwd or os.getcwd()) / "mlflow-auth", *admin_credentials(credentials_file))
 
 
