@@ -35,3 +35,21 @@ def test_gpu_request_kept_on_a_joined_cluster_and_refused_locally():
     assert kept == 0.5 and "wait" in message
     with pytest.raises(ValueError, match="--set resources.gpu=0"):
         gpu_request(1.0, 0.0, joined=False)
+
+
+def test_run_refuses_a_gpu_request_on_a_local_ray_without_gpus(tmp_path, monkeypatch, capsys):
+    import torch
+    import yaml
+    from ndebench.platform.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "study": "gpu", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
+        "evaluate": {"seeds": [0]}, "training": {"epochs": 1}}))
+    assert main(["run", "sweep.yaml", "--set", "resources.gpu=1"]) == 2
+    assert "--set resources.gpu=0" in capsys.readouterr().err
+    assert not (tmp_path / "ray_results" / "gpu").exists()
