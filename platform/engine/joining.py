@@ -9,6 +9,7 @@ node that the storage and data are there before it starts.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,6 @@ class NodeNotReady(RuntimeError):
 def check_this_node(storage_root: str | None, data_dir: str | None) -> None:
     """Run in a trial before any work on a joined cluster: the node sees the shared storage (its marker file)
     and the data directory. Raises :class:`NodeNotReady` naming the node, the path and the flag to fix."""
-    import socket
-
     host = socket.gethostname()
     if storage_root and not (Path(storage_root) / STORAGE_MARKER).exists():
         raise NodeNotReady(f"node {host} does not see the shared --storage-path {storage_root!r} (its marker "
