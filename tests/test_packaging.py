@@ -57,3 +57,18 @@ def test_dependencies_are_ranges_and_constraints_pin_what_was_tested():
 def test_a_build_records_its_commit_for_installs_without_git(tmp_path):
     (tmp_path / "build_info.json").write_text(json.dumps({"version": "0.1.0", "git_commit": "abc123"}))
     assert git_state(tmp_path) == ("abc123", None)
+
+
+def test_kuberay_example_runs_a_shipped_paper_config_against_a_tracking_server():
+    import yaml
+
+    job = yaml.safe_load((ROOT / "docs" / "kubernetes" / "rayjob.yaml").read_text())
+    assert job["kind"] == "RayJob" and job["spec"]["rayClusterSpec"]["rayVersion"].startswith("2.60")
+    config = job["spec"]["entrypoint"].split()[2]
+    assert (ROOT / "tune_configs" / Path(config).name).exists() and config.startswith("/home/ray/ndebench/")
+    assert "--address" not in job["spec"]["entrypoint"]
+    assert "MLFLOW_TRACKING_URI" in yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
+    assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+    readme = (ROOT / "README.md").read_text()
+    heads = [line for line in readme.splitlines() if "ray start --head" in line]
+    assert len(heads) == 2 and all("--dashboard-host 0.0.0.0" in line for line in heads)
