@@ -8,9 +8,10 @@ STAMP := $(VENV)/.ndebench-installed
 install: $(STAMP)
 
 # Reinstall only when the packaging metadata changes; the install is editable, so code edits need none.
-$(STAMP): pyproject.toml
+# constraints.txt holds the versions the suite was tested with (pyproject.toml only declares ranges).
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 # Two pytest-xdist workers, each taking whole files: most of the time goes to Ray and MLflow processes starting

@@ -29,8 +29,9 @@ class CommandError(Exception):
 
 
 def _add_tracking(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri",
-                        help="MLflow tracking URI (default: sqlite:///mlflow.db in the working directory)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                        "sqlite:///mlflow.db in the working directory); a server with --auth reads "
+                        "$MLFLOW_TRACKING_USERNAME and $MLFLOW_TRACKING_PASSWORD")
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
@@ -119,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", flush=True)
     sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
                   resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
-                  retry_diverged=args.retry_diverged)
+                  retry_diverged=args.retry_diverged, single_node=args.single_node)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         outcome = sweep.run()
@@ -265,18 +266,22 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from ndebench.platform.engine.server import default_settings, serve, server_command
+    from ndebench.platform.engine.auth import exposure_warning
+    from ndebench.platform.engine.server import default_settings, serve, server_command, server_environment
 
     backend = _tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
     settings = default_settings(
         backend_store_uri=backend, artifacts_destination=args.artifacts_destination, host=args.host,
         port=args.port, public_host=args.public_host, workers=args.workers,
-        allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None,
+        allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None, auth=args.auth,
     )
+    env = server_environment(settings, args.credentials_file)
+    if warning := exposure_warning(settings.host, settings.auth):
+        print(warning, file=sys.stderr, flush=True)
     print(f"MLflow tracking server: runs in {settings.backend_store_uri}, artifacts in "
           f"{settings.artifacts_destination}, listening on {settings.host}:{settings.port}", flush=True)
     print(f"Workers and the driver must use:  --tracking-uri {settings.tracking_uri}", flush=True)
-    return serve(server_command(settings))
+    return serve(server_command(settings), env=env)
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
@@ -465,8 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--storage-path", default="ray_results",
                      help="Ray Tune storage: a folder (default: ./ray_results) "
                      "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
-    run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379); "
-                     "default: start a local Ray")
+    run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379; "
+                     "default: $RAY_ADDRESS, which a Ray Job sets; without either, start a local Ray). A joined "
+                     "cluster must share the tracking store (no sqlite), storage and data, however many nodes it "
+                     "has now")
+    run.add_argument("--single-node", action="store_true", help="the joined cluster stays one machine: allow a "
+                     "sqlite tracking URI and skip the shared-storage and data checks")
     run.add_argument("--resume", action="store_true", help="continue a study: rerun failed and unfinished cells and "
                      "every planned (cell, seed) without an ok run (errored, cut off, missing, newly added seeds), "
                      "reading finished cells' chosen configs from MLflow")
@@ -540,6 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--allowed-hosts", help="comma-separated Host headers to accept besides localhost and "
                         "private IPs (default: the public host, with and without the port)")
     server.add_argument("--workers", type=int, default=4, help="server worker processes (default 4)")
+    server.add_argument("--auth", action="store_true", help="run MLflow's basic-auth app: every request needs a "
+                        "user and password. The admin account comes from $MLFLOW_TRACKING_USERNAME and "
+                        "$MLFLOW_TRACKING_PASSWORD (or --credentials-file), never from the command line; sweeps "
+                        "and `ndebench report` send the same variables (needs the `cluster` extra)")
+    server.add_argument("--credentials-file", help="with --auth: a file of 'username = NAME' and 'password = "
+                        "SECRET' lines for the admin account, instead of the environment variables")
     server.set_defaults(func=cmd_server)
 
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
@@ -607,13 +622,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # After parsing, so that --help and --version answer without importing torch (config imports the models).
     from ndebench.platform.diskfull import disk_full, is_disk_full
     from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
     from ndebench.platform.registry import UnknownNameError
     from ndebench.platform.spec.config import ConfigError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     if args.command == "datasets" and args.action == "check" and not args.name:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:

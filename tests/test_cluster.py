@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from ndebench.platform.engine.cluster import ClusterError, check_cluster
+from ndebench.platform.engine.joining import NodeNotReady, check_this_node
 from ndebench.platform.engine.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,9 +24,28 @@ def _b_sees_nothing(node_ids: list[str], path: str) -> dict[str, bool]:
     return {node: node == "node-a" and Path(path).exists() for node in node_ids}
 
 
-def test_single_node_needs_nothing_shared(tmp_path):
+def test_joined_cluster_of_one_node_still_refuses_sqlite(tmp_path):
+    """An autoscaling cluster starts head-only: nodes that join later would write their own sqlite file."""
     nodes = [{"NodeID": "only", "Alive": True}]
-    assert check_cluster("sqlite:///x.db", str(tmp_path / "s"), str(tmp_path / "absent"), nodes=nodes) == 1
+    with pytest.raises(ClusterError, match="--single-node"):
+        check_cluster("sqlite:///x.db", str(tmp_path / "s"), str(tmp_path), nodes=nodes, node_check=_sees_all)
+
+
+def test_single_node_opts_out_of_every_check(tmp_path):
+    nodes = [{"NodeID": "only", "Alive": True}]
+    assert check_cluster("sqlite:///x.db", str(tmp_path / "s"), str(tmp_path / "absent"), nodes=nodes,
+                         node_check=_b_sees_nothing, single_node=True) == 1
+
+
+def test_shared_storage_keeps_a_marker_that_late_nodes_check(tmp_path):
+    storage, data = tmp_path / "results", tmp_path / "data"
+    data.mkdir()
+    check_cluster("http://h:5000", str(storage), str(data), nodes=TWO_NODES, node_check=_sees_all)
+    check_this_node(str(storage), str(data))
+    with pytest.raises(NodeNotReady, match="--storage-path"):
+        check_this_node(str(tmp_path / "elsewhere"), str(data))
+    with pytest.raises(NodeNotReady, match="--data-dir"):
+        check_this_node(str(storage), str(tmp_path / "nodata"))
 
 
 def test_multi_node_refuses_sqlite(tmp_path):

@@ -1,9 +1,10 @@
-"""Preflight of a multi-node Ray cluster: every node must reach the same tracking store, storage and data.
+"""Preflight of a joined Ray cluster: every node must reach the same tracking store, storage and data.
 
-On one node everything is local and nothing is checked. With more than one alive node, a ``sqlite:``
-tracking URI (each node would write its own database file), a storage path that a worker node does not
-see, or a data directory a worker node cannot read stop the sweep before any trial starts, each with the
-flag that fixes it.
+A joined cluster may have one node now and more later (autoscaling), so the rules do not depend on the node
+count: a ``sqlite:`` tracking URI (each node would write its own database file), a storage path that a node
+does not see, or a data directory a node cannot read stop the sweep before any trial starts, each with the flag
+that fixes it. ``single_node`` (``--single-node``) opts out for a cluster the user knows stays one machine.
+Nodes that join later are checked by each trial on its own node (:mod:`ndebench.platform.engine.joining`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ndebench.platform.engine.joining import STORAGE_MARKER
 
 NodeCheck = Callable[[list[str], str], dict[str, bool]]
 
@@ -50,6 +53,11 @@ def _local(path: str) -> Path:
     return Path(path[len("file://"):] if path.startswith("file://") else path)
 
 
+def shared_folder(storage_path: str) -> str | None:
+    """The folder behind a ``--storage-path`` that must be shared, or ``None`` for an object store."""
+    return None if _is_uri(storage_path) else str(_local(storage_path))
+
+
 def check_cluster(
     tracking_uri: str,
     storage_path: str,
@@ -57,22 +65,26 @@ def check_cluster(
     *,
     nodes: list[dict[str, Any]] | None = None,
     node_check: NodeCheck = paths_seen_by_nodes,
+    single_node: bool = False,
 ) -> int:
-    """Refuse a multi-node sweep whose tracking store, storage or data are not shared; return the node count.
+    """Refuse a sweep on a joined cluster whose tracking store, storage or data are not shared; return the node
+    count.
 
     ``storage_path`` may be an object-store URI (``s3://``, ``gs://``: shared by nature) or a folder, which
     must be the same shared folder on every node: a marker file written here must be visible from each
-    node. ``data_dir`` must exist on every node.
+    node; a second marker stays for trials on nodes that join later. ``data_dir`` must exist on every node.
+    With ``single_node`` nothing is checked.
     """
     nodes = alive_nodes() if nodes is None else nodes
-    if len(nodes) <= 1:
+    if single_node:
         return len(nodes)
     node_ids = [node["NodeID"] for node in nodes]
     if tracking_uri.startswith("sqlite:"):
         raise ClusterError(
-            f"the Ray cluster has {len(nodes)} nodes but the tracking URI {tracking_uri!r} is a sqlite file: every "
-            "node would write its own database. Start `ndebench server` on the head node and pass the "
-            "--tracking-uri http://HEAD:PORT it prints"
+            f"the sweep joins a Ray cluster ({len(nodes)} node(s) now, more may join) but the tracking URI "
+            f"{tracking_uri!r} is a sqlite file: every node would write its own database. Start `ndebench server` "
+            "on the head node and pass the --tracking-uri http://HEAD:PORT it prints (or set MLFLOW_TRACKING_URI), "
+            "or pass --single-node for a cluster that stays one machine"
         )
     if not _is_uri(storage_path):
         folder = _local(storage_path)
@@ -89,6 +101,7 @@ def check_cluster(
                 f"({', '.join(missing[:3])}) do not see it. Pass a folder mounted on every node (NFS) or an "
                 "object-store URI (s3://bucket/path) as --storage-path"
             )
+        (folder / STORAGE_MARKER).touch()
     missing = [] if data_dir is None else [n for n, seen in node_check(node_ids, data_dir).items() if not seen]
     if missing:
         raise ClusterError(

@@ -6,6 +6,7 @@ the process that runs the trial (host, Ray node, device).
 """
 from __future__ import annotations
 
+import json
 import platform
 import socket
 import subprocess
@@ -13,7 +14,8 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-LIBRARIES = ("torch", "torchdiffeq", "torchsde", "torchcde", "ray", "optuna", "mlflow", "scipy")
+LIBRARIES = ("torch", "torchdiffeq", "torchsde", "torchcde", "ray", "optuna", "mlflow", "numpy", "scipy",
+             "scikit-learn", "pandas", "sktime", "librosa")
 
 
 def _version(package: str) -> str:
@@ -31,12 +33,22 @@ def _git(source: Path, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def build_info(source: Path) -> dict[str, str]:
+    """What the build wrote into an installed package (``build_info.json``: version, git commit); ``{}`` in a
+    source checkout."""
+    try:
+        return json.loads((source / "build_info.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def git_state(source: Path) -> tuple[str, bool | None]:
-    """``(commit, dirty)`` of the git checkout holding ``source``; ``("unknown", None)`` outside a checkout
-    (e.g. a wheel install). Dirty means tracked or untracked-not-ignored files differ from the commit."""
+    """``(commit, dirty)`` of the git checkout holding ``source``; outside a checkout (a wheel or an image) the
+    commit the build recorded, else ``("unknown", None)``. Dirty means tracked or untracked-not-ignored files
+    differ from the commit."""
     commit = _git(source, "rev-parse", "HEAD")
     if commit is None:
-        return "unknown", None
+        return build_info(source).get("git_commit", "unknown"), None
     status = _git(source, "status", "--porcelain", "--untracked-files=normal", "--", ".")
     return commit, bool(status)
 

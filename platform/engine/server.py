@@ -48,7 +48,8 @@ for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
 class ServerSettings:
     """A tracking server: ``backend_store_uri`` (runs, params, metrics), ``artifacts_destination`` (a folder
     or object-store URI the server proxies artifact uploads to), bind ``host`` and ``port``, the name
-    workers reach it by (``public_host``), and the Host headers it accepts (``allowed_hosts``)."""
+    workers reach it by (``public_host``), the Host headers it accepts (``allowed_hosts``), and whether it runs
+    MLflow's basic-auth app (``auth``)."""
 
     backend_store_uri: str
     artifacts_destination: str
@@ -57,6 +58,7 @@ class ServerSettings:
     public_host: str = ""
     allowed_hosts: tuple[str, ...] = ()
     workers: int = 4
+    auth: bool = False
 
     @property
     def reachable_host(self) -> str:
@@ -99,7 +101,19 @@ def server_command(settings: ServerSettings) -> list[str]:
         "--artifacts-destination", settings.artifacts_destination, "--serve-artifacts",
         "--host", settings.host, "--port", str(settings.port), "--workers", str(settings.workers),
         "--allowed-hosts", ",".join(settings.host_headers()),
-    ]
+    ] + (["--app-name", "basic-auth"] if settings.auth else [])
+
+
+def server_environment(settings: ServerSettings, credentials_file: str | None = None,
+                       cwd: Path | None = None) -> dict[str, str]:
+    """Environment of the server process beyond this one's: with ``auth``, the basic-auth config (admin
+    credentials from the environment or ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``)."""
+    from ndebench.platform.engine.auth import admin_credentials, auth_environment, check_installed
+
+    if not settings.auth:
+        return {}
+    check_installed()
+    return auth_environment(Path(cwd or os.getcwd()) / "mlflow-auth", *admin_credentials(credentials_file))
 
 
 def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
@@ -130,11 +144,13 @@ def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 12
     threading.Thread(target=poll, daemon=True).start()
 
 
-def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable[[], None] | None = None) -> int:
+def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable[[], None] | None = None,
+          env: dict[str, str] | None = None) -> int:
     """Run ``command`` in its own process group until it exits or this process gets SIGINT, SIGTERM or SIGHUP;
     then end the whole group (the server and its workers). ``on_ready`` runs once ``base_url`` answers.
-    Returns the child's exit code, or ``128 + signal`` when stopped by a signal (as a shell reports it)."""
-    process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV), start_new_session=True)
+    ``env`` adds to this process's environment. Returns the child's exit code, or ``128 + signal`` when stopped
+    by a signal (as a shell reports it)."""
+    process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV, **(env or {})), start_new_session=True)
     # A SIGKILL of this process runs none of its handlers: a watchdog ends the group once this process is gone.
     watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(process.pid)],
                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -28,7 +28,8 @@ from ndebench.datasets.check import preflight_problems
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.diskfull import disk_full, is_disk_full
-from ndebench.platform.engine.cluster import check_cluster
+from ndebench.platform.engine.cluster import check_cluster, shared_folder
+from ndebench.platform.engine.joining import gpu_request, init_arguments, ray_address
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.storage import Storage
@@ -137,8 +138,10 @@ class Sweep:
         verbose: bool = False,
         progress_every_s: float = 60.0,
         retry_diverged: bool = False,
+        single_node: bool = False,
     ):
-        self.spec, self.tracking_uri, self.address, self.resume = spec, tracking_uri, address, resume
+        self.spec, self.tracking_uri, self.resume = spec, tracking_uri, resume
+        self.address, self.single_node = ray_address(address), single_node
         self.storage = Storage(storage_path)
         # Resolved on the driver (flag > config > $NDEBENCH_DATA_DIR > ./data) and made absolute, since
         # Ray trials run in their own working directories, possibly on other nodes.
@@ -171,8 +174,8 @@ class Sweep:
     def _check_cluster(self) -> None:
         # A data directory absent on the driver passed the data check, so no dataset of the sweep reads files.
         data_dir = self.data_dir if Path(self.data_dir).exists() else None
-        nodes = check_cluster(self.tracking_uri, self.storage.uri, data_dir)
-        if nodes > 1:
+        nodes = check_cluster(self.tracking_uri, self.storage.uri, data_dir, single_node=self.single_node)
+        if nodes > 1 and not self.single_node:
             self.say(f"cluster of {nodes} nodes: tracking store, storage and data reachable from every node")
 
     @staticmethod
@@ -193,22 +196,16 @@ class Sweep:
         self._driver_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("ray").addHandler(self._driver_handler)
         if not ray.is_initialized():
-            if self.address:
-                ray.init(address=self.address, log_to_driver=self.verbose)
-            else:
-                # Trials pass only small configs and results through the object store (data are loaded in the
-                # worker), so 256 MiB is plenty; Ray's default of 30% of RAM would reserve gigabytes of /dev/shm.
-                ray.init(include_dashboard=False, object_store_memory=256 * 1024**2, log_to_driver=self.verbose)
+            ray.init(**init_arguments(self.address, self.verbose))
         resources = ray.cluster_resources()
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
         return resources
 
     def _place(self, gpus_available: float) -> None:
-        """GPU requests only where the cluster has GPUs: elsewhere Ray would leave the trials pending forever."""
-        res = self.spec.resources
-        self._gpu = res.gpu if gpus_available > 0 else 0.0
-        if res.gpu > 0 and self._gpu == 0:
-            self.say(f"resources.gpu={res.gpu:g} requested but the cluster has no GPU: trials run on CPU")
+        """GPU requests are kept (a joined cluster may add GPU nodes) or refused; never dropped silently."""
+        self._gpu, message = gpu_request(self.spec.resources.gpu, gpus_available, bool(self.address))
+        if message:
+            self.say(message)
         self._device = "cuda" if self._gpu > 0 else "cpu"
 
     def _resolve(self, config: dict[str, Any]) -> dict[str, Any]:
@@ -226,9 +223,17 @@ class Sweep:
             trainable, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
             storage_uri=self.storage.uri, experiment=self._experiment(stage), run_tags=driver_provenance(),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
-            plugins=self.spec.plugins,
+            plugins=self.spec.plugins, node_check=self._node_check(),
+            system_metrics=self.spec.resources.system_metrics,
         )
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self._gpu})
+
+    def _node_check(self) -> tuple[str | None, str | None] | None:
+        """What a trial checks on its node before it starts: on a joined cluster, nodes may join after the
+        preflight."""
+        if not self.address or self.single_node:
+            return None
+        return shared_folder(self.storage.uri), self.data_dir if Path(self.data_dir).exists() else None
 
     def _experiment(self, stage: str) -> str:
         return f"{self.spec.study}/{stage}-{self.stamp}"
@@ -557,6 +562,7 @@ class Sweep:
             self._check_study()
             check_storage_writable(self.storage)
             check_resources(self.spec, [{"CPU": local_cpus(), "GPU": local_gpus()}])
+            gpu_request(self.spec.resources.gpu, local_gpus(), joined=False)
             resources = self._start_ray()
         try:
             return self._run_stages(resources)

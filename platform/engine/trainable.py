@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.datasets.registry import dataset_info
+from ndebench.platform.engine.joining import check_this_node
 from ndebench.platform.engine.provenance import worker_provenance
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
+from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TAG, TrialRecorder, last_logged_step
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.trial import STATE_FILE, TrialSpec, load_trial_state, run_trial, save_trial_state
@@ -93,16 +95,22 @@ def _restored() -> tuple[dict[str, Any] | None, str | None]:
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
               evaluate_configs: dict[str, dict[str, Any]] | None = None, storage_uri: str = "",
               experiment: str = "", run_tags: dict[str, str] | None = None, checkpoint_every: int = 1,
-              save_weights: bool = False, plugins: tuple[str, ...] = ()) -> None:
+              save_weights: bool = False, plugins: tuple[str, ...] = (),
+              node_check: tuple[str | None, str | None] | None = None, system_metrics: bool = True) -> None:
     """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
 
     Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>``
     into ``evaluate_configs``. Every report carries ``status`` (``running`` until the final one) and the
     MLflow ``run_id``, so the driver can mark a trial the scheduler stopped. ``run_tags`` (the driver's
     provenance) and this worker's host, Ray node and device are tags of the run; with ``save_weights`` an
-    evaluate run logs its best weights (``model/state_dict.pt``).
+    evaluate run logs its best weights (``model/state_dict.pt``). ``node_check`` (storage root, data directory)
+    is checked on this node first, on a joined cluster whose nodes may have joined after the preflight. With
+    ``system_metrics`` (and psutil installed), MLflow samples CPU, memory and GPU use into the run.
     """
     from ray import tune
+
+    if node_check:
+        check_this_node(*node_check)
 
     import_plugins(plugins)
     config = dict(evaluate_configs[config["trial"]] if "trial" in config else config)
@@ -144,8 +152,9 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
 
     spec = TrialSpec.from_flat(config)
     try:
-        result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
-                           evaluate_test=phase == "evaluate")
+        with sampled(recorder.run_id, tracking_uri, enabled=system_metrics):
+            result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
+                               evaluate_test=phase == "evaluate")
     except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"[:4000]

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, SUPERSEDED, TAG
+from ndebench.platform.record.standard_tags import standard_tags
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
@@ -21,7 +22,10 @@ _READY: set[str] = set()
 
 
 def default_tracking_uri(cwd: str | Path | None = None) -> str:
-    """``sqlite:///<abs cwd>/mlflow.db``: absolute, so Ray trials (which chdir) write to the same database."""
+    """``$MLFLOW_TRACKING_URI`` (as MLflow itself reads it), else ``sqlite:///<abs cwd>/mlflow.db``: absolute, so
+    Ray trials (which chdir) write to the same database."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return absolute_uri(os.environ["MLFLOW_TRACKING_URI"])
     return f"sqlite:///{Path(cwd or os.getcwd()).resolve() / 'mlflow.db'}"
 
 
@@ -184,6 +188,7 @@ class TrialRecorder:
         all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash,
                                                                      f"{TAG}status": "running",
                                                                      f"{TAG}kind": "trial"}
+        all_tags |= standard_tags(tags.get("git_commit"))
         if parent_run_id:
             all_tags[PARENT] = parent_run_id
         # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
@@ -419,7 +424,7 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
             **({PLANNED_SEEDS: params["evaluate.seeds"]} if "evaluate.seeds" in params else {}),
-            **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}}
+            **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}} | standard_tags((tags or {}).get("git_commit"))
     experiment_id = ensure_experiment(uri, study)
     if description:
         _retry(lambda: mlflow_client.set_experiment_tag(experiment_id, "mlflow.note.content", description))
@@ -447,7 +452,7 @@ def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict
     all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {
         f"{TAG}kind": "cell", f"{TAG}phase": phase, f"{TAG}cell": key, f"{TAG}study": study,
         f"{TAG}status": "running", PARENT: parent,
-    }
+    } | standard_tags(tags.get("git_commit"))
     run = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
                                                   run_name=f"{phase}-{key}"))
     return run.info.run_id

@@ -118,6 +118,7 @@ class EvaluateConfig:
 class Resources:
     cpu: float = typed.checked(1.0, typed.number(0, low_open=True))
     gpu: float = typed.checked(0.0, typed.number(0))
+    system_metrics: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,5 @@
+"""``python -m ndebench.platform``: the ``ndebench`` command line."""
+from ndebench.platform.cli import run
+
+if __name__ == "__main__":
+    run()

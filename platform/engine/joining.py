@@ -1,0 +1,61 @@
+"""Which Ray cluster a sweep runs on, set the ways Ray users set it, and what joining one implies.
+
+``--address`` defaults to ``$RAY_ADDRESS`` (which ``ray job submit`` sets for its entrypoint), so a sweep inside
+a Ray Job joins the job's cluster. Without either, a private local Ray is started (``address="local"``), never
+a cluster that happens to run on this machine. A joined cluster may grow (autoscaling, late ``ray start``), so
+the multi-node rules apply to it whatever the number of nodes alive now, and each trial re-checks on its own
+node that the storage and data are there before it starts.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+# Written into the storage root by the driver of a joined sweep; a trial on a node that does not see it is on a
+# node without the shared storage.
+STORAGE_MARKER = ".ndebench-storage"
+
+
+def ray_address(flag: str | None) -> str | None:
+    """The cluster to join: ``--address``, else ``$RAY_ADDRESS``, else ``None`` (start a local Ray)."""
+    return flag or os.environ.get("RAY_ADDRESS") or None
+
+
+def init_arguments(address: str | None, verbose: bool) -> dict[str, Any]:
+    """Keyword arguments of ``ray.init`` for joining ``address`` or, with ``None``, starting a local Ray."""
+    if address:
+        return {"address": address, "log_to_driver": verbose}
+    # Trials pass only small configs and results through the object store (data are loaded in the worker), so
+    # 256 MiB is plenty; Ray's default of 30% of RAM would reserve gigabytes of /dev/shm.
+    return {"address": "local", "include_dashboard": False, "object_store_memory": 256 * 1024**2,
+            "log_to_driver": verbose}
+
+
+class NodeNotReady(RuntimeError):
+    """A trial was placed on a node that lacks the shared storage or the data; the message says which."""
+
+
+def check_this_node(storage_root: str | None, data_dir: str | None) -> None:
+    """Run in a trial before any work on a joined cluster: the node sees the shared storage (its marker file)
+    and the data directory. Raises :class:`NodeNotReady` naming the node, the path and the flag to fix."""
+    host = socket.gethostname()
+    if storage_root and not (Path(storage_root) / STORAGE_MARKER).exists():
+        raise NodeNotReady(f"node {host} does not see the shared --storage-path {storage_root!r} (its marker "
+                           f"{STORAGE_MARKER} is missing): mount the same folder on every node that joins")
+    if data_dir and not Path(data_dir).exists():
+        raise NodeNotReady(f"node {host} has no --data-dir {data_dir!r}: put the data at the same path on every "
+                           "node that joins (or a shared mount)")
+
+
+def gpu_request(requested: float, visible: float, joined: bool) -> tuple[float, str | None]:
+    """The GPUs per trial to ask Ray for, and a line to print. With GPUs requested and none visible, a joined
+    cluster keeps the request (an autoscaler adds GPU nodes for pending trials), a local Ray refuses."""
+    if requested <= 0 or visible > 0:
+        return requested, None
+    if joined:
+        return requested, (f"resources.gpu={requested:g} requested and the cluster has no GPU now: trials wait "
+                           "until GPU nodes join (autoscaling) or are started")
+    raise ValueError(f"resources.gpu={requested:g} requested but this machine has no GPU visible to torch; pass "
+                     "--set resources.gpu=0 to run on CPU, or --address to join a cluster with GPUs")

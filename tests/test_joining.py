@@ -1,0 +1,55 @@
+"""Joining a Ray cluster the usual ways: $RAY_ADDRESS, $MLFLOW_TRACKING_URI, GPU requests never dropped."""
+from __future__ import annotations
+
+import pytest
+from ndebench.platform.engine.joining import gpu_request, init_arguments, ray_address
+from ndebench.platform.record.tracking import default_tracking_uri
+
+
+def test_address_flag_wins_then_ray_address(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert ray_address("auto") == "auto"
+    assert ray_address(None) == "10.0.0.1:6379"
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert ray_address(None) is None
+
+
+def test_local_ray_never_joins_a_running_cluster_and_joining_passes_no_local_options():
+    local = init_arguments(None, verbose=False)
+    assert local["address"] == "local" and "object_store_memory" in local
+    # Ray refuses object_store_memory (and the dashboard switch) when it connects to an existing cluster.
+    assert init_arguments("127.0.0.1:6379", verbose=True) == {"address": "127.0.0.1:6379", "log_to_driver": True}
+
+
+def test_tracking_uri_defaults_to_mlflow_tracking_uri(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://head:5000")
+    assert default_tracking_uri(tmp_path) == "http://head:5000"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+
+
+def test_gpu_request_kept_on_a_joined_cluster_and_refused_locally():
+    assert gpu_request(1.0, 2.0, joined=False) == (1.0, None)
+    assert gpu_request(0.0, 0.0, joined=False) == (0.0, None)
+    kept, message = gpu_request(0.5, 0.0, joined=True)
+    assert kept == 0.5 and "wait" in message
+    with pytest.raises(ValueError, match="--set resources.gpu=0"):
+        gpu_request(1.0, 0.0, joined=False)
+
+
+def test_run_refuses_a_gpu_request_on_a_local_ray_without_gpus(tmp_path, monkeypatch, capsys):
+    import torch
+    import yaml
+    from ndebench.platform.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "study": "gpu", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
+        "evaluate": {"seeds": [0]}, "training": {"epochs": 1}}))
+    assert main(["run", "sweep.yaml", "--set", "resources.gpu=1"]) == 2
+    assert "--set resources.gpu=0" in capsys.readouterr().err
+    assert not (tmp_path / "ray_results" / "gpu").exists()
