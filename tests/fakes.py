@@ -191,7 +191,7 @@ def _variant(p: float, m: float) -> str:
 
 
 def study_frame(seed: int = 0) -> pd.DataFrame:
-    """One row per evaluate run with the columns of :func:`ndebench.platform.record.runframe.runs_frame`. The
+    """One row per evaluate run with the columns of :func:`ndebench.platform.record.runs.runs_frame`. The
     (p=0.5, m=5) variant is 0.1 worse than ``none`` (a red cell); the others are 0.02-0.05 better."""
     rng = np.random.default_rng(seed)
     rows = []
