@@ -16,8 +16,8 @@ from ndebench.platform.report import html_report, mc_samples, report, sections, 
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (from ``tracking.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
-    runs that belong to fixed-parameter variant cells (``frame`` from ``runframe.runs_frame``), so that each
+    """``runs`` (from ``runs.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
+    runs that belong to fixed-parameter variant cells (``frame`` from ``runs.runs_frame``), so that each
     variant is its own row of the per-study tables."""
     if frame.empty or "run_id" not in runs:
         return runs
@@ -32,7 +32,7 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     """Write every analysis and ``report.html`` next to ``files`` (the output of :func:`report.build_report`
     on ``runs``); return the new paths, PDF copies of the report's figures included.
 
-    ``frame`` holds the study's evaluate runs with parameters and times (``runframe.runs_frame``),
+    ``frame`` holds the study's evaluate runs with parameters and times (``runs.runs_frame``),
     ``reevaluated`` its reevaluate runs; ``channels`` maps datasets to input channels for the univariate /
     multivariate split (default: the UEA archive's table).
     """
