@@ -176,12 +176,12 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             handle.write("\n".join(lines) + "\n")
     paths = list(files.paths)
     if uri is not None:
-        paths += _analyses(runs, files, study, uri, frame, test=test, alpha=alpha, correction=correction)
+        paths += _analyses(runs, files, study, uri, frame, alpha)
     return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
 
 
-def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None, *,
-              test: str, alpha: float, correction: str) -> list[Path]:
+def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None,
+              alpha: float) -> list[Path]:
     """The further analyses and ``report.html`` (when any run has results), then every file logged to MLflow."""
     from ndebench.platform.record.runs import runs_frame
     from ndebench.platform.record.tracking import client, log_report_artifacts
@@ -192,8 +192,8 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
     if has_results(runs):
         experiment = client(uri).get_experiment_by_name(study)
         paths += write_analyses(
-            runs_frame(uri, study) if frame is None else frame, runs, files, study, test=test, alpha=alpha,
-            correction=correction, reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
+            runs_frame(uri, study) if frame is None else frame, runs, files, study, alpha=alpha,
+            reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
             ui_url="http://127.0.0.1:5000", experiment_id=experiment.experiment_id if experiment else None)
     log_report_artifacts(uri, study, [*files.paths, *paths])
     return paths
