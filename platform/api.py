@@ -74,22 +74,33 @@ class RunResult:
 def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
         address: str | None = None, resume: bool = False, data_dir: str | None = None,
         verbose: bool = False, retry_diverged: bool = False) -> RunResult:
-    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then
-    :class:`~ndebench.platform.engine.sweep.Sweep` (a local Ray, or the cluster at ``address``) records every trial
-    in MLflow at ``uri`` (default :func:`tracking_uri`). ``resume`` continues a study (failed and
-    unfinished cells, and every planned (cell, seed) without an ok run, run again; ``retry_diverged`` also
-    reruns diverged ones); ``storage_path`` holds Ray's results (a path or an ``s3://``-style URI);
-    ``data_dir`` overrides the spec's. A failed cell does not raise: it is in ``outcome.failed``."""
-    from ndebench.platform.engine.sweep import Sweep
-    from ndebench.platform.report.cellstats import cell_statistics
+    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then :func:`sweep`
+    (a local Ray, or the cluster at ``address``) records every trial in MLflow at ``uri`` (default
+    :func:`tracking_uri`). ``resume`` continues a study (failed and unfinished cells, and every planned
+    (cell, seed) without an ok run, run again; ``retry_diverged`` also reruns diverged ones); ``storage_path``
+    holds Ray's results (a path or an ``s3://``-style URI); ``data_dir`` overrides the spec's. A failed cell
+    does not raise: it is in ``outcome.failed``."""
     from ndebench.platform.spec.buildcheck import check_models_build
 
     check_models_build(spec)
     uri = tracking_uri(uri)
-    outcome = Sweep(spec, tracking_uri=uri, storage_path=storage_path, address=address, resume=resume,
-                    data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged,
-                    cell_statistics=cell_statistics).run()
+    outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume, data_dir=data_dir,
+                    verbose=verbose, retry_diverged=retry_diverged)
     return RunResult(spec.study, uri, outcome, results(spec.study, uri))
+
+
+def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
+          address: str | None = None, resume: bool = False, data_dir: str | None = None, verbose: bool = False,
+          retry_diverged: bool = False) -> SweepOutcome:
+    """The sweep of :func:`run` on a spec already checked (:func:`validate`):
+    :class:`~ndebench.platform.engine.sweep.Sweep`, its cell runs closed with the report's statistics
+    (:func:`~ndebench.platform.report.cellstats.cell_statistics`)."""
+    from ndebench.platform.engine.sweep import Sweep
+    from ndebench.platform.report.cellstats import cell_statistics
+
+    return Sweep(spec, tracking_uri=tracking_uri(uri), storage_path=storage_path, address=address, resume=resume,
+                 data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged,
+                 cell_statistics=cell_statistics).run()
 
 
 def results(study: str, uri: str | None = None) -> pd.DataFrame:

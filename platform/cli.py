@@ -76,11 +76,11 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
-    from ndebench.platform.spec.config import load_spec
 
-    spec = load_spec(args.config, _overrides(args))
+    spec = api.load(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
     for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(_total_trials(spec)):
@@ -90,28 +90,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
     from ndebench.platform.diskfull import DiskFullError
     from ndebench.platform.engine.runchecks import check_out_dir, size_warnings
-    from ndebench.platform.engine.sweep import Sweep
     from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
-    from ndebench.platform.report.cellstats import cell_statistics
-    from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
-    from ndebench.platform.spec.config import load_spec
     from ndebench.platform.spec.plan import sweep_cells
 
-    spec = load_spec(args.config, _overrides(args))
-    check_models_build(spec)
+    spec = api.load(args.config, _overrides(args))
+    warnings = api.validate(spec)
     uri = _tracking_uri(args)
     check_out_dir(args.out)
     print(_describe_spec(spec), flush=True)
-    for warning in tpe_warnings(spec) + size_warnings(_total_trials(spec)):
+    for warning in warnings + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}", flush=True)
-    sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
-                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
-                  retry_diverged=args.retry_diverged, cell_statistics=cell_statistics)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        outcome = sweep.run()
+        outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address, resume=args.resume,
+                            data_dir=args.data_dir, verbose=args.verbose, retry_diverged=args.retry_diverged)
     except KeyboardInterrupt as exc:
         code = exitcodes.TERMINATED if isinstance(exc, Terminated) else exitcodes.INTERRUPTED
         print(f"[ndebench] exit {code}: interrupted ({'SIGTERM' if code == exitcodes.TERMINATED else 'Ctrl-C'}); "
