@@ -1,7 +1,8 @@
-"""The Python API for notebooks and scripts: load a sweep spec, validate it, run it, read its results, report.
+"""The Python API for notebooks and scripts, and the one facade of the ``ndebench`` command: load a sweep spec,
+validate it, run it, read its results, report.
 
-The same steps as ``ndebench validate``, ``ndebench run`` and ``ndebench report``, as functions that return
-values instead of printing::
+The same steps as ``ndebench validate``, ``ndebench run``, ``ndebench reevaluate`` and ``ndebench report``, as
+functions that return values instead of printing::
 
     from ndebench.platform import api
 
@@ -10,17 +11,18 @@ values instead of printing::
     result = api.run(spec)                  # trains on Ray, records in MLflow
     runs = api.results(spec.study)          # one row per evaluate run
     rep = api.report(runs, "reports")       # tables as text and files
+    api.report_study(spec.study)            # all that `ndebench report` writes, logged to MLflow
 
 Each function is a thin wrapper over the module that does the work (:mod:`~ndebench.platform.spec.config`,
 :mod:`~ndebench.platform.spec.buildcheck`, :mod:`~ndebench.platform.engine.sweep`,
-:mod:`~ndebench.platform.record.runs`,
-:mod:`~ndebench.platform.report.report`); errors are the ones the command line prints
+:mod:`~ndebench.platform.record.runs`, :mod:`~ndebench.platform.report.report`,
+:mod:`~ndebench.platform.report.analyses`); errors are the ones the command line prints
 (:class:`~ndebench.platform.spec.config.ConfigError` and ``ValueError`` naming the bad value).
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,16 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     extra = ["run_id", *(c for c in frame.columns if c not in runs.columns)]
     merged = runs.merge(frame[extra], on="run_id", how="left")
     return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
+
+
+def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_dir: str | None = None,
+               log: Callable[[str], None] = print) -> list[str]:
+    """``ndebench reevaluate``: each ``ok`` evaluate run of ``study`` with a Monte-Carlo test protocol evaluated
+    again at every ``n_mc`` from its logged weights (:func:`~ndebench.platform.engine.reevaluate.reevaluate`);
+    returns the new reevaluate runs' ids, which :func:`report` turns into the MC-samples table."""
+    from ndebench.platform.engine.reevaluate import reevaluate as run_again
+
+    return run_again(tracking_uri(uri), study, n_mc, log=log, data_dir=data_dir)
 
 
 @dataclasses.dataclass(frozen=True)

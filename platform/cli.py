@@ -183,11 +183,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
-    from ndebench.platform.engine.reevaluate import parse_n_mc, reevaluate
+    from ndebench.platform import api
+    from ndebench.platform.engine.reevaluate import parse_n_mc
 
     n_mc = parse_n_mc(args.n_mc)
     uri = _tracking_uri(args)
-    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True), data_dir=args.data_dir)
+    created = api.reevaluate(args.study, n_mc, uri, data_dir=args.data_dir, log=lambda line: print(line, flush=True))
     print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
           f"`ndebench report --study {args.study}` adds the MC-samples table")
     return 0
