@@ -42,7 +42,6 @@ def usable(result: dict[str, Any], metric: str) -> bool:
     return result.get("status") == "ok" and value is not None and math.isfinite(value)
 
 
-
 class StageContext:
     """The state and the Ray Tune plumbing every stage of one sweep of ``spec`` uses."""
 
