@@ -94,7 +94,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
         progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                  ctx.ray.say_console, ctx.progress_every_s)
-        ctx.fit("evaluate", ctx.trainable("evaluate", parents, trials), tune.TuneConfig(
+        ctx.fit("evaluate", ctx.trainable_for("evaluate", parents, trials), tune.TuneConfig(
             reuse_actors=True, trial_dirname_creator=trial_dirname),
             {"trial": tune.grid_search(list(trials))}, [progress])
         ctx.close_orphans("evaluate", progress.outcomes, trials)

@@ -69,7 +69,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
                                 {c.key: c.template["training.epochs"] for c in run.cells})
     progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
                              tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s)
-    ctx.fit(stage.name, ctx.trainable(stage.name, parents), tune.TuneConfig(
+    ctx.fit(stage.name, ctx.trainable_for(stage.name, parents), tune.TuneConfig(
         search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
         # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
         max_concurrent_trials=searcher.max_live, trial_dirname_creator=trial_dirname,

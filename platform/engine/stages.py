@@ -71,14 +71,16 @@ class StageContext:
         self.device = "cuda" if self.gpu > 0 else "cpu"
 
     def resolve(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` as a trial runs it: with the driver's data directory, the device and its thread count."""
         config = dict(config, data_dir=self.data_dir, device=self.device)
         # torch defaults to one thread per core of the node, so concurrent trials would oversubscribe it; a
         # trial uses the CPUs Ray reserved for it.
         config.setdefault("training.threads", max(1, int(self.spec.resources.cpu)))
         return config
 
-    def trainable(self, stage: str, parents: dict[str, str],
-                   evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
+    def trainable_for(self, stage: str, parents: dict[str, str],
+                      evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
+        """The trainable of ``stage`` with its trial runs under the cell runs ``parents``, on the resources placed."""
         from ray import tune
 
         fn = tune.with_parameters(
@@ -90,6 +92,7 @@ class StageContext:
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self.gpu})
 
     def experiment(self, stage: str) -> str:
+        """Ray Tune's experiment (folder) name of ``stage`` in this sweep."""
         return f"{self.spec.study}/{stage}-{self.stamp}"
 
     def fit(self, stage: str, fn: Any, tune_config: Any, param_space: dict[str, Any], callbacks: list[Any]) -> Any:
@@ -116,7 +119,7 @@ class StageContext:
         return tags | ({"variant": cell.variant} if cell.variant else {})
 
     def close_orphans(self, phase: str, outcomes: dict[str, list[dict[str, Any]]],
-                       trials: dict[str, dict[str, Any]] | None = None) -> None:
+                      trials: dict[str, dict[str, Any]] | None = None) -> None:
         """Close as ``error`` the trial runs of ``phase`` whose worker died before recording an outcome, with
         the reason Ray gave for that trial."""
         reasons = {}
@@ -150,7 +153,7 @@ class StageContext:
             self.say(f"  {kept} diverged run(s) kept as results (same config and code); --retry-diverged reruns them")
 
     def final_configs(self, cells: list[Cell], base: dict[str, dict[str, Any]],
-                       tuned: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+                      tuned: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The evaluated config of every cell: its template, the base stage's values (paper), its own search."""
         out = {}
         for cell in cells:
