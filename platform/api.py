@@ -98,11 +98,19 @@ def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path =
     :class:`~ndebench.platform.engine.sweep.Sweep`, its cell runs closed with the report's statistics
     (:func:`~ndebench.platform.report.cellstats.cell_statistics`)."""
     from ndebench.platform.engine.sweep import Sweep
-    from ndebench.platform.report.cellstats import cell_statistics
 
     return Sweep(spec, tracking_uri=tracking_uri(uri), storage_path=storage_path, address=address, resume=resume,
                  data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged,
-                 cell_statistics=cell_statistics).run()
+                 cell_statistics=_cell_statistics).run()
+
+
+def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
+                     test: str) -> dict[tuple[str, str, str], dict[str, float]]:
+    # The report wing (scipy, statsmodels) is imported when the evaluate stage ends, as before the split, not
+    # while the sweep starts.
+    from ndebench.platform.report.cellstats import cell_statistics
+
+    return cell_statistics(runs, cells, test)
 
 
 def results(study: str, uri: str | None = None) -> pd.DataFrame:
