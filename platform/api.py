@@ -1,7 +1,8 @@
-"""The Python API for notebooks and scripts: load a sweep spec, validate it, run it, read its results, report.
+"""The Python API for notebooks and scripts, and the one facade of the ``ndebench`` command: load a sweep spec,
+validate it, run it, read its results, report.
 
-The same steps as ``ndebench validate``, ``ndebench run`` and ``ndebench report``, as functions that return
-values instead of printing::
+The same steps as ``ndebench validate``, ``ndebench run``, ``ndebench reevaluate`` and ``ndebench report``, as
+functions that return values instead of printing::
 
     from ndebench.platform import api
 
@@ -10,17 +11,18 @@ values instead of printing::
     result = api.run(spec)                  # trains on Ray, records in MLflow
     runs = api.results(spec.study)          # one row per evaluate run
     rep = api.report(runs, "reports")       # tables as text and files
+    api.report_study(spec.study)            # all that `ndebench report` writes, logged to MLflow
 
 Each function is a thin wrapper over the module that does the work (:mod:`~ndebench.platform.spec.config`,
 :mod:`~ndebench.platform.spec.buildcheck`, :mod:`~ndebench.platform.engine.sweep`,
-:mod:`~ndebench.platform.record.tracking`, :mod:`~ndebench.platform.record.runframe`,
-:mod:`~ndebench.platform.report.report`); errors are the ones the command line prints
+:mod:`~ndebench.platform.record.runs`, :mod:`~ndebench.platform.report.report`,
+:mod:`~ndebench.platform.report.analyses`); errors are the ones the command line prints
 (:class:`~ndebench.platform.spec.config.ConfigError` and ``ValueError`` naming the bad value).
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,21 +75,43 @@ class RunResult:
 
 def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
         address: str | None = None, resume: bool = False, data_dir: str | None = None,
-        verbose: bool = False, retry_diverged: bool = False) -> RunResult:
-    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then
-    :class:`~ndebench.platform.engine.sweep.Sweep` (a local Ray, or the cluster at ``address``) records every trial
-    in MLflow at ``uri`` (default :func:`tracking_uri`). ``resume`` continues a study (failed and
-    unfinished cells, and every planned (cell, seed) without an ok run, run again; ``retry_diverged`` also
-    reruns diverged ones); ``storage_path`` holds Ray's results (a path or an ``s3://``-style URI);
-    ``data_dir`` overrides the spec's. A failed cell does not raise: it is in ``outcome.failed``."""
-    from ndebench.platform.engine.sweep import Sweep
+        verbose: bool = False, retry_diverged: bool = False, single_node: bool = False) -> RunResult:
+    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then :func:`sweep`
+    (a local Ray, or the cluster at ``address``) records every trial in MLflow at ``uri`` (default
+    :func:`tracking_uri`). ``resume`` continues a study (failed and unfinished cells, and every planned
+    (cell, seed) without an ok run, run again; ``retry_diverged`` also reruns diverged ones); ``storage_path``
+    holds Ray's results (a path or an ``s3://``-style URI); ``data_dir`` overrides the spec's; ``address``
+    defaults to ``$RAY_ADDRESS``, and ``single_node`` lets a joined one-machine cluster use sqlite. A failed
+    cell does not raise: it is in ``outcome.failed``."""
     from ndebench.platform.spec.buildcheck import check_models_build
 
     check_models_build(spec)
     uri = tracking_uri(uri)
-    outcome = Sweep(spec, tracking_uri=uri, storage_path=storage_path, address=address, resume=resume,
-                    data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged).run()
+    outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume, data_dir=data_dir,
+                    verbose=verbose, retry_diverged=retry_diverged, single_node=single_node)
     return RunResult(spec.study, uri, outcome, results(spec.study, uri))
+
+
+def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
+          address: str | None = None, resume: bool = False, data_dir: str | None = None, verbose: bool = False,
+          retry_diverged: bool = False, single_node: bool = False) -> SweepOutcome:
+    """The sweep of :func:`run` on a spec already checked (:func:`validate`):
+    :class:`~ndebench.platform.engine.sweep.Sweep`, its cell runs closed with the report's statistics
+    (:func:`~ndebench.platform.report.cellstats.cell_statistics`)."""
+    from ndebench.platform.engine.sweep import Sweep
+
+    return Sweep(spec, tracking_uri=tracking_uri(uri), storage_path=storage_path, address=address, resume=resume,
+                 data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged,
+                 cell_statistics=_cell_statistics, single_node=single_node).run()
+
+
+def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
+                     test: str) -> dict[tuple[str, str, str], dict[str, float]]:
+    # The report wing (scipy, statsmodels) is imported when the evaluate stage ends, as before the split, not
+    # while the sweep starts.
+    from ndebench.platform.report.cellstats import cell_statistics
+
+    return cell_statistics(runs, cells, test)
 
 
 def results(study: str, uri: str | None = None) -> pd.DataFrame:
@@ -101,8 +125,8 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
     runs), ``parent_run_id`` and ``params`` (the run's flat config as a dict). Raises ``ValueError`` when
     the study is not in the tracking store."""
-    from ndebench.platform.record.runframe import runs_frame
-    from ndebench.platform.record.tracking import evaluate_runs, study_names
+    from ndebench.platform.record.runs import evaluate_runs, runs_frame
+    from ndebench.platform.record.tracking import study_names
     from ndebench.platform.report.analyses import label_variants
 
     uri = tracking_uri(uri)
@@ -118,37 +142,114 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
 
 
+def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_dir: str | None = None,
+               log: Callable[[str], None] = print) -> list[str]:
+    """``ndebench reevaluate``: each ``ok`` evaluate run of ``study`` with a Monte-Carlo test protocol evaluated
+    again at every ``n_mc`` from its logged weights (:func:`~ndebench.platform.engine.reevaluate.reevaluate`);
+    returns the new reevaluate runs' ids, which :func:`report` turns into the MC-samples table."""
+    from ndebench.platform.engine.reevaluate import reevaluate as run_again
+
+    return run_again(tracking_uri(uri), study, n_mc, log=log, data_dir=data_dir)
+
+
 @dataclasses.dataclass(frozen=True)
 class Report:
     """What :func:`report` returns: the written ``files`` (``files.directory``, ``files.paths``), the
-    Markdown (``table.md``) and LaTeX (``table.tex``) text of the tables, and the ``console`` summary that
-    ``ndebench report`` prints (per cell n, mean, std and the test against ``none``)."""
+    Markdown (``table.md``) and LaTeX (``table.tex``) text of the tables, the ``console`` summary that
+    ``ndebench report`` prints (per cell n, mean, std and the test against ``none``), and ``paths``, every file
+    written (the analyses and ``report.html`` too, when reported from a tracking store)."""
 
     files: ReportFiles
     markdown: str
     latex: str
     console: str
+    paths: tuple[Path, ...] = ()
 
 
 def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
-           planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None) -> Report:
+           planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
+           frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
     for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
     ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
-    ``planned_seeds`` without a run, e.g. ``tracking.planned_seeds(uri, study)``, default every seed recorded;
-    cells that did not learn are flagged, and ``curves``, e.g. ``learning.read_curves(tracking.client(uri),
-    list(runs.run_id))``, adds the learning-curve figures). ``ndebench report`` additionally writes the
-    paper's further analyses and ``report.html`` and logs the files to MLflow."""
+    ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
+    ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
+    figures).
+
+    With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned
+    seeds and the learning curves of the ``ok`` runs read from there (unless given), a section on the
+    ``failed`` cells (label -> first error) in ``table.md``, the paper's further analyses and ``report.html``
+    from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the study), and every file
+    logged as an artifact of the study's MLflow run."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
+    if uri is not None:
+        from ndebench.platform.record.runs import planned_seeds as planned
+        from ndebench.platform.record.tracking import client
+        from ndebench.platform.report.learning import read_curves
+
+        planned_seeds = planned(uri, study) if planned_seeds is None else planned_seeds
+        if curves is None:
+            curves = read_curves(client(uri), list(runs.loc[runs["status"] == "ok", "run_id"]))
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
-    return Report(files, files.table_md.read_text(), files.table_tex.read_text(),
-                  format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction))
+    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction)
+    if failed:
+        lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
+        lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
+        with files.table_md.open("a") as handle:
+            handle.write("\n".join(lines) + "\n")
+    paths = list(files.paths)
+    if uri is not None:
+        paths += _analyses(runs, files, study, uri, frame, alpha)
+    return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
+
+
+def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None,
+              alpha: float) -> list[Path]:
+    """The further analyses and ``report.html`` (when any run has results), then every file logged to MLflow."""
+    from ndebench.platform.record.runs import runs_frame
+    from ndebench.platform.record.tracking import client, log_report_artifacts
+    from ndebench.platform.report.analyses import write_analyses
+    from ndebench.platform.report.report import has_results
+
+    paths: list[Path] = []
+    if has_results(runs):
+        experiment = client(uri).get_experiment_by_name(study)
+        paths += write_analyses(
+            runs_frame(uri, study) if frame is None else frame, runs, files, study, alpha=alpha,
+            reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
+            ui_url="http://127.0.0.1:5000", experiment_id=experiment.experiment_id if experiment else None)
+    log_report_artifacts(uri, study, [*files.paths, *paths])
+    return paths
+
+
+def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",
+                 alpha: float = 0.05, correction: str = "none",
+                 failed: Mapping[str, str] | None = None) -> Report | None:
+    """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
+    variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
+    evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
+    from ndebench.platform.record.runs import evaluate_runs, runs_frame
+    from ndebench.platform.record.tracking import study_names
+    from ndebench.platform.report.analyses import label_variants
+
+    uri = tracking_uri(uri)
+    studies = study_names(uri)
+    if study not in studies:
+        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
+    runs = evaluate_runs(uri, study, variants=True)
+    if runs.empty and failed:
+        return None
+    if runs.empty:
+        raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
+    frame = runs_frame(uri, study)
+    return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
+                  uri=uri, frame=frame, failed=failed)

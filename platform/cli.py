@@ -7,12 +7,11 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
 from pathlib import Path
 
 from ndebench.platform import exitcodes
+from ndebench.platform.cliargs import build_parser
 
-EPILOG = "Docs: README.md. Every subcommand has --help."
 LISTED_CELLS = 12
 
 
@@ -26,12 +25,6 @@ def _terminate(signum: int, frame: object) -> None:
 
 class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
-
-
-def _add_tracking(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
-                        "sqlite:///mlflow.db in the working directory); a server with --auth reads "
-                        "$MLFLOW_TRACKING_USERNAME and $MLFLOW_TRACKING_PASSWORD")
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
@@ -82,18 +75,12 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return [item for group in (args.set or []) for item in group]
 
 
-def _add_overrides(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", action="append", nargs="+", metavar="KEY=VALUE",
-                        help="override config values, validated like the YAML (value parsed as YAML), e.g. "
-                             "--set training.epochs=2 tune.num_samples=2 'regularizers.continuum_dropout.p=[0.1, 0.3]'")
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
-    from ndebench.platform.spec.config import load_spec
 
-    spec = load_spec(args.config, _overrides(args))
+    spec = api.load(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
     for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(_total_trials(spec)):
@@ -103,27 +90,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
     from ndebench.platform.diskfull import DiskFullError
     from ndebench.platform.engine.runchecks import check_out_dir, size_warnings
-    from ndebench.platform.engine.sweep import Sweep
     from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
-    from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
-    from ndebench.platform.spec.config import load_spec
     from ndebench.platform.spec.plan import sweep_cells
 
-    spec = load_spec(args.config, _overrides(args))
-    check_models_build(spec)
+    spec = api.load(args.config, _overrides(args))
+    warnings = api.validate(spec)
     uri = _tracking_uri(args)
     check_out_dir(args.out)
     print(_describe_spec(spec), flush=True)
-    for warning in tpe_warnings(spec) + size_warnings(_total_trials(spec)):
+    for warning in warnings + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}", flush=True)
-    sweep = Sweep(spec, tracking_uri=uri, storage_path=args.storage_path, address=args.address,
-                  resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
-                  retry_diverged=args.retry_diverged, single_node=args.single_node)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        outcome = sweep.run()
+        outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address, resume=args.resume,
+                            data_dir=args.data_dir, verbose=args.verbose, retry_diverged=args.retry_diverged,
+                            single_node=args.single_node)
     except KeyboardInterrupt as exc:
         code = exitcodes.TERMINATED if isinstance(exc, Terminated) else exitcodes.INTERRUPTED
         print(f"[ndebench] exit {code}: interrupted ({'SIGTERM' if code == exitcodes.TERMINATED else 'Ctrl-C'}); "
@@ -178,47 +162,14 @@ def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> st
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
             failed: dict[str, str] | None = None) -> None:
-    from ndebench.platform.record.runframe import runs_frame
-    from ndebench.platform.record.tracking import (
-        client,
-        evaluate_runs,
-        log_report_artifacts,
-        planned_seeds,
-        study_names,
-    )
-    from ndebench.platform.report.analyses import label_variants, write_analyses
-    from ndebench.platform.report.learning import read_curves
-    from ndebench.platform.report.report import build_report, format_console_table, has_results
+    from ndebench.platform import api
 
-    studies = study_names(uri)
-    if study not in studies:
-        raise CommandError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
-    runs = evaluate_runs(uri, study, variants=True)
-    if runs.empty and failed:
+    rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed)
+    if rep is None:
         print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
         return
-    if runs.empty:
-        raise CommandError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    frame = runs_frame(uri, study)
-    runs = label_variants(runs, frame)
-    ok = runs.loc[runs["status"] == "ok", "run_id"]
-    files = build_report(runs, out, study, test=test, alpha=alpha, correction=correction,
-                         planned_seeds=planned_seeds(uri, study), curves=read_curves(client(uri), list(ok)))
-    print(format_console_table(runs, test=test, alpha=alpha, correction=correction))
-    if failed:
-        lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
-        lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
-        with files.table_md.open("a") as handle:
-            handle.write("\n".join(lines) + "\n")
-    paths = list(files.paths)
-    if has_results(runs):
-        experiment = client(uri).get_experiment_by_name(study)
-        paths += write_analyses(
-            frame, runs, files, study, test=test, alpha=alpha, correction=correction,
-            reevaluated=runs_frame(uri, study, "reevaluate", histories=False), ui_url="http://127.0.0.1:5000",
-            experiment_id=experiment.experiment_id if experiment else None)
-    log_report_artifacts(uri, study, paths)
-    print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in paths)}) "
+    print(rep.console)
+    print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in rep.paths)}) "
           f"and logged to the study's MLflow run")
 
 
@@ -233,11 +184,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:
-    from ndebench.platform.engine.reevaluate import parse_n_mc, reevaluate
+    from ndebench.platform import api
+    from ndebench.platform.engine.reevaluate import parse_n_mc
 
     n_mc = parse_n_mc(args.n_mc)
     uri = _tracking_uri(args)
-    created = reevaluate(uri, args.study, n_mc, log=lambda line: print(line, flush=True), data_dir=args.data_dir)
+    created = api.reevaluate(args.study, n_mc, uri, data_dir=args.data_dir, log=lambda line: print(line, flush=True))
     print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
           f"`ndebench report --study {args.study}` adds the MC-samples table")
     return 0
@@ -367,32 +319,6 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _port(text: str) -> int:
-    if not (text.isdigit() and 1 <= int(text) <= 65535):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
-    return int(text)
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
-    return values
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
     from ndebench.platform import bench
@@ -446,178 +372,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ndebench",
-        description="Benchmark regularizers of Neural Differential Equations: Ray Tune + Optuna sweeps, "
-                    "MLflow tracking, five-seed t-test tables.",
-        epilog=EPILOG,
-    )
-    parser.add_argument("--version", action="version", version=f"ndebench {version('ndebench')}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    run = sub.add_parser("run", help="run a sweep (search stages, then evaluate) and write its report",
-                         description="Validate CONFIG, start or join a Ray cluster, run the protocol's search stages "
-                                     "(paper: base, then regularizer; joint: one tune stage), each over all cells in "
-                                     "one Ray Tune run with an Optuna study per cell, evaluate every cell's chosen "
-                                     "config over the seeds on test data, record every trial in MLflow and write the "
-                                     "report. Exit 1 when a cell failed (the others still finish) or a planned "
-                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
-                                     "full, 130 on Ctrl-C.")
-    run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
-    _add_overrides(run)
-    _add_tracking(run)
-    run.add_argument("--storage-path", default="ray_results",
-                     help="Ray Tune storage: a folder (default: ./ray_results) "
-                     "or a pyarrow filesystem URI (file://, s3://, gs://); shared storage on a multi-node cluster")
-    run.add_argument("--address", help="Ray cluster address to join (e.g. 'auto' on a cluster node or HEAD_IP:6379; "
-                     "default: $RAY_ADDRESS, which a Ray Job sets; without either, start a local Ray). A joined "
-                     "cluster must share the tracking store (no sqlite), storage and data, however many nodes it "
-                     "has now")
-    run.add_argument("--single-node", action="store_true", help="the joined cluster stays one machine: allow a "
-                     "sqlite tracking URI and skip the shared-storage and data checks")
-    run.add_argument("--resume", action="store_true", help="continue a study: rerun failed and unfinished cells and "
-                     "every planned (cell, seed) without an ok run (errored, cut off, missing, newly added seeds), "
-                     "reading finished cells' chosen configs from MLflow")
-    run.add_argument("--retry-diverged", action="store_true", help="with --resume, also rerun diverged evaluate runs "
-                     "whose config and code are unchanged")
-    run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
-                     "(always written to a log file under the storage path)")
-    run.add_argument("--data-dir", help="data directory (overrides the config's data_dir and $NDEBENCH_DATA_DIR)")
-    run.add_argument("--out", default="reports", help="report folder (default: ./reports)")
-    run.set_defaults(func=cmd_run)
-
-    validate = sub.add_parser("validate", help="check a sweep config without running anything",
-                              description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
-                                          "input, and print the stages, cells and trial counts it implies.")
-    validate.add_argument("config")
-    _add_overrides(validate)
-    validate.set_defaults(func=cmd_validate)
-
-    report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
-                            description="Read the study's evaluate-phase runs from MLflow and write results.csv, "
-                                        "table.md, table.tex, figures (PNG and PDF), the sensitivity, compute-time, "
-                                        "extended-summary and MC-samples tables, and a self-contained report.html to "
-                                        "OUT/STUDY, also logged to MLflow.")
-    report.add_argument("--study", required=True)
-    _add_tracking(report)
-    report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
-    report.add_argument("--test", default="student", choices=["student", "welch", "paired"],
-                        help="t-test against 'none'")
-    report.add_argument("--alpha", type=float, default=0.05, help="significance level for the markers (default 0.05)")
-    report.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
-                        help="multiple-testing correction of the p-values behind the markers, over each table's "
-                             "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
-    report.set_defaults(func=cmd_report)
-
-    reevaluate = sub.add_parser(
-        "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",
-        description="Load the weights logged by each ok evaluate run of STUDY whose regularizer is on at test "
-                    "time (Continuum Dropout, jump diffusion + TTN), evaluate on the test split with each N_MC "
-                    "and record runs tagged ndebench.phase=reevaluate (no retraining; finished pairs are skipped).")
-    reevaluate.add_argument("--study", required=True)
-    reevaluate.add_argument("--n-mc", default="1,3,5,10,20", help="comma-separated MC passes (default 1,3,5,10,20)")
-    reevaluate.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data); a run's "
-                            "own data_dir param is never used")
-    _add_tracking(reevaluate)
-    reevaluate.set_defaults(func=cmd_reevaluate)
-
-    ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",
-                        description="Serve the MLflow UI on localhost for the tracking URI.")
-    _add_tracking(ui)
-    ui.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
-    ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--study", help="print the URL of this study's evaluate runs in the model-training view")
-    ui.add_argument("--open", action="store_true", help="open that URL (or the UI) in a web browser once it is up")
-    ui.set_defaults(func=cmd_ui)
-
-    server = sub.add_parser(
-        "server", help="start the MLflow tracking server that a multi-node sweep needs",
-        description="Start an MLflow tracking server on the head node (runs in a sqlite file there by default, "
-                    "artifacts proxied through the server) and print the --tracking-uri that `ndebench run` must "
-                    "use on a cluster. Stops with Ctrl-C or SIGTERM, its workers too.")
-    server.add_argument("--backend-store-uri", help="where runs are stored (default: sqlite:///mlflow.db in the "
-                        "working directory; a postgresql:// or mysql:// URI for a database server)")
-    server.add_argument("--artifacts-destination", help="folder or object-store URI (s3://, gs://) for artifacts "
-                        "(default: ./mlartifacts on this node; workers upload through the server)")
-    server.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine "
-                        "only). 0.0.0.0 makes it reachable from the other nodes, and from anyone else who reaches the "
-                        "port: without authentication it is a read/write API with artifact upload (README, Cluster)")
-    server.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
-    server.add_argument("--public-host", help="name or address the workers reach this node by (default: this "
-                        "machine's fully qualified host name)")
-    server.add_argument("--allowed-hosts", help="comma-separated Host headers to accept besides localhost and "
-                        "private IPs (default: the public host, with and without the port)")
-    server.add_argument("--workers", type=int, default=4, help="server worker processes (default 4)")
-    server.add_argument("--auth", action="store_true", help="run MLflow's basic-auth app: every request needs a "
-                        "user and password. The admin account comes from $MLFLOW_TRACKING_USERNAME and "
-                        "$MLFLOW_TRACKING_PASSWORD (or --credentials-file), never from the command line; sweeps "
-                        "and `ndebench report` send the same variables (needs the `cluster` extra)")
-    server.add_argument("--credentials-file", help="with --auth: a file of 'username = NAME' and 'password = "
-                        "SECRET' lines for the admin account, instead of the environment variables")
-    server.set_defaults(func=cmd_server)
-
-    rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
-                           description="Solve the paper's Corollary 3.2 exactly for the renewal rates.")
-    rates.add_argument("--p", type=float, required=True, help="dropout rate, in [1e-6, 1 - 1e-6]")
-    rates.add_argument("--m", type=float, required=True, help="expected number of renewals on [0, T], in [1e-6, 1e6]")
-    rates.add_argument("--T", type=float, default=1.0, help="time horizon (default 1)")
-    rates.add_argument("--json", action="store_true", help="print JSON")
-    rates.add_argument("--plot", metavar="FILE", help="also draw sample paths of I(t) and of a paused latent "
-                       "component (the paper's Figs. 2 and 10) to FILE (.png, with a PDF beside it, or .pdf)")
-    rates.add_argument("--plot-p", metavar="P1,P2", help="with --plot: several p, one column each (default: --p)")
-    rates.add_argument("--plot-m", metavar="M1,M2", help="with --plot: several m, one column each (default: --m)")
-    rates.add_argument("--paths", type=int, default=3, help="with --plot: sample paths per (p, m) (default 3)")
-    rates.add_argument("--seed", type=int, default=0, help="with --plot: random seed (default 0)")
-    rates.set_defaults(func=cmd_rates)
-
-    datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files",
-                              description="'list': every dataset, whether its files are present, its shape. "
-                                          "'check NAME': load NAME and report wrong counts, shapes or labels.")
-    datasets.add_argument("action", choices=["list", "check"])
-    datasets.add_argument("name", nargs="?", help="dataset to check (with 'check')")
-    datasets.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data)")
-    datasets.set_defaults(func=cmd_datasets)
-
-    bench = sub.add_parser(
-        "bench", help="what Continuum Dropout and the platform cost: train step, MC evaluation, mask draw, per trial",
-        description="Time, on random data, one training step (forward + backward) without and with Continuum "
-                    "Dropout, N-pass MC evaluation against one deterministic pass, and the mask draw, for every "
-                    "(model, hidden, batch) combination; medians over --reps rounds that interleave the variants. "
-                    "'bench draw' times the mask draw alone (default: the paper's Speech Commands scale); "
-                    "'bench platform' measures the per-trial cost of Ray scheduling and MLflow logging against "
-                    "run_trial called directly, and the throughput of 2 concurrent 1-CPU trials against one.",
-    )
-    bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform"],
-                       help="what to time (default: models)")
-    bench.add_argument("--models", default="neural_cde",
-                       help="comma-separated time-series models (default: neural_cde)")
-    bench.add_argument("--hidden", type=_int_list, help="comma-separated latent sizes (default: 16,128; draw: 512)")
-    bench.add_argument("--batch", type=_int_list, help="comma-separated batch sizes (default: 64,128; draw: 256)")
-    bench.add_argument("--length", type=_positive_int, help="points per series (default: 100; draw: 161 grid points)")
-    bench.add_argument("--horizon", type=float, help="draw: time horizon T of the grid (default: points - 1)")
-    bench.add_argument("--solver", default="euler",
-                       help="solver method (default: euler; the model's adjoint setting is kept)")
-    bench.add_argument("--n-mc", type=_positive_int, default=5, help="Monte-Carlo passes at evaluation (default: 5)")
-    bench.add_argument("--p", type=float, default=0.3, help="Continuum Dropout rate (default: 0.3)")
-    bench.add_argument("--m", type=float, help="expected renewals (default: 10; draw: 100)")
-    bench.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    bench.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's own)")
-    bench.add_argument("--reps", type=_positive_int, default=15,
-                       help="timed rounds after one warm-up round (default: 15)")
-    bench.add_argument("--trials", type=_positive_int, default=12,
-                       help="platform: trials per measurement, at least 4 (default: 12)")
-    bench.add_argument("--epochs", type=_positive_int, default=2,
-                       help="platform: epochs of the tiny trial (default: 2)")
-    bench.add_argument("--reuse-actors", action="store_true",
-                       help="platform: let Tune keep worker processes between trials (TuneConfig(reuse_actors=True))")
-    bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")
-    bench.set_defaults(func=cmd_bench)
-
-    lister = sub.add_parser("list", help="list registered models, regularizers or datasets")
-    lister.add_argument("what", choices=["models", "regularizers", "datasets"])
-    lister.set_defaults(func=cmd_list)
-    return parser
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
+            "ui": cmd_ui, "server": cmd_server, "rates": cmd_rates, "datasets": cmd_datasets, "bench": cmd_bench,
+            "list": cmd_list}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -633,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "datasets" and args.action == "check" and not args.name:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
-        return args.func(args)
+        return COMMANDS[args.command](args)
     except Exception as exc:
         if is_disk_full(exc):
             database = sqlite_path(getattr(args, "tracking_uri", None) or default_tracking_uri())

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
+import subprocess
+import sys
 import textwrap
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -191,7 +196,7 @@ def _variant(p: float, m: float) -> str:
 
 
 def study_frame(seed: int = 0) -> pd.DataFrame:
-    """One row per evaluate run with the columns of :func:`ndebench.platform.record.runframe.runs_frame`. The
+    """One row per evaluate run with the columns of :func:`ndebench.platform.record.runs.runs_frame`. The
     (p=0.5, m=5) variant is 0.1 worse than ``none`` (a red cell); the others are 0.02-0.05 better."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -218,3 +223,30 @@ def study_frame(seed: int = 0) -> pd.DataFrame:
                         "channels": CHANNELS[dataset],
                     })
     return pd.DataFrame(rows)
+
+
+def wait_healthy(port: int, process: subprocess.Popen, seconds: float = 120) -> None:
+    """Until the MLflow server ``process`` answers on ``/health`` at ``port``; fails when it died or took longer."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, f"the server did not start in {seconds} s"
+            time.sleep(0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cwd: Path) -> tuple[int, subprocess.Popen]:
+    """``ndebench server`` with one worker on a free port, in its own process group; the port and process."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "server", "--port", str(port),
+                                "--workers", "1"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    return port, process

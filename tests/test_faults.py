@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ndebench.platform.cli import main
-from ndebench.platform.record.runframe import parse_param
+from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.trial import TrialSpec, run_trial
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLATFORM = ROOT / "platform"
 PREFIX = "ndebench.platform."
 
-ENTRY = {"api", "cli", "bench", "__main__"}
+ENTRY = {"api", "cli", "cliargs", "bench", "__main__"}
 # What each layer may import besides itself and the shared leaves (registry, plugins, fields, metrics, weights).
 ALLOWED = {
     "entry": {"engine", "trial", "spec", "record", "report"},
@@ -22,13 +22,6 @@ ALLOWED = {
     "record": set(),
     "report": {"record"},
     "leaf": set(),
-}
-# Known exceptions, each to go when its file is next split (issue #19, item 3 and the config/plan circle):
-# the engine still aggregates cells with the report's statistics, and config checks grids through plan.
-EXCEPTIONS = {
-    ("engine.sweep", "report.report"),
-    ("engine.sweep", "report.stats"),
-    ("spec.config", "spec.plan"),
 }
 
 
@@ -74,19 +67,14 @@ def test_wings_import_one_way():
         layer = _layer(module)
         for other in sorted(imported):
             target = _layer(other)
-            if target in {layer, "leaf"} or target in ALLOWED[layer] or (module, other) in EXCEPTIONS:
+            if target in {layer, "leaf"} or target in ALLOWED[layer]:
                 continue
             wrong.append(f"{module} ({layer}) imports {other} ({target})")
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_known_exceptions_still_exist():
-    graph = _graph()
-    assert [pair for pair in sorted(EXCEPTIONS) if pair[1] not in graph[pair[0]]] == [], "drop a resolved exception"
-
-
 def test_no_import_circle():
-    graph = {m: {o for o in imported if (m, o) not in EXCEPTIONS} for m, imported in _graph().items()}
+    graph = _graph()
     state: dict[str, int] = {}
     circles: list[list[str]] = []
 

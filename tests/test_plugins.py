@@ -123,7 +123,7 @@ def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path
         codes += [main(["datasets", "check", name, "--data-dir", data]) for name in ("plugin_waves", "plugin_pairs")]
         assert preflight_problems("plugin_waves", data) == preflight_problems("plugin_pairs", data) == []
         sweep = Sweep(load_spec(config), tracking_uri="sqlite:///unused.db", storage_path="ray")
-        cells = {{c.dataset: sweep._cell_tags(c)["metric"] for c in sweep_cells(sweep.spec)}}
+        cells = {{c.dataset: sweep.ctx.cell_tags(c)["metric"] for c in sweep_cells(sweep.spec)}}
         config = {{"study": "s", "model": "plugin_cde", "regularizer": "none", "cell": "c"}}
         trials = {{name: (trial_tags({{**config, "dataset": name}}, "tune")["metric"],
                          build_trial(TrialSpec("plugin_cde", name, "none", data_dir=data)).metric_name)

@@ -171,9 +171,9 @@ def test_s3_storage_goes_through_the_pyarrow_filesystem(tmp_path, monkeypatch):
     spec = spec_with(study="s3study")
     sweep = Sweep(spec, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", storage_path="s3://bucket/ray",
                   data_dir=str(tmp_path))
-    assert seen == ["s3://bucket/ray"] and sweep.storage.display("s3study") == "s3://bucket/ray/s3study"
+    assert seen == ["s3://bucket/ray"] and sweep.ctx.storage.display("s3study") == "s3://bucket/ray/s3study"
     sweep.preflight()
-    sweep.storage.write_bytes(b"{}", "s3study", "state.json")
+    sweep.ctx.storage.write_bytes(b"{}", "s3study", "state.json")
     assert (tmp_path / "bucket" / "ray" / "s3study" / "state.json").is_file()
     with pytest.raises(RuntimeError, match="results in s3://bucket/ray/s3study; pass --resume"):
         sweep.preflight()
@@ -184,7 +184,7 @@ def _sweep(spec, tmp_path):
 
     sweep = Sweep(spec, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", storage_path=tmp_path / "ray",
                   data_dir=str(tmp_path))
-    sweep._place(0.0)
+    sweep.ctx.place(0.0)
     return sweep
 
 
@@ -194,7 +194,7 @@ def test_evaluated_configs_take_base_values_and_variants_keep_their_point(tmp_pa
     sweep = _sweep(spec, tmp_path)
     base = {"neural_cde__synthetic__none": {"training.lr": 0.005}}
     tuned = {"neural_cde__synthetic__continuum_dropout": {"regularizer.p": 0.3, "regularizer.m": 10}}
-    configs = sweep._final_configs(cells, base, tuned)
+    configs = sweep.ctx.final_configs(cells, base, tuned)
     assert len(configs) == 6 and {c["training.lr"] for c in configs.values()} == {0.005}
     assert configs["neural_cde__synthetic__continuum_dropout"]["regularizer.p"] == 0.3
     variant = configs["neural_cde__synthetic__continuum_dropout[p=0.1,m=5]"]
@@ -206,7 +206,7 @@ def test_evaluated_configs_take_base_values_and_variants_keep_their_point(tmp_pa
 def test_a_failed_base_stage_fails_every_cell_of_its_pair(tmp_path):
     spec = spec_with()
     sweep = _sweep(spec, tmp_path)
-    sweep.failed = {"neural_cde__synthetic__none": "base: ValueError: no"}
-    assert sweep._final_configs(sweep_cells(spec), {}, {}) == {}
-    assert sweep.failed["neural_cde__synthetic__continuum_dropout"] == (
+    sweep.ctx.failed = {"neural_cde__synthetic__none": "base: ValueError: no"}
+    assert sweep.ctx.final_configs(sweep_cells(spec), {}, {}) == {}
+    assert sweep.ctx.failed["neural_cde__synthetic__continuum_dropout"] == (
         "base stage of neural_cde x synthetic failed: base: ValueError: no")

@@ -17,9 +17,11 @@ import ray
 import yaml
 from fakes import make_plugin
 from ndebench.platform.cli import main
-from ndebench.platform.engine.sweep import rerun_reason
+from ndebench.platform.engine.evaluatestage import rerun_reason
 from ndebench.platform.record.completeness import attempts, current
-from ndebench.platform.record.tracking import SUPERSEDED, TAG, client, evaluate_runs, run_status, search
+from ndebench.platform.record.runs import evaluate_runs
+from ndebench.platform.record.schema import SUPERSEDED, TAG
+from ndebench.platform.record.tracking import client, run_status, search
 
 PLUGIN = '''
 import os

@@ -7,16 +7,15 @@ import json
 import os
 import pickle
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from fakes import start_server, wait_healthy
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import latest_checkpoint
@@ -82,12 +81,6 @@ def test_a_pickled_checkpoint_inside_the_root_is_reported_and_never_unpickled(tm
     assert len(problems) == 1 and "checkpoint_000002" in problems[0] and "not loaded" in problems[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _http(port: int, method: str, path: str, body: bytes) -> bytes:
     """A plain HTTP request that claims ``Host: localhost``, as the attacker's did."""
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method,
@@ -96,29 +89,15 @@ def _http(port: int, method: str, path: str, body: bytes) -> bytes:
         return response.read()
 
 
-def _wait_healthy(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.5)
-
-
 CONFIG = {"study": "sec", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
           "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
           "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}}
 
 
 def test_the_tracking_server_attack_on_resume_is_refused(tmp_path):
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "server", "--port", str(port),
-                               "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True)
+    port, server = start_server(tmp_path)
     try:
-        _wait_healthy(port, server)
+        wait_healthy(port, server)
         (tmp_path / "sec.yaml").write_text(yaml.safe_dump(CONFIG))
         uri = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "ndebench.platform.cli", "run", "sec.yaml", "--tracking-uri", uri]

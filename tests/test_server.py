@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from fakes import free_port, start_server, wait_healthy
 from ndebench.platform.cli import main
 from ndebench.platform.engine.server import default_settings, server_command, study_url
 
@@ -43,12 +43,6 @@ def test_server_command_allows_the_public_name(tmp_path):
     assert command[command.index("--backend-store-uri") + 1] == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _children(pid: int) -> set[int]:
     children = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -72,7 +66,7 @@ def _group_alive(pgid: int) -> bool:
 @pytest.mark.system
 def test_server_serves_and_stops_with_its_parent(tmp_path):
     """`ndebench server` answers on loopback by the public name it printed and takes its workers down on SIGTERM."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "ndebench.platform.cli", "server", "--host", "127.0.0.1", "--port", str(port),
          "--public-host", "localhost", "--workers", "1"],
@@ -108,19 +102,9 @@ def test_server_serves_and_stops_with_its_parent(tmp_path):
 
 def test_server_killed_with_sigkill_takes_mlflow_down_and_binds_loopback_by_default(tmp_path):
     """A SIGKILL runs no handler of `ndebench server`: its watchdog still ends the MLflow server's group."""
-    port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "server", "--port", str(port),
-                                "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    port, process = start_server(tmp_path)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "server did not answer within 90 s"
-                time.sleep(0.5)
+        wait_healthy(port, process, seconds=90)
         groups = {pid for pid in _children(process.pid) if os.getpgid(pid) == pid}
         assert groups
     finally:

@@ -13,7 +13,8 @@ import yaml
 from fakes import make_plugin
 from ndebench.models.registry import list_models
 from ndebench.platform.cli import main
-from ndebench.platform.record.tracking import TAG, evaluate_runs, search
+from ndebench.platform.record.runs import evaluate_runs
+from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = pytest.mark.system
 PARENT = "mlflow.parentRunId"

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 from ndebench.platform.cli import main
-from ndebench.platform.record.runframe import runs_frame
+from ndebench.platform.record.runs import evaluate_runs, planned_seeds, runs_frame
 from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
 from ndebench.platform.record.tracking import (
     MLFLOW_STATUS,
@@ -12,8 +12,6 @@ from ndebench.platform.record.tracking import (
     TrialRecorder,
     client,
     close_orphaned_runs,
-    evaluate_runs,
-    planned_seeds,
 )
 from ndebench.platform.report.report import primary_metrics
 

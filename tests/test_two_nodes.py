@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import free_port
 from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = [pytest.mark.system, pytest.mark.cluster]
@@ -25,12 +26,6 @@ CONFIG = {
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1, 2, 3]},
     "training": {"epochs": 3, "min_epochs": 3, "lr": 0.01},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -67,7 +62,7 @@ def _wait_http(url: str, seconds: float) -> None:
 def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
     # Short: Ray's unix socket paths live under the temp dir and must stay under 108 characters.
     temp_dir = tempfile.mkdtemp(prefix="ndb", dir="/tmp")
-    ray_port, mlflow_port = _free_port(), _free_port()
+    ray_port, mlflow_port = free_port(), free_port()
     env = dict(os.environ, RAY_AUTH_MODE="token")
     server = subprocess.Popen(
         [sys.executable, "-m", "ndebench.platform.cli", "server", "--host", "127.0.0.1", "--port", str(mlflow_port),

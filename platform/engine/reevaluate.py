@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.record import tracking
-from ndebench.platform.record.runframe import runs_frame
+from ndebench.platform.record.runs import runs_frame
 from ndebench.platform.trial import TrialSpec, build_trial, evaluate
 from ndebench.platform.weights import ARTIFACT, load_weights
 from ndebench.regularizers.registry import create_regularizer

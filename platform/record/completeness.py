@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ndebench.platform.record.tracking import FINISHED_STATUSES, SUPERSEDED, TAG, run_status, search
+from ndebench.platform.record.schema import FINISHED_STATUSES, SUPERSEDED, TAG
+from ndebench.platform.record.tracking import run_status, search
 
 
 def attempts(uri: str, study: str) -> dict[tuple[str, int], list[Any]]:

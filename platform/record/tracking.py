@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pandas as pd
-from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, SUPERSEDED, TAG
+from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, TAG
 from ndebench.platform.record.standard_tags import standard_tags
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
@@ -236,7 +233,7 @@ class TrialRecorder:
         if metrics:
             self.log_metrics(metrics)
         for name, payload in artifacts.items():
-            _retry(lambda: self.client.log_dict(self.run_id, payload, name))
+            _retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
         _retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
@@ -277,8 +274,9 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
                             f"{': ' + reason if reason else ''}; closed by the sweep driver at the end of the "
                             f"{phase} phase")
         tags = [RunTag(f"{TAG}status", "error"), RunTag(f"{TAG}error", message[:4000])]
-        _retry(lambda: mlflow_client.log_batch(run.info.run_id, tags=tags))
-        _retry(lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED"))
+        run_id = run.info.run_id
+        _retry(lambda run_id=run_id, tags=tags: mlflow_client.log_batch(run_id, tags=tags))
+        _retry(lambda run_id=run_id: mlflow_client.set_terminated(run_id, "FAILED"))
         closed.append(run.info.run_id)
     return closed
 
@@ -308,81 +306,6 @@ def close_running_runs(uri: str, study: str, message: str) -> int:
 def _first_line(reason: Any) -> str:
     text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason or "")
     return text.strip().splitlines()[0] if text.strip() else ""
-
-
-def planned_seeds(uri: str, study: str) -> list[int] | None:
-    """The evaluation seeds the study planned: tag ``ndebench.evaluate_seeds`` (the latest sweep's, a JSON list)
-    or else param ``evaluate.seeds`` of its run tagged ``ndebench.kind=study``; ``None`` without such a run."""
-    for run in search(uri, study, f"tags.`{TAG}kind` = 'study'"):
-        raw = run.data.tags.get(PLANNED_SEEDS) or run.data.params.get("evaluate.seeds")
-        if raw:
-            try:
-                seeds = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(seeds, list) and all(isinstance(s, int) for s in seeds):
-                return sorted(seeds)
-    return None
-
-
-def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False) -> pd.DataFrame:
-    """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
-    ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
-    (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
-    the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
-    on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
-    variant cells (column ``variant``) only with ``variants=True``; attempts a later run of their (cell, seed)
-    superseded never."""
-    # Hundreds of tiny calibration.json downloads would each print a progress bar.
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    rows = []
-    mlflow_client = client(uri)
-    for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
-        tags = run.data.tags
-        if (tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants)
-                or tags.get(SUPERSEDED)):
-            continue
-        row: dict[str, Any] = {
-            "variant": tags.get(f"{TAG}variant", ""),
-            "run_id": run.info.run_id,
-            "study": study,
-            **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "config_hash")},
-            "status": run_status(run),
-            "message": tags.get(f"{TAG}error") or tags.get(f"{TAG}message") or "",
-            "seed": _int_tag(tags.get(f"{TAG}seed")),
-            "test_protocol": tags.get(f"{TAG}test_protocol", ""),
-            "metric": tags.get(f"{TAG}metric", ""),
-            "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
-            # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.
-            "final_train_loss": run.data.metrics.get("train_loss", math.nan),
-        }
-        row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
-        if with_calibration and row["status"] == "ok":
-            row["calibration"] = _load_json(mlflow_client, run.info.run_id, "calibration.json")
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _int_tag(raw: str | None) -> int:
-    """An integer tag (seed, class count), -1 where absent or not an integer."""
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        return -1
-
-
-def _load_json(mlflow_client: Any, run_id: str, name: str) -> dict[str, Any] | None:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            path = mlflow_client.download_artifacts(run_id, name, tmp)
-        except Exception:  # noqa: BLE001 - an older run may lack the artifact; the report then omits its bins
-            return None
-        try:
-            return json.loads(Path(path).read_text())
-        except ValueError:
-            return None
 
 
 def log_report_artifacts(uri: str, study: str, files: list[Path]) -> str:

@@ -12,22 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
-from ndebench.platform.report import (
-    audit,
-    html_report,
-    mc_samples,
-    report,
-    sections,
-    sensitivity,
-    stats,
-    summary,
-    timing,
-)
+from ndebench.platform.report import audit, html_report, mc_samples, report, sections, sensitivity, summary, timing
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (from ``tracking.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
-    runs that belong to fixed-parameter variant cells (``frame`` from ``runframe.runs_frame``), so that each
+    """``runs`` (from ``runs.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
+    runs that belong to fixed-parameter variant cells (``frame`` from ``runs.runs_frame``), so that each
     variant is its own row of the per-study tables."""
     if frame.empty or "run_id" not in runs:
         return runs
@@ -36,13 +26,14 @@ def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
-                   test: str, alpha: float, correction: str, reevaluated: pd.DataFrame | None = None,
+                   alpha: float, reevaluated: pd.DataFrame | None = None,
                    channels: dict[str, int | None] | None = None, ui_url: str | None = None,
                    experiment_id: str | None = None) -> list[Path]:
     """Write every analysis and ``report.html`` next to ``files`` (the output of :func:`report.build_report`
-    on ``runs``); return the new paths, PDF copies of the report's figures included.
+    on ``runs``; ``report.html`` renders its ``tables``, as ``table.md`` and ``table.tex`` do); return the new
+    paths, PDF copies of the report's figures included.
 
-    ``frame`` holds the study's evaluate runs with parameters and times (``runframe.runs_frame``),
+    ``frame`` holds the study's evaluate runs with parameters and times (``runs.runs_frame``),
     ``reevaluated`` its reevaluate runs; ``channels`` maps datasets to input channels for the univariate /
     multivariate split (default: the UEA archive's table).
     """
@@ -72,11 +63,11 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
             missing.append(f"{heading}: not in this report ({why}).")
         written += sections.write(found, directory, stem, f"{heading}: study {study}")
         written += [p for s in found for p in s.figures]
-    tables = report.study_tables(runs.sort_values([*stats.CELL, "seed"], kind="stable"), primary, test,
-                                 alpha, correction)
     notes = [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
-    written.append(html_report.write_html(directory / "report.html", study, runs, tables, alpha, notes + missing,
-                                          list(files.figures), {h: found for h, (_, _, found) in groups.items()},
+    # The same table objects as table.md and table.tex, seed coverage and learning flags included.
+    written.append(html_report.write_html(directory / "report.html", study, runs, list(files.tables), alpha,
+                                          notes + missing, list(files.figures),
+                                          {h: found for h, (_, _, found) in groups.items()},
                                           ui_url=ui_url, experiment_id=experiment_id))
     written += [p.with_suffix(".pdf") for p in files.figures if p.with_suffix(".pdf").exists()]
     return written

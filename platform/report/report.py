@@ -45,7 +45,8 @@ REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts)."""
+    """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts).
+    ``tables`` are the table objects ``table.md`` and ``table.tex`` render, for ``report.html`` to render too."""
 
     directory: Path
     results_csv: Path
@@ -53,6 +54,7 @@ class ReportFiles:
     table_tex: Path
     summary_json: Path
     figures: tuple[Path, ...]
+    tables: tuple[Table, ...] = ()
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -199,7 +201,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     paths = _figures(runs, primary, directory, alpha, gates)
     if curves is not None and not curves.empty:
         paths += _learning_figures(runs, curves, check, directory)
-    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths))
+    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths), tuple(tables))
 
 
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform.record.runframe import PARAMS
+from ndebench.platform.record.runs import PARAMS
 from ndebench.platform.report import stats
 from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
 from ndebench.platform.report.tables import LABELS

@@ -44,7 +44,7 @@ def check_models_build(spec: SweepSpec) -> int:
         data = (DataSpec(3, 2, image_size=(8, 8)) if model_info(model).input_kind == "image"
                 else DataSpec(2, 2, times=torch.linspace(0.0, 1.0, 4)))
         for combo in combos:
-            values = dict(zip(params, combo))
+            values = dict(zip(params, combo, strict=True))
             try:
                 create_model(model, data, regularizer=create_regularizer("none"), solver=spec.solver_for(model),
                              **values)

@@ -3,7 +3,8 @@
 Every value below a sweep's ``model``, ``training`` and regularizer sections is either fixed (a scalar),
 a categorical search space (a list), or a mapping ``{loguniform: [lo, hi]}``, ``{uniform: [lo, hi]}``,
 ``{randint: [lo, hi]}`` (hi exclusive) or ``{choice: [...]}``. Unknown keys and bad values raise
-:class:`ConfigError` naming the key path; nothing downstream re-checks the config.
+:class:`ConfigError` naming the key path; nothing downstream re-checks the config. The typed objects live in
+:mod:`.sweepspec`, the per-section checks in :mod:`.sections`, the protocol's checks in :mod:`.plan`.
 """
 from __future__ import annotations
 
@@ -13,407 +14,54 @@ import hashlib
 import json
 import re
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from ndebench.datasets.registry import split_name
-from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SolverConfig, solver_methods
 from ndebench.models.registry import REGISTRY as MODELS
-from ndebench.models.registry import list_models, model_info, model_options
+from ndebench.models.registry import list_models
 from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
-from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
-from ndebench.regularizers.registry import list_regularizers, regularizer_info
+from ndebench.platform.spec.plan import check_grids
+from ndebench.platform.spec.sections import (
+    _check_dataset_options,
+    _check_datasets,
+    _check_models,
+    _check_regularizers,
+    _check_solvers,
+    _check_training,
+    _dataclass_from,
+    _mapping,
+    _names,
+    _require,
+    _unknown,
+    parse_value,
+)
+from ndebench.platform.spec.sweepspec import (
+    PROTOCOLS,
+    AshaConfig,
+    ConfigError,
+    EvaluateConfig,
+    ReportConfig,
+    Resources,
+    Space,
+    SweepSpec,
+    TrainingConfig,
+    TuneConfig,
+    Value,
+)
 
-
-class ConfigError(ValueError):
-    """A sweep config problem; the message names the key path and what would be valid."""
-
-
-@dataclass(frozen=True)
-class Space:
-    """A searched hyperparameter: ``kind`` in choice/loguniform/uniform/randint with its ``args``."""
-
-    kind: str
-    args: tuple[Any, ...]
-
-    def values_to_check(self) -> tuple[Any, ...]:
-        return self.args
-
-    def to_tune(self) -> Any:
-        from ray import tune
-
-        if self.kind == "choice":
-            return tune.choice(list(self.args))
-        return getattr(tune, self.kind)(*self.args)
-
-
-Value = Any  # a fixed scalar or a Space
-
-
-PROTOCOLS = ("paper", "joint")
-SAMPLERS = ("tpe", "random", "grid")
-SCHEDULERS = ("fifo", "asha")
-MAX_SEED = 2**32 - 1  # NumPy's and Optuna's seeds are 32-bit
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """Optimisation settings (defaults: the torch-ists reference pipeline).
-
-    ``optimizer``: ``adam`` (weight decay ``lr * weight_decay_factor``) or ``sgd`` (momentum 0.9, same
-    decay). ``scheduler``: ``step`` (StepLR every ``lr_step`` epochs by ``lr_gamma``) or ``plateau``
-    (ReduceLROnPlateau on validation loss by ``lr_gamma`` after ``lr_step`` epochs without improvement; the
-    paper's image recipe is SGD, lr 0.1, halved after 2 flat epochs).
-    """
-
-    epochs: int = typed.checked(100, typed.integer(1))
-    optimizer: str = typed.checked("adam", typed.one_of("adam", "sgd"))
-    scheduler: str = typed.checked("step", typed.one_of("step", "plateau"))
-    batch_size: int | str = typed.checked("auto", typed.either(typed.one_of("auto"), typed.integer(1)))
-    lr: float = typed.checked(1e-3, typed.number(0, low_open=True))
-    weight_decay_factor: float = typed.checked(0.01, typed.number(0))
-    lr_step: int = typed.checked(10, typed.integer(1))
-    lr_gamma: float = typed.checked(0.5, typed.number(0, low_open=True))
-    patience: int = typed.checked(10, typed.integer(1))
-    min_epochs: int = typed.checked(20, typed.integer(0))
-    grad_clip: float | None = typed.checked(10.0, typed.number(0, low_open=True, null=True))
-    threads: int | None = typed.checked(None, typed.integer(1, null=True))
-
-
-@dataclass(frozen=True)
-class AshaConfig:
-    """ASHA early stopping of a search stage: rungs at ``grace_period * reduction_factor**k`` epochs up to
-    ``max_epochs`` (default: the stage's training epochs)."""
-
-    grace_period: int = typed.checked(1, typed.integer(1))
-    reduction_factor: int = typed.checked(4, typed.integer(2))
-    max_epochs: int | None = typed.checked(None, typed.integer(1, null=True))
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    num_samples: int = typed.checked(20, typed.integer(1))
-    metric: str = "val_loss"
-    mode: str = typed.checked("min", typed.one_of("min", "max"))
-    seed: int = typed.checked(0, typed.integer(0, MAX_SEED))
-    max_concurrent: int | None = typed.checked(None, typed.integer(1, null=True))
-    sampler: str = typed.checked("tpe", typed.one_of(*SAMPLERS))
-    n_startup_trials: int = typed.checked(10, typed.integer(0))
-    scheduler: str = typed.checked("fifo", typed.one_of(*SCHEDULERS))
-    asha: AshaConfig = AshaConfig()
-    max_failures: int = typed.checked(2, typed.integer(0))
-    checkpoint_every: int = typed.checked(1, typed.integer(1))
-
-
-@dataclass(frozen=True)
-class EvaluateConfig:
-    seeds: tuple[int, ...] = typed.checked((0, 1, 2, 3, 4), typed.sequence_of(typed.integer(0, MAX_SEED)))
-    save_weights: bool = True
-
-
-@dataclass(frozen=True)
-class Resources:
-    cpu: float = typed.checked(1.0, typed.number(0, low_open=True))
-    gpu: float = typed.checked(0.0, typed.number(0))
-    system_metrics: bool = True
-
-
-@dataclass(frozen=True)
-class ReportConfig:
-    test: str = typed.checked("student", typed.one_of("student", "welch", "paired"))
-    alpha: float = typed.checked(0.05, typed.number(0, 1, low_open=True, high_open=True))
-    correction: str = typed.checked("none", typed.one_of("none", "holm", "bh"))
-
-
-@dataclass(frozen=True)
-class SweepSpec:
-    """A validated sweep: cells = models x datasets x regularizers, each tuned then evaluated over seeds."""
-
-    study: str
-    description: str
-    models: tuple[str, ...]
-    datasets: tuple[str, ...]
-    regularizers: dict[str, dict[str, Value]]
-    model: dict[str, Value]
-    training: dict[str, Value]
-    dataset_options: dict[str, Any]
-    solver: dict[str, SolverConfig]
-    tune: TuneConfig
-    evaluate: EvaluateConfig
-    resources: Resources
-    report: ReportConfig
-    data_dir: str | None = None
-    source: str | None = None
-    protocol: str = "paper"
-    model_overrides: dict[str, dict[str, Value]] = dataclasses.field(default_factory=dict)
-    base: TuneConfig = TuneConfig()
-    base_epochs: int | None = None
-    variants: dict[str, str] = dataclasses.field(default_factory=dict)
-    plugins: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
-
-    def model_params(self, model: str) -> dict[str, Value]:
-        """The ``model:`` section for ``model``: shared keys with that model's own block merged over them."""
-        return {**self.model, **self.model_overrides.get(model, {})}
-
-    def cells(self) -> list[tuple[str, str, str]]:
-        return [(m, d, r) for m in self.models for d in self.datasets for r in self.regularizers]
-
-    def solver_for(self, model: str) -> SolverConfig | None:
-        return self.solver.get(model, self.solver.get("default"))
-
-    def base_config(self, model: str, dataset: str, regularizer: str) -> dict[str, Any]:
-        """The flat trial config of a cell: ``section.key`` -> fixed value or :class:`Space`."""
-        config: dict[str, Any] = {
-            "study": self.study, "model": model, "dataset": dataset, "regularizer": regularizer,
-            "data_dir": self.data_dir,
-        }
-        config.update({f"model.{k}": v for k, v in self.model_params(model).items()})
-        config.update({f"training.{k}": v for k, v in self.training.items()})
-        config.update({f"dataset.{k}": v for k, v in self.dataset_options.items()})
-        config.update({f"regularizer.{k}": v for k, v in self.regularizers.get(regularizer, {}).items()})
-        solver = self.solver_for(model)
-        if solver is not None:
-            config.update({f"solver.{k}": v for k, v in dataclasses.asdict(solver).items()})
-        return config
-
+__all__ = [
+    "AshaConfig", "ConfigError", "EvaluateConfig", "ReportConfig", "Resources", "Space", "SweepSpec",
+    "TrainingConfig", "TuneConfig", "Value", "apply_overrides", "check_study_name", "config_hash", "load_spec",
+    "parse_spec", "parse_value", "searched_keys",
+]
 
 TOP_KEYS = {
     "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
     "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants", "plugins",
 }
 VARIANT_MODES = ("grid",)
-MODEL_COMMON = {"hidden_size", "num_layers"}
-
-
-def _unknown(keys: set[str], valid: set[str], where: str) -> None:
-    extra = sorted(keys - valid)
-    if extra:
-        raise ConfigError(f"unknown key(s) {extra} in {where}; valid keys: {sorted(valid)}")
-
-
-def _require(where: str, value: Any, rule: typed.Rule) -> None:
-    issue = typed.problem(where, value, rule)
-    if issue:
-        raise ConfigError(issue)
-
-
-def _names(raw: Any, where: str) -> tuple[str, ...]:
-    """A list of distinct names (a lone string is refused: ``models: neural_cde`` is not a list)."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
-        example = raw if isinstance(raw, str) else "name"
-        raise ConfigError(f"{where}={raw!r} must be a list of names, e.g. {where}: [{example}]")
-    duplicates = sorted({name for name in raw if raw.count(name) > 1})
-    if duplicates:
-        raise ConfigError(f"{where}: {', '.join(map(repr, duplicates))} listed more than once; list each once")
-    return tuple(raw)
-
-
-def _mapping(raw: Any, where: str) -> dict[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(raw).__name__}: {raw!r}")
-    return raw
-
-
-def parse_value(raw: Any, where: str) -> Value:
-    """A scalar stays fixed; a list becomes ``choice``; ``{kind: args}`` becomes that :class:`Space`."""
-    if isinstance(raw, list):
-        if not raw:
-            raise ConfigError(f"{where}: an empty list is no search space")
-        return Space("choice", tuple(raw))
-    if isinstance(raw, dict):
-        if len(raw) != 1:
-            raise ConfigError(f"{where}: a search space is one of {{loguniform|uniform|randint|choice: [...]}}, "
-                              f"got {raw!r}")
-        (kind, args), = raw.items()
-        if kind not in ("loguniform", "uniform", "randint", "choice"):
-            raise ConfigError(f"{where}: unknown search space {kind!r}; valid: choice, loguniform, randint, uniform")
-        if not isinstance(args, list) or not args or (kind != "choice" and len(args) != 2):
-            raise ConfigError(f"{where}.{kind} needs a list{' [low, high]' if kind != 'choice' else ''}, got {args!r}")
-        if kind != "choice" and not all(typed.is_number(a) for a in args):
-            raise ConfigError(f"{where}.{kind}={args!r}: bounds must be finite numbers")
-        if kind == "randint" and not all(typed.is_int(a) for a in args):
-            raise ConfigError(f"{where}.randint={args!r}: bounds must be integers")
-        if kind != "choice" and not args[0] < args[1]:
-            raise ConfigError(f"{where}.{kind}: low {args[0]!r} must be < high {args[1]!r}")
-        if kind == "loguniform" and not args[0] > 0:
-            raise ConfigError(f"{where}.loguniform: bounds must be > 0, got {args!r}")
-        return Space(kind, tuple(args))
-    return raw
-
-
-def _candidates(value: Value) -> tuple[Any, ...]:
-    return value.values_to_check() if isinstance(value, Space) else (value,)
-
-
-def _dataclass_from(cls: type, raw: Any, where: str, rules: dict[str, typed.Rule] | None = None) -> Any:
-    """``cls(**raw)`` after every given field passed its annotation's type rule and ``rules`` (ranges)."""
-    raw = _mapping(raw, where)
-    names = {f.name for f in dataclasses.fields(cls)}
-    _unknown(set(raw), names, where)
-    for key, rule in (typed.dataclass_rules(cls) | (rules or {})).items():
-        if key in raw:
-            _require(f"{where}.{key}", raw[key], rule)
-    try:
-        return cls(**raw)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
-def _check_training(training: dict[str, Value]) -> None:
-    valid = {f.name for f in dataclasses.fields(TrainingConfig)}
-    _unknown(set(training), valid, "training")
-    rules = typed.dataclass_rules(TrainingConfig)
-    for key, value in training.items():
-        for v in _candidates(value):
-            _require(f"training.{key}", v, rules[key])
-
-
-def _model_rules(model: str) -> dict[str, typed.Rule]:
-    """Type rules of a model's hyperparameters, from its constructor's annotations."""
-    return {name: typed.hint_rule(option.annotation) for name, option in model_options(model).items()}
-
-
-def _check_models(models: tuple[str, ...], model_section: dict[str, Value]) -> None:
-    for name in models:
-        if name not in MODELS:
-            raise ConfigError(f"models: unknown model {name!r}; valid models: {', '.join(list_models())}")
-    for name in models:
-        params = set(model_options(name))
-        bad = sorted(set(model_section) - params)
-        if bad:
-            raise ConfigError(f"model: key(s) {bad} are not hyperparameters of model {name!r}; valid: {sorted(params)}")
-    for name in models:
-        rules = _model_rules(name)
-        for key, value in model_section.items():
-            for v in _candidates(value):
-                _require(f"model.{key}", v, typed.integer(1) if key in MODEL_COMMON else rules[key])
-
-
-def _check_datasets(datasets: tuple[str, ...], models: tuple[str, ...]) -> None:
-    from ndebench.datasets.registry import dataset_info
-
-    for name in datasets:
-        try:
-            split_name(name)
-        except KeyError as exc:
-            raise ConfigError(f"datasets: {exc.args[0]}") from None
-        kind = dataset_info(name).input_kind
-        for model in models:
-            if model_info(model).input_kind != kind:
-                raise ConfigError(
-                    f"model {model!r} takes {model_info(model).input_kind} inputs but dataset {name!r} is "
-                    f"{kind}; pair it with a {model_info(model).input_kind} dataset"
-                )
-
-
-def _type_of_choices(choices: tuple[Any, ...]) -> typed.Rule:
-    """A hyperparameter takes values of its default choices' type: numbers (finite, never booleans), booleans
-    or strings."""
-    if all(isinstance(c, bool) for c in choices):
-        return typed.boolean
-    if all(typed.is_number(c) for c in choices):
-        return typed.number()
-    if all(isinstance(c, str) for c in choices):
-        return typed.text
-    return lambda value: None
-
-
-def _check_regularizers(raw: Any, models: tuple[str, ...],
-                        solvers: dict[str, SolverConfig]) -> dict[str, dict[str, Value]]:
-    if isinstance(raw, list):
-        raw = {name: {} for name in _names(raw, "regularizers")}
-    raw = _mapping(raw, "regularizers")
-    if not raw:
-        raise ConfigError("regularizers: name at least one regularizer (and 'none' as the baseline)")
-    out: dict[str, dict[str, Value]] = {}
-    for name, params in raw.items():
-        if name not in REGULARIZERS:
-            raise ConfigError(f"regularizers: unknown regularizer {name!r}; valid regularizers: "
-                              f"{', '.join(list_regularizers())}")
-        info = regularizer_info(name)
-        params = _mapping(params, f"regularizers.{name}")
-        _unknown(set(params), set(info.hyperparams), f"regularizers.{name}")
-        resolved: dict[str, Value] = {}
-        for key, hp in info.hyperparams.items():
-            value = parse_value(params[key], f"regularizers.{name}.{key}") if key in params else (
-                hp.choices[0] if len(hp.choices) == 1 else Space("choice", hp.choices)
-            )
-            for v in _candidates(value):
-                _require(f"regularizers.{name}.{key}", v, _type_of_choices(hp.choices))
-                problem = hp.check(v)
-                if problem:
-                    raise ConfigError(f"regularizers.{name}.{key}={v!r} {problem}")
-            resolved[key] = value
-        for model in models:
-            reason = info.incompatible(model_info(model))
-            if reason:
-                raise ConfigError(f"regularizer {name!r} cannot be used with model {model!r}: {reason}")
-            method = _solver_of(model, solvers).method
-            if info.requires_fixed_step and method in ODE_ADAPTIVE:
-                raise ConfigError(
-                    f"regularizer {name!r} needs a fixed-step solver but model {model!r} uses {method!r}; "
-                    f"use one of {', '.join(ODE_FIXED)}"
-                )
-        out[name] = resolved
-    return out
-
-
-def _solver_of(model: str, solvers: dict[str, SolverConfig]) -> SolverConfig:
-    """The solver ``model`` runs with: its own block, else the config's default, else the model's default."""
-    return solvers.get(model, solvers.get("default")) or model_info(model).default_solver
-
-
-def _check_solvers(raw: Any, models: tuple[str, ...]) -> dict[str, SolverConfig]:
-    raw = _mapping(raw, "solver")
-    fields = {f.name for f in dataclasses.fields(SolverConfig)}
-    if raw and set(raw) <= fields:
-        raw = {"default": raw}
-    out: dict[str, SolverConfig] = {}
-    for key, section in raw.items():
-        where = "solver" if key == "default" else f"solver.{key}"
-        if key != "default" and key not in MODELS:
-            raise ConfigError(f"{where}: unknown key {key!r}; give solver settings directly or per model name "
-                              f"({', '.join(list_models())})")
-        try:
-            out[key] = _dataclass_from(SolverConfig, section, where, {
-                "step_size": typed.number(0, low_open=True, null=True), "rtol": typed.number(0, low_open=True),
-                "atol": typed.number(0, low_open=True),
-            })
-        except ConfigError:
-            raise
-        except ValueError as exc:  # SolverConfig's own checks name the field: "method='rk5' is not a solver; ..."
-            raise ConfigError(f"{where}.{exc}") from None
-    for model in models:
-        family = model_info(model).family
-        kind = "sde" if family == "sde" else "ode"
-        method = _solver_of(model, out).method
-        if method not in solver_methods(kind):
-            where = "solver" if model not in out else f"solver.{model}"
-            raise ConfigError(f"{where}.method={method!r} does not solve the {family.upper()} model {model!r}; valid: "
-                              f"{', '.join(solver_methods(kind))} (set it per model, e.g. solver: {{{model}: "
-                              "{method: ...}})")
-    return out
-
-
-def _check_dataset_options(raw: Any, datasets: tuple[str, ...]) -> dict[str, Any]:
-    from ndebench.datasets.registry import dataset_options
-
-    options = _mapping(raw, "dataset_options")
-    for name in datasets:
-        valid = dataset_options(name)
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise ConfigError(f"dataset_options: {unknown} not accepted by dataset {name!r}; valid: {valid or 'none'}")
-    _require("dataset_options.missing_rate", options.get("missing_rate", 0.0), typed.number(0, 1, high_open=True))
-    return options
 
 
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -639,21 +287,5 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
     overrides = _split_model_section(raw.get("model"), spec.models)[1]
     out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, variants=variants,
                               model_overrides=overrides)
-    _check_grids(out)
+    check_grids(out)
     return out
-
-
-def _check_grids(spec: SweepSpec) -> None:
-    """``sampler: grid`` covers a categorical space exactly; a continuous distribution has no grid."""
-    from ndebench.platform.spec.plan import plan_stages
-
-    for stage in plan_stages(spec):
-        if stage.tune.sampler != "grid":
-            continue
-        for cell in stage.cells:
-            continuous = [k for k, v in cell.space.items() if v.kind != "choice"]
-            if continuous:
-                where = ("base.sampler" if stage.name == "base" and spec.base.sampler != spec.tune.sampler
-                         else "tune.sampler")
-                raise ConfigError(f"{where}=grid but {cell.label} searches continuous {continuous}; "
-                                  "give them as lists of values or use sampler tpe/random")

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ndebench.platform.spec.config import Space, SweepSpec, TuneConfig
+from ndebench.platform.spec.sweepspec import ConfigError, Space, SweepSpec, TuneConfig
 from ndebench.regularizers.none import BASELINE
 
 SHARED_PREFIXES = ("model.", "training.")
@@ -151,3 +151,17 @@ def plan_stages(spec: SweepSpec) -> list[Stage]:
 def stage_for_cells(stage: Stage, keys: set[str]) -> Stage:
     """``stage`` restricted to the cells in ``keys`` that have something to search."""
     return replace(stage, cells=[c for c in stage.cells if c.key in keys and c.budget > 0])
+
+
+def check_grids(spec: SweepSpec) -> None:
+    """``sampler: grid`` covers a categorical space exactly; a continuous distribution has no grid."""
+    for stage in plan_stages(spec):
+        if stage.tune.sampler != "grid":
+            continue
+        for cell in stage.cells:
+            continuous = [k for k, v in cell.space.items() if v.kind != "choice"]
+            if continuous:
+                where = ("base.sampler" if stage.name == "base" and spec.base.sampler != spec.tune.sampler
+                         else "tune.sampler")
+                raise ConfigError(f"{where}=grid but {cell.label} searches continuous {continuous}; "
+                                  "give them as lists of values or use sampler tpe/random")

@@ -1,0 +1,148 @@
+"""The ``evaluate`` stage: the chosen config of every cell for every seed in one Ray Tune grid, then each cell's
+run closed with the statistics of its evaluate runs. ``resume`` runs every planned (cell, seed) without a
+current ``ok`` run (:func:`rerun_reason`); cut-off trials continue from their checkpoints.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ndebench.platform.engine.provenance import driver_provenance
+from ndebench.platform.engine.stages import StageContext, trial_dirname
+from ndebench.platform.record.completeness import attempts, current, mark_superseded
+from ndebench.platform.record.runs import evaluate_runs
+from ndebench.platform.record.schema import FINISHED_STATUSES, SUPERSEDED, TAG
+from ndebench.platform.record.tracking import (
+    cell_run,
+    cell_states,
+    client,
+    finish_cell,
+    run_status,
+    search,
+)
+from ndebench.platform.spec.config import config_hash
+from ndebench.platform.spec.plan import Cell
+
+CODE_TAGS = ("version", "git_commit", "git_dirty")
+
+
+def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_diverged: bool) -> str | None:
+    """Why a planned (cell, seed) with these earlier ``runs`` (oldest first) is run again, or ``None`` when its
+    current run stands: ``ok`` with the same config, or ``diverged`` with the same config and ``code`` (the
+    driver's :data:`CODE_TAGS`) unless ``retry_diverged``."""
+    if not runs:
+        return "no run yet"
+    run = current(runs)
+    status, tags = run_status(run), run.data.tags
+    if tags.get(f"{TAG}config_hash") != config_hash:
+        return f"config changed since its {status} run"
+    if status == "running":
+        return "cut off (continues its run from its last checkpoint)"
+    if status == "ok":
+        return None
+    if status != "diverged":
+        return f"its last run ended {status}"
+    if any(tags.get(f"{TAG}{k}") != v for k, v in code.items()):
+        return "diverged under other code"
+    return "diverged, --retry-diverged" if retry_diverged else None
+
+
+def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """Every planned (cell, seed) without a current ``ok`` run in one grid, then per-cell aggregates in MLflow."""
+    from ndebench.platform.engine.progress import StageProgress
+    from ray import tune
+
+    if ctx.resume:
+        _refuse_unsafe_trial_dirs(ctx)
+    found = attempts(ctx.tracking_uri, ctx.spec.study) if ctx.resume else {}
+    code = {k: v for k, v in driver_provenance().items() if k in CODE_TAGS}
+    trials, reasons, skipped, kept = {}, {}, 0, 0
+    for seed in ctx.spec.evaluate.seeds:  # seed-major, so that different cells share the cluster
+        for cell in cells:
+            if cell.key not in configs:
+                continue
+            config = dict(configs[cell.key], phase="evaluate", seed=seed)
+            runs = found.get((cell.key, seed), [])
+            why = rerun_reason(runs, config_hash(config), code, ctx.retry_diverged)
+            if why is None:
+                skipped += 1
+                kept += run_status(current(runs)) == "diverged"
+            else:
+                trials[f"{cell.key}#{seed}"] = config
+                reasons[(cell.label, seed)] = why
+    states = cell_states(ctx.tracking_uri, ctx.spec.study, "evaluate") if ctx.resume else {}
+    by_key = {c.key: c for c in cells}
+    rerun_cells = {t.split("#")[0] for t in trials}
+    parents = {}
+    for cell in cells:
+        state = states.get(cell.key)
+        done = state is not None and state.data.tags.get(f"{TAG}status") == "done"
+        if done and cell.key not in rerun_cells and cell.key not in ctx.failed:
+            continue
+        run_id = cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, "evaluate", cell.key,
+                          ctx.cell_tags(cell))
+        if cell.key in ctx.failed:
+            finish_cell(ctx.tracking_uri, run_id, "failed", error=ctx.failed[cell.key])
+        else:
+            parents[cell.key] = run_id
+    ctx.say(f"stage evaluate: {len(trials)} trial(s) over {len(rerun_cells)} cell(s), seeds "
+             f"{list(ctx.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
+    if ctx.resume:
+        ctx.say_reruns(reasons, kept)
+    outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in parents}
+    if trials:
+        budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
+        progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
+                                 ctx.ray.say_console, ctx.progress_every_s)
+        ctx.fit("evaluate", ctx.trainable_for("evaluate", parents, trials), tune.TuneConfig(
+            reuse_actors=True, trial_dirname_creator=trial_dirname),
+            {"trial": tune.grid_search(list(trials))}, [progress])
+        ctx.close_orphans("evaluate", progress.outcomes, trials)
+        outcomes.update(progress.outcomes)
+        superseded = mark_superseded(ctx.tracking_uri, ctx.spec.study)
+        if superseded:
+            ctx.say(f"stage evaluate: {superseded} earlier attempt(s) marked superseded (tag {SUPERSEDED}); "
+                     "reports count the newest finished run of each (cell, seed)")
+        for outcome in (o for group in outcomes.values() for o in group if o["result"].get("resume_note")):
+            ctx.say(f"stage evaluate: run {outcome['result'].get('run_id')}: {outcome['result']['resume_note']}")
+    _aggregate(ctx, parents, by_key, outcomes)
+    return len(trials), skipped
+
+def _refuse_unsafe_trial_dirs(ctx: StageContext) -> None:
+    """Unfinished evaluate runs whose ``ndebench.trial_dir`` tag leaves the storage root: say so and drop the
+    tag, so that their trials start from scratch instead of reading whatever the tag names."""
+    from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
+
+    for run in search(ctx.tracking_uri, ctx.spec.study,
+                      f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"):
+        trial_dir = run.data.tags.get(f"{TAG}trial_dir")
+        if not trial_dir or run.data.tags.get(f"{TAG}status") in FINISHED_STATUSES:
+            continue
+        try:
+            trial_folder(ctx.storage, ctx.spec.study, trial_dir)
+        except UnsafePathError as exc:
+            ctx.say(f"stage evaluate: run {run.info.run_id}: checkpoint path refused: {exc}; its trial starts "
+                     "from scratch")
+            client(ctx.tracking_uri).delete_tag(run.info.run_id, f"{TAG}trial_dir")
+
+def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell],
+               outcomes: dict[str, list[dict[str, Any]]]) -> None:
+    """Close each evaluated cell's run: failed without an ``ok`` run, else done with the statistics
+    :attr:`cell_statistics` computes from the study's evaluate runs."""
+    runs = evaluate_runs(ctx.tracking_uri, ctx.spec.study, with_calibration=False, variants=True)
+    if runs.empty:
+        runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "status", "seed"])
+    runs = runs.assign(regularizer=[v or r for v, r in zip(runs["variant"], runs["regularizer"], strict=True)])
+    named = {key: (cells[key].model, cells[key].dataset, cells[key].variant or cells[key].regularizer)
+             for key in parents}
+    stats = ctx.cell_statistics(runs, list(named.values()), ctx.spec.report.test) if ctx.cell_statistics else {}
+    for key, run_id in parents.items():
+        model, dataset, name = named[key]
+        mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.regularizer == name)]
+        if not (mine["status"] == "ok").any():
+            ctx.fail(key, cells[key].label, run_id, "evaluate", outcomes.get(key, []))
+            continue
+        values = stats.get(named[key], {})
+        params = {k: v for k, v in sorted(ctx.evaluated[key].items()) if k not in ("data_dir", "device")}
+        finish_cell(ctx.tracking_uri, run_id, "done", params=params,
+                    metrics={k: v for k, v in values.items() if v is not None and math.isfinite(v)})

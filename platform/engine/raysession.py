@@ -1,0 +1,87 @@
+"""The sweep's Ray session: starting or joining Ray, and capturing Ray's output in one log file.
+
+Ray's console output (experiment boxes, result paths, its loggers' handlers) goes to a log file unless
+``verbose``; only the sweep's own progress lines reach the console.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ndebench.platform.engine.joining import init_arguments
+
+TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
+
+
+class RaySession:
+    """Ray on this machine (``address`` None) or the cluster at ``address``, with its output captured."""
+
+    def __init__(self, address: str | None, verbose: bool, say: Callable[[str], None]):
+        self.address, self.verbose, self.say = address, verbose, say
+
+    def start(self) -> dict[str, float]:
+        """Start (or join) Ray, with its output going to the log; returns the cluster's resources."""
+        import ray
+
+        logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+            lambda record: TOKEN_WARNING not in record.getMessage())
+        self._console = sys.stdout
+        self._driver_log = Path(tempfile.mkdtemp(prefix="ndebench-")) / "driver.log"
+        self._console_log = self._driver_log.with_name("console.log")
+        self._driver_handler = logging.FileHandler(self._driver_log)
+        self._driver_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("ray").addHandler(self._driver_handler)
+        if not ray.is_initialized():
+            ray.init(**init_arguments(self.address, self.verbose))
+        resources = ray.cluster_resources()
+        self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
+        return resources
+
+    @staticmethod
+    def node_resources() -> list[dict[str, float]]:
+        """The resources of every live node."""
+        import ray
+
+        return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+
+    def fit(self, tuner: Any) -> Any:
+        """``tuner.fit()``, with Ray's console output in the log file unless ``verbose``."""
+        if self.verbose:
+            return tuner.fit()
+        ray_logger = logging.getLogger("ray")
+        consoles = [h for h in ray_logger.handlers if not isinstance(h, logging.FileHandler)]
+        levels = [h.level for h in consoles]
+        for handler in consoles:
+            handler.setLevel(logging.CRITICAL)
+        # Ray prints its experiment box, result paths and TensorBoard hints whatever the verbosity.
+        with self._console_log.open("a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                return tuner.fit()
+            finally:
+                for handler, level in zip(consoles, levels, strict=True):
+                    handler.setLevel(level)
+
+    def say_console(self, message: str) -> None:
+        """Progress lines reach the console even while Ray's own output is redirected to the log."""
+        with contextlib.redirect_stdout(self._console):
+            self.say(message)
+
+    def log_text(self) -> str:
+        """Ray's full output of this session (driver log and the workers' logs), one section per file."""
+        import ray
+
+        logging.getLogger("ray").removeHandler(self._driver_handler)
+        self._driver_handler.close()
+        node = getattr(ray._private.worker, "_global_node", None)
+        paths = [self._driver_log, self._console_log] + (sorted(Path(node.get_logs_dir_path()).glob("*"))
+                                                         if node is not None else [])
+        chunks = []
+        for path in paths:
+            if path.exists() and path.suffix in (".out", ".err", ".log") and path.stat().st_size:
+                chunks.append(f"===== {path.name} =====\n{path.read_text(errors='replace')}")
+        return "\n".join(chunks)

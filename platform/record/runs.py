@@ -1,0 +1,151 @@
+"""The one reader of a study's runs: what reports, analyses, resume, reevaluate and the API read from MLflow.
+
+:func:`evaluate_runs`: one row per current evaluate trial run with its status, message and test metrics (the
+rows the tables count). :func:`runs_frame`: one row per run of a phase for analyses. Columns: ``run_id,
+parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``, ``metric`` (the
+dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate`` (the
+regularizer's parameters from the run's params ``regularizer.p`` ...; NaN where absent), every ``test_*``
+metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs) and ``params`` (the run's flat
+config, values parsed back from strings). ``label`` is the variant label where the run belongs to a
+fixed-parameter variant cell, else the regularizer. Both give a run the status of
+:func:`~ndebench.platform.record.tracking.run_status`. :func:`planned_seeds`: the seeds the study planned.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ndebench.platform.record import tracking
+from ndebench.platform.record.schema import PLANNED_SEEDS, SUPERSEDED, TAG
+
+PARAMS = ("p", "m", "rate")
+TIME_METRICS = ("train_time_s", "epoch_time_s")
+
+
+def parse_param(text: str) -> Any:
+    """A param value logged as ``str(value)`` back to the value (``"8"`` -> 8, ``"None"`` -> None); strings
+    that are no Python literal stay strings."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _mean_history(client: Any, run_id: str, key: str) -> float:
+    values = [m.value for m in client.get_metric_history(run_id, key)]
+    return float(np.mean(values)) if values else math.nan
+
+
+def _tag(tags: dict[str, str], key: str, default: str = "") -> str:
+    return tags.get(f"{tracking.TAG}{key}", default)
+
+
+def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool = True) -> pd.DataFrame:
+    """One row per run of ``study`` in ``phase`` (``evaluate`` or ``reevaluate``), columns as in the module
+    docstring; ``histories`` reads the per-epoch time metrics (one request per run and metric)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    client = tracking.client(uri)
+    rows = []
+    for run in tracking.search(uri, study, f"tags.`{tracking.TAG}phase` = '{phase}'"):
+        tags, params = run.data.tags, {k: parse_param(v) for k, v in run.data.params.items()}
+        row: dict[str, Any] = {
+            "run_id": run.info.run_id, "parent_run_id": tags.get("mlflow.parentRunId", ""), "study": study,
+            "model": _tag(tags, "model"), "dataset": _tag(tags, "dataset"), "regularizer": _tag(tags, "regularizer"),
+            "variant": _tag(tags, "variant"), "seed": int(_tag(tags, "seed", "-1")),
+            "status": tracking.run_status(run), "n_mc": int(_tag(tags, "n_mc", "0") or 0),
+            "metric": _tag(tags, "metric"),
+            **{name: _number(params.get(f"regularizer.{name}")) for name in PARAMS},
+            **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
+            "params": params,
+        }
+        row["label"] = row["variant"] or row["regularizer"]
+        if histories:
+            row.update({key: _mean_history(client, run.info.run_id, key) if key in run.data.metrics else math.nan
+                        for key in TIME_METRICS})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def planned_seeds(uri: str, study: str) -> list[int] | None:
+    """The evaluation seeds the study planned: tag ``ndebench.evaluate_seeds`` (the latest sweep's, a JSON list)
+    or else param ``evaluate.seeds`` of its run tagged ``ndebench.kind=study``; ``None`` without such a run."""
+    for run in tracking.search(uri, study, f"tags.`{TAG}kind` = 'study'"):
+        raw = run.data.tags.get(PLANNED_SEEDS) or run.data.params.get("evaluate.seeds")
+        if raw:
+            try:
+                seeds = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(seeds, list) and all(isinstance(s, int) for s in seeds):
+                return sorted(seeds)
+    return None
+
+
+def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False) -> pd.DataFrame:
+    """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
+    ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
+    (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
+    the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
+    on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
+    variant cells (column ``variant``) only with ``variants=True``; attempts a later run of their (cell, seed)
+    superseded never."""
+    # Hundreds of tiny calibration.json downloads would each print a progress bar.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    rows = []
+    mlflow_client = tracking.client(uri)
+    for run in tracking.search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
+        tags = run.data.tags
+        if (tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants)
+                or tags.get(SUPERSEDED)):
+            continue
+        row: dict[str, Any] = {
+            "variant": tags.get(f"{TAG}variant", ""),
+            "run_id": run.info.run_id,
+            "study": study,
+            **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "config_hash")},
+            "status": tracking.run_status(run),
+            "message": tags.get(f"{TAG}error") or tags.get(f"{TAG}message") or "",
+            "seed": _int_tag(tags.get(f"{TAG}seed")),
+            "test_protocol": tags.get(f"{TAG}test_protocol", ""),
+            "metric": tags.get(f"{TAG}metric", ""),
+            "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
+            # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.
+            "final_train_loss": run.data.metrics.get("train_loss", math.nan),
+        }
+        row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
+        if with_calibration and row["status"] == "ok":
+            row["calibration"] = _load_json(mlflow_client, run.info.run_id, "calibration.json")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _int_tag(raw: str | None) -> int:
+    """An integer tag (seed, class count), -1 where absent or not an integer."""
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return -1
+
+
+def _load_json(mlflow_client: Any, run_id: str, name: str) -> dict[str, Any] | None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow_client.download_artifacts(run_id, name, tmp)
+        except Exception:  # noqa: BLE001 - an older run may lack the artifact; the report then omits its bins
+            return None
+        try:
+            return json.loads(Path(path).read_text())
+        except ValueError:
+            return None
