@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -250,3 +251,37 @@ def start_server(cwd: Path) -> tuple[int, subprocess.Popen]:
                                 "--workers", "1"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
     return port, process
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Every process but this one whose command line contains ``text`` (a private temp dir, a port)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def kill(pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` that still exists."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_http(url: str, seconds: float) -> None:
+    """Until ``url`` answers; fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, f"{url} did not answer within {seconds:.0f} s"
+            time.sleep(0.5)

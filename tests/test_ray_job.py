@@ -18,8 +18,8 @@ import urllib.request
 
 import pytest
 import yaml
+from fakes import free_port, kill, processes_mentioning, wait_http
 from ndebench.platform.record.tracking import TAG, search
-from test_two_nodes import _free_port, _kill, _processes_mentioning, _wait_http
 
 pytestmark = [pytest.mark.system, pytest.mark.cluster]
 pytest.importorskip("ray.dashboard.modules.job.sdk", reason="needs ray[default] (the `cluster` extra)")
@@ -36,7 +36,7 @@ USER, PASSWORD = "team-admin", "a-long-test-password"
 def _ours(temp_dir: str, ray_port: int) -> list[int]:
     """This cluster's processes: those under its temp dir, and Ray's client server, whose command line names
     only the head's port."""
-    return sorted(set(_processes_mentioning(temp_dir)) | set(_processes_mentioning(f":{ray_port}\0")))
+    return sorted(set(processes_mentioning(temp_dir)) | set(processes_mentioning(f":{ray_port}\0")))
 
 
 def _submit(dashboard: str, folder, env_vars: dict[str, str], storage: str, env: dict[str, str]):
@@ -51,7 +51,7 @@ def _submit(dashboard: str, folder, env_vars: dict[str, str], storage: str, env:
 def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_head_only_cluster(tmp_path,
                                                                                                monkeypatch):
     temp_dir = tempfile.mkdtemp(prefix="ndbj", dir="/tmp")
-    ray_port, dashboard_port, mlflow_port = _free_port(), _free_port(), _free_port()
+    ray_port, dashboard_port, mlflow_port = free_port(), free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     env["RAY_AUTH_MODE"] = "token"
     server_dir, job_dir = tmp_path / "server", tmp_path / "job"
@@ -70,7 +70,7 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
                         str(dashboard_port), *common], env=env, check=True, timeout=180, capture_output=True)
         dashboard = f"http://127.0.0.1:{dashboard_port}"
         uri = f"http://127.0.0.1:{mlflow_port}"
-        _wait_http(f"{uri}/health", 120)
+        wait_http(f"{uri}/health", 120)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10)
         assert refused.value.code == 401
@@ -95,7 +95,7 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-        _kill(_ours(temp_dir, ray_port))
+        kill(_ours(temp_dir, ray_port))
         deadline = time.monotonic() + 30
         while _ours(temp_dir, ray_port) and time.monotonic() < deadline:
             time.sleep(0.5)

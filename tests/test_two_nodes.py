@@ -11,12 +11,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
-from fakes import free_port
+from fakes import free_port, kill, processes_mentioning, wait_http
 from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = [pytest.mark.system, pytest.mark.cluster]
@@ -26,37 +24,6 @@ CONFIG = {
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1, 2, 3]},
     "training": {"epochs": 3, "min_epochs": 3, "lr": 0.01},
 }
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _wait_http(url: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            assert time.monotonic() < deadline, f"{url} did not answer within {seconds:.0f} s"
-            time.sleep(0.5)
 
 
 def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
@@ -74,7 +41,7 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
             subprocess.run([*RAY, "start", *args, "--num-cpus", "1", "--temp-dir", temp_dir,
                             "--object-store-memory", str(100 * 1024**2)], env=env, check=True, timeout=180,
                            capture_output=True)
-        _wait_http(f"http://127.0.0.1:{mlflow_port}/health", 120)
+        wait_http(f"http://127.0.0.1:{mlflow_port}/health", 120)
         uri = f"http://127.0.0.1:{mlflow_port}"
         (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(CONFIG))
         run = subprocess.run(
@@ -97,10 +64,10 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-        _kill(_processes_mentioning(temp_dir))
+        kill(processes_mentioning(temp_dir))
         deadline = time.monotonic() + 30
-        while _processes_mentioning(temp_dir) and time.monotonic() < deadline:
+        while processes_mentioning(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left = _processes_mentioning(temp_dir)
+        left = processes_mentioning(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not left
