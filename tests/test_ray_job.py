@@ -40,12 +40,19 @@ def _ours(temp_dir: str, ray_port: int) -> list[int]:
 
 
 def _submit(dashboard: str, folder, env_vars: dict[str, str], storage: str, env: dict[str, str]):
+    """``ray job submit`` of the sweep; a head whose job agent is not up yet answers "No available agent ...,
+    please try again later" (slow on a loaded machine), so that answer is retried for up to two minutes."""
     runtime_env = json.dumps({"env_vars": env_vars})
     entrypoint = (f"{sys.executable} -m ndebench.platform run sweep.yaml --storage-path {storage}; "
                   "echo ndebench-exit=$?")
-    return subprocess.run([*RAY, "job", "submit", "--address", dashboard, "--working-dir", str(folder),
-                           "--runtime-env-json", runtime_env, "--", "sh", "-c", entrypoint],
-                          env=env, capture_output=True, text=True, timeout=600)
+    deadline = time.monotonic() + 120
+    while True:
+        done = subprocess.run([*RAY, "job", "submit", "--address", dashboard, "--working-dir", str(folder),
+                               "--runtime-env-json", runtime_env, "--", "sh", "-c", entrypoint],
+                              env=env, capture_output=True, text=True, timeout=600)
+        if "No available agent to submit job" not in done.stderr or time.monotonic() > deadline:
+            return done
+        time.sleep(2)
 
 
 def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_head_only_cluster(tmp_path,
