@@ -7,10 +7,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -104,34 +102,38 @@ def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_p
     assert [r.data.tags[f"{TAG}status"] for r in runs if r.data.tags.get(f"{TAG}kind") == "trial"] == ["ok"]
 
 
-def _ok_trials(db: Path) -> int:
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
-            return connection.execute(
-                "select count(*) from tags s join tags k on k.run_uuid = s.run_uuid where s.key = 'ndebench.status' "
-                "and s.value = 'ok' and k.key = 'ndebench.kind' and k.value = 'trial'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
+# The driver subprocess fills the storage tmpfs itself, right before the sweep writes Ray's log there: a real
+# ENOSPC from a real full filesystem at a fixed point of the sweep (a filler racing the driver was flaky).
+FILL_THEN_RUN = """
+import contextlib, sys
+from pathlib import Path
+from ndebench.platform.cli import main
+from ndebench.platform.engine import sweep
+
+write_log = sweep.Sweep._write_log
+
+def fill_then_write(self):
+    with open(Path("store") / "filler", "wb") as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(bytes(65536))
+    return write_log(self)
+
+sweep.Sweep._write_log = fill_then_write
+sys.exit(main(["run", "full.yaml", "--storage-path", "store"]))
+"""
 
 
 def test_a_storage_disk_that_fills_up_during_a_sweep_exits_3(tmp_path):
-    """A real 4 MiB tmpfs as the storage path, filled to the last byte once the trial has finished: Ray's log
-    cannot be written, the report still is, and `ndebench run` exits 3 naming the storage folder."""
+    """A real 4 MiB tmpfs as the storage path, full once the trials have finished: Ray's log cannot be
+    written, the report still is, and `ndebench run` exits 3 naming the storage folder."""
     (tmp_path / "full.yaml").write_text(yaml.safe_dump(TINY))
     with _tmpfs(tmp_path / "store", "4m") as mounted:
         if not mounted:
             pytest.skip("no tmpfs can be mounted here; the injected-ENOSPC sweep test covers the same path")
         with (tmp_path / "run.log").open("w") as log:
-            driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "full.yaml",
-                                       "--storage-path", "store"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.time() + 400
-            while _ok_trials(tmp_path / "mlflow.db") == 0:
-                assert driver.poll() is None and time.time() < deadline, (tmp_path / "run.log").read_text()
-                time.sleep(0.3)
-            with (tmp_path / "store" / "filler").open("wb") as filler, contextlib.suppress(OSError):
-                while True:
-                    filler.write(b"\0" * 65536)
-            assert driver.wait(timeout=300) == 3, (tmp_path / "run.log").read_text()
+            driver = subprocess.run([sys.executable, "-c", FILL_THEN_RUN], cwd=tmp_path, stdout=log,
+                                    stderr=subprocess.STDOUT, timeout=600)
+        assert driver.returncode == 3, (tmp_path / "run.log").read_text()
     output = (tmp_path / "run.log").read_text()
     assert f"[ndebench] exit 3: disk full: cannot write {tmp_path / 'store' / 'full'}" in output
     assert (tmp_path / "reports" / "full" / "table.md").exists()
