@@ -285,3 +285,10 @@ def wait_http(url: str, seconds: float) -> None:
         except OSError:
             assert time.monotonic() < deadline, f"{url} did not answer within {seconds:.0f} s"
             time.sleep(0.5)
+
+
+def agent_ports() -> list[str]:
+    """Fresh ports for a node's agents: Ray's defaults (e.g. 52365) collide with another cluster started on this
+    machine at the same time (the other cluster test in the other xdist worker), and the head then has no job agent."""
+    return ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 import yaml
-from fakes import free_port, kill, processes_mentioning, wait_http
+from fakes import agent_ports, free_port, kill, processes_mentioning, wait_http
 from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = [pytest.mark.system, pytest.mark.cluster]
@@ -73,8 +73,9 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
     common = ["--num-cpus", "1", "--temp-dir", temp_dir, "--object-store-memory", str(100 * 1024**2)]
     try:
         subprocess.run([*RAY, "start", "--head", "--port", str(ray_port), "--node-ip-address", "127.0.0.1",
-                        "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port",
-                        str(dashboard_port), *common], env=env, check=True, timeout=180, capture_output=True)
+                        *agent_ports(), "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+                        "--dashboard-port", str(dashboard_port), *common],
+                       env=env, check=True, timeout=180, capture_output=True)
         dashboard = f"http://127.0.0.1:{dashboard_port}"
         uri = f"http://127.0.0.1:{mlflow_port}"
         wait_http(f"{uri}/health", 120)
@@ -90,6 +91,7 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
         assert not local_db.exists()
 
         subprocess.run([*RAY, "start", "--address", f"127.0.0.1:{ray_port}", "--node-ip-address", "127.0.0.1",
+                        *agent_ports(),
                         *common], env=env, check=True, timeout=180, capture_output=True)
         job = _submit(dashboard, job_dir, {"MLFLOW_TRACKING_URI": uri, "MLFLOW_TRACKING_USERNAME": USER,
                                            "MLFLOW_TRACKING_PASSWORD": PASSWORD}, str(tmp_path / "shared"), env)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 import yaml
-from fakes import free_port, kill, processes_mentioning, wait_http
+from fakes import agent_ports, free_port, kill, processes_mentioning, wait_http
 from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = [pytest.mark.system, pytest.mark.cluster]
@@ -38,7 +38,7 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
     try:
         head = ["--head", "--port", str(ray_port), "--node-ip-address", "127.0.0.1", "--include-dashboard", "false"]
         for args in (head, ["--address", f"127.0.0.1:{ray_port}", "--node-ip-address", "127.0.0.1"]):
-            subprocess.run([*RAY, "start", *args, "--num-cpus", "1", "--temp-dir", temp_dir,
+            subprocess.run([*RAY, "start", *args, *agent_ports(), "--num-cpus", "1", "--temp-dir", temp_dir,
                             "--object-store-memory", str(100 * 1024**2)], env=env, check=True, timeout=180,
                            capture_output=True)
         wait_http(f"http://127.0.0.1:{mlflow_port}/health", 120)
