@@ -84,7 +84,8 @@ def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_p
 
     monkeypatch.setattr(Storage, "write_bytes", write_bytes)
     monkeypatch.setattr(tracking, "log_report_artifacts", log_report_artifacts)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+             log_to_driver=False)
     try:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

@@ -81,7 +81,8 @@ def sweep(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NDEBENCH_TEST_BROKEN", str(flag))
         patch.syspath_prepend(str(root / "plugin"))
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+                 log_to_driver=False,
                  runtime_env={"env_vars": {"NDEBENCH_TEST_BROKEN": str(flag), "PYTHONPATH": pythonpath}})
         config = root / "e2e.yaml"
         config.write_text(yaml.safe_dump(SPEC))
