@@ -254,12 +254,14 @@ def start_server(cwd: Path) -> tuple[int, subprocess.Popen]:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Every process but this one whose command line contains ``text`` (a private temp dir, a port)."""
+    """Every process but this one whose command line, or one of whose open files, contains ``text`` (a private
+    temp dir, a port). Ray retitles its agents (``ray::DashboardAgent``), but their logs stay open in the temp dir."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                if text.encode() in (entry / "cmdline").read_bytes():
+                opened = " ".join(os.readlink(fd) for fd in (entry / "fd").iterdir() if fd.is_symlink())
+                if text.encode() in (entry / "cmdline").read_bytes() or text in opened:
                     found.append(int(entry.name))
             except OSError:
                 continue
