@@ -20,9 +20,9 @@ from matplotlib.figure import Figure
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.registry import UnknownNameError
 from ndebench.platform.report.figures import save_png_pdf
+from ndebench.platform.report.stats import CELL
 
 MARGIN = 0.05
-CELL = ["model", "dataset", "regularizer"]
 CURVE_KEYS = ("train_loss", "val_loss")
 FLAG = "did not learn"
 
