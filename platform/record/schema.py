@@ -11,12 +11,17 @@ SUPERSEDED = f"{TAG}superseded_by"
 # The study run's planned evaluate seeds, as the latest sweep of the study planned them.
 PLANNED_SEEDS = f"{TAG}evaluate_seeds"
 
-Status = Literal["ok", "diverged", "error", "running", "stopped"]
+Status = Literal["ok", "diverged", "error", "timeout", "running", "stopped", "interrupted"]
 STATUSES: tuple[Status, ...] = get_args(Status)
-# A finished trial produced a result (a diverged one too); error runs failed, running and stopped ones are unfinished.
+# A finished trial produced a result (a diverged one too); error and timeout runs failed (a timeout ran past
+# ``tune.trial_timeout_s``); running, stopped and interrupted ones are unfinished.
 FINISHED_STATUSES: tuple[Status, ...] = ("ok", "diverged")
-# The statistics count these; running and stopped runs are reported beside the tables instead.
-COUNTED_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error")
+# The statistics count these; running, stopped and interrupted runs are reported beside the tables instead.
+COUNTED_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error", "timeout")
+# A search trial that ended one of these ways spent one unit of its cell's budget (``stopped``: by ASHA).
+SPENT_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error", "timeout", "stopped")
+# Cut off by a stop of the sweep (Ctrl-C, SIGTERM, SIGHUP) or by the loss of its driver: ``--resume`` continues it.
+RESUMABLE_STATUSES: tuple[Status, ...] = ("running", "interrupted")
 
 # One row per evaluate run; the test_* metric columns follow.
 RESULTS_COLUMNS = ("variant", "run_id", "study", "model", "dataset", "regularizer", "config_hash", "status", "message",

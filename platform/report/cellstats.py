@@ -7,6 +7,7 @@ layer hands :func:`cell_statistics` to the sweep, which never imports the report
 from __future__ import annotations
 
 import pandas as pd
+from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report.report import primary_metrics
 from ndebench.platform.report.stats import compare_to_baseline, summarize_cells
 from ndebench.regularizers.none import BASELINE
@@ -23,7 +24,7 @@ def cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
     out: dict[tuple[str, str, str], dict[str, float]] = {}
     for model, dataset, name in cells:
         mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.regularizer == name)
-                    & runs.status.isin(["ok", "diverged", "error"])]
+                    & runs.status.isin(COUNTED_STATUSES)]
         if not (mine["status"] == "ok").any():
             continue
         values: dict[str, float] = {"n": float((mine["status"] == "ok").sum())}

@@ -73,7 +73,7 @@ def _ok_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One row per cell: ``n`` (ok runs with a finite metric), ``mean``, ``std`` (sample, ddof=1; NaN when
-    n < 2), and the counts ``n_diverged``, ``n_error``, ``n_missing`` (ok runs without the metric) and
+    n < 2), and the counts ``n_diverged``, ``n_error`` (error or timeout), ``n_missing`` (ok runs without the metric) and
     ``n_runs`` (all runs of the cell)."""
     status = runs["status"]
     unknown = set(status) - set(COUNTED_STATUSES)
@@ -84,7 +84,7 @@ def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
     counts = runs.assign(
         n_diverged=status == "diverged",
-        n_error=status == "error",
+        n_error=status.isin(["error", "timeout"]),
         n_missing=(status == "ok") & ~np.isfinite(runs[metric].astype(float)),
         n_runs=1,
     ).groupby(CELL)[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
