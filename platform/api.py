@@ -179,17 +179,19 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
     figures).
 
-    With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned
-    seeds and the learning curves of the ``ok`` runs read from there (unless given), a section on the
-    ``failed`` cells (label -> first error) in ``table.md``, the paper's further analyses and ``report.html``
-    from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the study), and every file
-    logged as an artifact of the study's MLflow run."""
+    With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned seeds
+    and the learning curves of the ``ok`` runs read from there (unless given), a section on the ``failed`` cells
+    (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
+    analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
+    study), and every file logged as an artifact of the study's MLflow run."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
+    left_out = None
     if uri is not None:
+        from ndebench.platform.record.completeness import left_out_finished
         from ndebench.platform.record.runs import planned_seeds as planned
         from ndebench.platform.record.tracking import client
         from ndebench.platform.report.learning import read_curves
@@ -197,8 +199,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         planned_seeds = planned(uri, study) if planned_seeds is None else planned_seeds
         if curves is None:
             curves = read_curves(client(uri), list(runs.loc[runs["status"] == "ok", "run_id"]))
+        left_out = left_out_finished(uri, study)
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
-                         correction=correction, planned_seeds=planned_seeds, curves=curves)
+                         correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction)
     if failed:

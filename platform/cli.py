@@ -15,14 +15,6 @@ from ndebench.platform.cliargs import build_parser
 LISTED_CELLS = 12
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into an exception so that a sweep stops as it does on Ctrl-C."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
 class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
 
@@ -95,6 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform.engine.runchecks import check_out_dir, size_warnings
     from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
     from ndebench.platform.spec.plan import sweep_cells
+    from ndebench.platform.stopping import describe, stop_on_signals
 
     spec = api.load(args.config, _overrides(args))
     warnings = api.validate(spec)
@@ -103,16 +96,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(_describe_spec(spec), flush=True)
     for warning in warnings + size_warnings(_total_trials(spec)):
         print(f"warning: {warning}", flush=True)
-    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address, resume=args.resume,
-                            data_dir=args.data_dir, verbose=args.verbose, retry_diverged=args.retry_diverged,
-                            single_node=args.single_node)
+        with stop_on_signals():
+            outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address,
+                                resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
+                                retry_diverged=args.retry_diverged, single_node=args.single_node)
     except KeyboardInterrupt as exc:
-        code = exitcodes.TERMINATED if isinstance(exc, Terminated) else exitcodes.INTERRUPTED
-        print(f"[ndebench] exit {code}: interrupted ({'SIGTERM' if code == exitcodes.TERMINATED else 'Ctrl-C'}); "
-              "`ndebench run ... --resume` continues the study, cut-off evaluate trials from their checkpoints",
-              flush=True)
+        what, code = describe(exc)
+        print(f"[ndebench] exit {code}: interrupted by {what}; `ndebench run {args.config} --resume` continues the "
+              "study (cut-off trials from their checkpoints)", flush=True)
         return code
     except DiskFullError as exc:
         try:
@@ -121,8 +113,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[ndebench] no report: {report_exc}", flush=True)
         print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {exc}", flush=True)
         return exitcodes.INFRASTRUCTURE
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
           f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
     full = [m for m in (outcome.infrastructure, _report_if_possible(spec, uri, Path(args.out), outcome.failed)) if m]

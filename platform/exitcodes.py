@@ -5,5 +5,6 @@ OK = 0
 FAILED = 1  # a sweep ended with failed cells or planned evaluate runs that are not ok
 BAD_INPUT = 2  # config, flags or paths refused before Ray starts
 INFRASTRUCTURE = 3  # the machine failed the sweep: a full disk
+HANGUP = 129  # SIGHUP (the terminal closed), as a shell reports it
 INTERRUPTED = 130  # SIGINT (Ctrl-C), as a shell reports it
 TERMINATED = 143  # SIGTERM

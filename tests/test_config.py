@@ -100,6 +100,14 @@ def test_config_hash_is_stable_and_sensitive():
     assert config_hash(a) != config_hash({**a, "seed": 1})
 
 
+def test_config_hash_is_the_experiment_not_the_machine():
+    a = {"model": "neural_cde", "seed": 0, "training.lr": 0.01, "data_dir": "/mnt/a", "device": "cpu",
+         "training.threads": 1}
+    moved = {**a, "data_dir": "/scratch/copy", "device": "cuda", "training.threads": 8}
+    assert config_hash(a) == config_hash(moved)
+    assert config_hash(a) != config_hash({**a, "training.lr": 0.02})
+
+
 def test_every_shipped_tune_config_validates():
     from pathlib import Path
 

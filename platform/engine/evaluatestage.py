@@ -11,7 +11,13 @@ from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stages import StageContext, trial_dirname
 from ndebench.platform.record.completeness import attempts, current, mark_superseded
 from ndebench.platform.record.runs import evaluate_runs
-from ndebench.platform.record.schema import FINISHED_STATUSES, SUPERSEDED, TAG
+from ndebench.platform.record.schema import (
+    COUNTED_STATUSES,
+    FINISHED_STATUSES,
+    RESUMABLE_STATUSES,
+    SUPERSEDED,
+    TAG,
+)
 from ndebench.platform.record.tracking import (
     cell_run,
     cell_states,
@@ -36,8 +42,8 @@ def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_
     status, tags = run_status(run), run.data.tags
     if tags.get(f"{TAG}config_hash") != config_hash:
         return f"config changed since its {status} run"
-    if status == "running":
-        return "cut off (continues its run from its last checkpoint)"
+    if status in RESUMABLE_STATUSES:
+        return f"cut off ({status}; continues its run from its last checkpoint)"
     if status == "ok":
         return None
     if status != "diverged":
@@ -127,8 +133,8 @@ def _refuse_unsafe_trial_dirs(ctx: StageContext) -> None:
 
 def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell],
                outcomes: dict[str, list[dict[str, Any]]]) -> None:
-    """Close each evaluated cell's run: failed without an ``ok`` run, else done with the statistics
-    :attr:`cell_statistics` computes from the study's evaluate runs."""
+    """Close each evaluated cell's run: done (with the statistics :attr:`cell_statistics` computes from the study's
+    evaluate runs) only when every planned seed has a run that ended and one of them is ``ok``, else failed."""
     runs = evaluate_runs(ctx.tracking_uri, ctx.spec.study, with_calibration=False, variants=True)
     if runs.empty:
         runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "status", "seed"])
@@ -139,6 +145,11 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
     for key, run_id in parents.items():
         model, dataset, name = named[key]
         mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.regularizer == name)]
+        unended = sorted(set(ctx.spec.evaluate.seeds) - set(mine.loc[mine["status"].isin(COUNTED_STATUSES), "seed"]))
+        if unended:
+            ctx.fail(key, cells[key].label, run_id, "evaluate", outcomes.get(key, []),
+                     reason=f"evaluation incomplete: no run ended for seed(s) {unended}; --resume runs them")
+            continue
         if not (mine["status"] == "ok").any():
             ctx.fail(key, cells[key].label, run_id, "evaluate", outcomes.get(key, []))
             continue

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.platform.engine.joining import init_arguments
+from ndebench.platform.stopping import reclaim
 
 TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
 
@@ -38,9 +39,18 @@ class RaySession:
         logging.getLogger("ray").addHandler(self._driver_handler)
         if not ray.is_initialized():
             ray.init(**init_arguments(self.address, self.verbose))
+            reclaim()
         resources = ray.cluster_resources()
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
         return resources
+
+    @staticmethod
+    def stop() -> None:
+        """Disconnect from Ray (a local Ray ends with its workers; a cluster ends this driver's trials)."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
 
     @staticmethod
     def node_resources() -> list[dict[str, float]]:

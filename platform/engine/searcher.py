@@ -2,7 +2,9 @@
 
 Ray's maintainers advise one Tune run for many searches (ray#18851); :class:`CellSearcher` keeps one seeded
 Optuna study per cell, hands out suggestions round-robin over the cells within a per-cell concurrency limit
-(so TPE sees results before it proposes), and tells each study its own trials' outcomes.
+(so TPE sees results before it proposes), and tells each study its own trials' outcomes. A resumed stage
+hands each cell the trials that already ended (:class:`Past`): they join its study, are taken off its budget
+and, under ``grid``, off its grid; the trials an interrupted driver left unfinished are asked first again.
 """
 from __future__ import annotations
 
@@ -11,13 +13,11 @@ import math
 from typing import Any
 
 import optuna
-from ndebench.platform.spec.config import AshaConfig, Space, TuneConfig
+from ndebench.platform.engine.searchspace import Past, distribution, make_study
+from ndebench.platform.spec.config import AshaConfig, TuneConfig
 from ndebench.platform.spec.plan import CellSearch
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler
 from ray.tune.search import Searcher
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 # A trial's reports carry ``status``: "running" after each epoch, the trial's outcome at the end. A last
 # report still "running" means the scheduler stopped the trial.
@@ -25,41 +25,17 @@ RUNNING = "running"
 DEFAULT_TPE_CONCURRENCY = 4
 
 
-def distribution(space: Space) -> BaseDistribution:
-    """The Optuna distribution of a config :class:`Space` (``randint``'s high bound is exclusive)."""
-    if space.kind == "choice":
-        return CategoricalDistribution(list(space.args))
-    low, high = space.args
-    if space.kind == "randint":
-        return IntDistribution(int(low), int(high) - 1)
-    return FloatDistribution(float(low), float(high), log=space.kind == "loguniform")
-
-
-def make_study(search: CellSearch, tune: TuneConfig) -> optuna.Study:
-    """A seeded study for one cell; under ``grid`` every point of the categorical grid is enqueued once."""
-    if tune.sampler == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=tune.seed, n_startup_trials=tune.n_startup_trials)
-    else:
-        sampler = optuna.samplers.RandomSampler(seed=tune.seed)
-    study = optuna.create_study(direction="minimize" if tune.mode == "min" else "maximize", sampler=sampler,
-                                study_name=search.key)
-    if tune.sampler == "grid":
-        keys = list(search.space)
-        for values in itertools.product(*(search.space[k].args for k in keys)):
-            study.enqueue_trial(dict(zip(keys, values, strict=True)), skip_if_exists=False)
-    return study
-
-
 class CellSearcher(Searcher):
     """Suggests flat trial configs for the cells of one stage; each config names its ``cell``."""
 
-    def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig):
+    def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig, past: dict[str, Past] | None = None):
         # No metric for Ray itself: its strict check would refuse a failed trial's report, which has none.
         super().__init__()
+        past = past or {}
         self.stage, self.target = stage, tune.metric
         self._searches = {s.key: s for s in searches}
-        self._studies = {s.key: make_study(s, tune) for s in searches}
-        self._left = {s.key: s.budget for s in searches}
+        self._studies = {s.key: make_study(s, tune, past.get(s.key, Past())) for s in searches}
+        self._left = {s.key: max(0, s.budget - len(past.get(s.key, Past()).ended)) for s in searches}
         self._running = {s.key: 0 for s in searches}
         default = DEFAULT_TPE_CONCURRENCY if tune.sampler == "tpe" else None
         self._limit = tune.max_concurrent or default
@@ -68,12 +44,18 @@ class CellSearcher(Searcher):
 
     @property
     def total(self) -> int:
-        return sum(s.budget for s in self._searches.values())
+        """The trials this searcher still hands out: every cell's budget less its trials that already ended."""
+        return sum(self._left.values())
+
+    @property
+    def left(self) -> dict[str, int]:
+        """Per cell, the trials still to run."""
+        return dict(self._left)
 
     @property
     def max_live(self) -> int:
         """Trials that may be suggested and unfinished at once over all cells."""
-        return sum(s.budget if self._limit is None else min(s.budget, self._limit) for s in self._searches.values())
+        return max(1, sum(n if self._limit is None else min(n, self._limit) for n in self._left.values()))
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if not any(self._left.values()):

@@ -5,12 +5,19 @@ again and reads every finished cell's choice back from MLflow.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Any
 
-from ndebench.platform.engine.stages import StageContext, trial_dirname, usable
-from ndebench.platform.record.tracking import TAG, cell_run, cell_states, close_orphaned_runs, finish_cell
-from ndebench.platform.spec.config import Space
-from ndebench.platform.spec.plan import Stage, stage_for_cells
+from ndebench.platform.engine.searchspace import Past, contains
+from ndebench.platform.engine.stages import StageContext, trial_dirname
+from ndebench.platform.record.interruption import mark_interrupted
+from ndebench.platform.record.schema import RESUMABLE_STATUSES, SPENT_STATUSES
+from ndebench.platform.record.searchtrials import SearchTrial, finish_search_cell, search_trials
+from ndebench.platform.record.tracking import TAG, cell_run, cell_states
+from ndebench.platform.spec.config import ENVIRONMENT_KEYS, Space, config_hash
+from ndebench.platform.spec.plan import CellSearch, Stage, pick_best, stage_for_cells
+from optuna.trial import TrialState
 
 
 def decode(space: Space, text: str) -> Any:
@@ -30,9 +37,57 @@ def _search_rerun_reason(state: Any) -> str:
     return "unfinished (its driver was lost)"
 
 
+def _values(trial: SearchTrial, search: CellSearch) -> dict[str, Any] | None:
+    """The searched values of a recorded trial of ``search``'s cell, or ``None`` when it ran another search
+    (another fixed value, or a value outside the space): such a trial neither counts nor is chosen."""
+    fixed = {k: v for k, v in search.template.items() if k not in search.space and k not in ENVIRONMENT_KEYS}
+    if any(trial.params.get(k) != str(v) for k, v in fixed.items()):
+        return None
+    values = {}
+    for key, space in search.space.items():
+        try:
+            values[key] = decode(space, trial.params[key])
+        except (KeyError, StopIteration, ValueError):
+            return None
+        if not contains(space, values[key]):
+            return None
+    return values
+
+
+def _history(ctx: StageContext, stage: str, searches: list[CellSearch], metric: str) -> dict[str, list[Any]]:
+    """Per cell, its recorded trials as (trial, searched values, score or ``None``): every trial of this search."""
+    recorded = search_trials(ctx.tracking_uri, ctx.spec.study, stage)
+    out = {}
+    for search in searches:
+        mine = [(t, v) for t in recorded.get(search.key, []) if (v := _values(t, search)) is not None]
+        out[search.key] = [(t, v, t.score(ctx.tracking_uri, metric) if t.status == "ok" else None) for t, v in mine]
+    return out
+
+
+def _past(history: list[Any], search: CellSearch, sampler: str) -> Past:
+    """What a cell's search continues from: its ended trials (one per grid point under ``grid``, the newest)
+    and its unfinished ones."""
+    ended, seen = [], set()
+    for trial, values, score in reversed(history):
+        if trial.status not in SPENT_STATUSES:
+            continue
+        point = tuple(values[k] for k in search.space)
+        if sampler == "grid" and point in seen:
+            continue
+        seen.add(point)
+        usable = score is not None and math.isfinite(score)
+        state = (TrialState.COMPLETE if usable else TrialState.PRUNED if trial.status == "stopped"
+                 else TrialState.FAIL)
+        ended.append((values, state, score if usable else None))
+    unfinished = tuple(v for t, v, _ in history if t.status in RESUMABLE_STATUSES)
+    return Past(tuple(reversed(ended)), unfinished)
+
+
 def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     """Run one search stage over its cells with something to search; return the chosen values per cell
-    (searched keys only). Failed cells go to ``ctx.failed``; finished ones are read from MLflow."""
+    (searched keys only). A resumed cell continues its search: its trials that ended count against its
+    budget, its unfinished ones continue their runs from their checkpoints. A cell is ``done`` only once its
+    budget is spent; failed cells go to ``ctx.failed``; finished ones are read from MLflow."""
     from ndebench.platform.engine.progress import MarkStopped, StageProgress
     from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
     from ray import tune
@@ -52,49 +107,68 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
             ctx.say(f"stage {stage.name}: every cell already done, chosen configs read from MLflow")
         return chosen
     tc = stage.tune
+    resolved = [replace(c, template=ctx.resolve(c.template)) for c in run.cells]
+    history = _history(ctx, stage.name, resolved, tc.metric) if ctx.resume else {c.key: [] for c in resolved}
+    past = {c.key: _past(history[c.key], c, tc.sampler) for c in resolved}
+    searcher = CellSearcher(stage.name, resolved, tc, past)
     sampler = {"tpe": f"Optuna TPE ({tc.n_startup_trials} random start-up trials)", "random": "random search",
                "grid": "the full grid"}[tc.sampler]
-    ctx.say(f"stage {stage.name}: {run.trials} trial(s) over {len(run.cells)} cell(s), {sampler}, "
-             f"{tc.metric} {tc.mode}" + (", ASHA early stopping" if tc.scheduler == "asha" else ""))
+    ended = sum(len(p.ended) for p in past.values())
+    ctx.say(f"stage {stage.name}: {searcher.total} trial(s) over {len(run.cells)} cell(s), {sampler}, "
+            f"{tc.metric} {tc.mode}" + (", ASHA early stopping" if tc.scheduler == "asha" else "")
+            + (f"; {ended} trial(s) of an earlier driver already ended" if ended else ""))
     if ctx.resume:
         reasons = {(c.label, ""): _search_rerun_reason(states.get(c.key)) for c in run.cells}
         ctx.say_reruns(reasons, 0)
     parents = {c.key: cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, stage.name, c.key,
                                ctx.cell_tags(c.cell)) for c in run.cells}
-    resolved = [type(c)(c.cell, ctx.resolve(c.template), c.space, c.budget) for c in run.cells]
-    searcher = CellSearcher(stage.name, resolved, tc)
-    scheduler = None
-    if tc.scheduler == "asha":
-        scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha,
-                                {c.key: c.template["training.epochs"] for c in run.cells})
-    progress = StageProgress(stage.name, {c.key: c.budget for c in run.cells}, {c.key: c.label for c in run.cells},
-                             tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s)
-    ctx.fit(stage.name, ctx.trainable_for(stage.name, parents), tune.TuneConfig(
-        search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
-        # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
-        max_concurrent_trials=searcher.max_live, trial_dirname_creator=trial_dirname,
-    ), {}, [progress, MarkStopped(ctx.tracking_uri)])
-    ctx.close_orphans(stage.name, progress.outcomes)
-    for cell in run.cells:
-        outcomes = progress.outcomes[cell.key]
-        ok = [o for o in outcomes if usable(o["result"], tc.metric)]
-        if not ok:
-            ctx.fail(cell.key, cell.label, parents[cell.key], stage.name, outcomes)
-            continue
-        pick = min if tc.mode == "min" else max
-        best = pick(ok, key=lambda o: o["result"][tc.metric])
-        chosen[cell.key] = {k: best["config"][k] for k in cell.space}
-        finish_cell(ctx.tracking_uri, parents[cell.key], "done", params=chosen[cell.key], metrics={
-            f"best_{tc.metric}": best["result"][tc.metric], "n_trials": len(outcomes), "n_ok": len(ok)})
+    outcomes: dict[str, list[dict[str, Any]]] = {c.key: [] for c in run.cells}
+    if searcher.total:
+        resume_runs = {config_hash({**c.template, **v, "phase": stage.name, "seed": 0}): t.run_id
+                       for c in resolved for t, v, _ in history[c.key] if t.status in RESUMABLE_STATUSES}
+        scheduler = None
+        if tc.scheduler == "asha":
+            scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha,
+                                    {c.key: c.template["training.epochs"] for c in run.cells})
+        progress = StageProgress(stage.name, searcher.left, {c.key: c.label for c in run.cells},
+                                 tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s)
+        ctx.fit(stage.name, ctx.trainable_for(stage.name, parents, resume_runs=resume_runs), tune.TuneConfig(
+            search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
+            # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
+            max_concurrent_trials=searcher.max_live, trial_dirname_creator=trial_dirname,
+        ), {}, [progress, MarkStopped(ctx.tracking_uri)])
+        ctx.close_orphans(stage.name, progress.outcomes)
+        outcomes = progress.outcomes
+    history = _history(ctx, stage.name, resolved, tc.metric)
+    for cell in resolved:
+        _choose(ctx, stage.name, cell, history[cell.key], parents[cell.key], outcomes[cell.key], chosen)
     return chosen
 
+
+def _choose(ctx: StageContext, stage: str, cell: CellSearch, history: list[Any], parent: str,
+            outcomes: list[dict[str, Any]], chosen: dict[str, dict[str, Any]]) -> None:
+    """Close one cell of a search stage from its recorded trials: ``done`` with the best usable trial once its
+    budget is spent, else failed (its search incomplete, or no usable trial)."""
+    tc = ctx.spec.base if stage == "base" else ctx.spec.tune
+    spent = _past(history, cell, tc.sampler).ended
+    if len(spent) < cell.budget:
+        ctx.fail(cell.key, cell.label, parent, stage, outcomes,
+                 reason=f"search incomplete: {len(spent)} of {cell.budget} trial(s) ended; --resume continues it")
+        return
+    usable = [(v, score) for _, v, score in history if score is not None and math.isfinite(score)]
+    if not usable:
+        ctx.fail(cell.key, cell.label, parent, stage, outcomes)
+        return
+    chosen[cell.key] = pick_best(usable, tc.mode)
+    best = next(score for v, score in usable if v == chosen[cell.key])
+    finish_search_cell(ctx.tracking_uri, parent, spent=len(spent), budget=cell.budget, params=chosen[cell.key],
+                       metrics={f"best_{tc.metric}": best, "n_trials": len(history), "n_ok": len(usable)})
+
 def close_runs_of_a_lost_driver(ctx: StageContext) -> None:
-    """Search trials an earlier driver left running: their cells restart, so the runs are closed as what
-    happened (evaluate runs stay: their trials continue them)."""
-    cause = ("driver lost: left running by an earlier `ndebench run` of this study that died or was "
-             "interrupted; its cell restarts on --resume")
-    for phase in ("base", "tune"):
-        closed = close_orphaned_runs(ctx.tracking_uri, ctx.spec.study, phase, tags={"kind": "trial"},
-                                     cause=cause)
-        if closed:
-            ctx.say(f"stage {phase}: {len(closed)} run(s) of an earlier driver that was lost closed as error")
+    """Runs an earlier driver left running (it died, or a second Ctrl-C cut its clean stop short): closed as
+    ``interrupted``, so that their trials continue them from their checkpoints."""
+    closed = mark_interrupted(ctx.tracking_uri, ctx.spec.study, "driver lost: left running by an earlier "
+                              "`ndebench run` of this study that died")
+    if closed:
+        ctx.say(f"{closed} run(s) left running by an earlier driver that was lost closed as interrupted; "
+                "their trials continue from their checkpoints")

@@ -81,12 +81,15 @@ class StageContext:
         return config
 
     def trainable_for(self, stage: str, parents: dict[str, str],
-                      evaluate_configs: dict[str, dict[str, Any]] | None = None) -> Any:
-        """The trainable of ``stage`` with its trial runs under the cell runs ``parents``, on the resources placed."""
+                      evaluate_configs: dict[str, dict[str, Any]] | None = None,
+                      resume_runs: dict[str, str] | None = None) -> Any:
+        """The trainable of ``stage`` with its trial runs under the cell runs ``parents``, on the resources placed;
+        ``resume_runs`` (config hash -> run id): the unfinished runs of earlier drivers its trials continue."""
         from ray import tune
 
         fn = tune.with_parameters(
             trainable, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
+            resume_runs=resume_runs or {},
             storage_uri=self.storage.uri, experiment=self.experiment(stage), run_tags=driver_provenance(),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
             plugins=self.spec.plugins, node_check=self.node_check(),
@@ -141,12 +144,14 @@ class StageContext:
             self.say(f"stage {phase}: {len(closed)} trial(s) lost their worker; their MLflow runs are closed as error "
                      "with Ray's reason (`ndebench report` lists them)")
 
-    def fail(self, key: str, label: str, run_id: str, stage: str, outcomes: list[dict[str, Any]]) -> None:
-        """Record a cell with no usable trial: the first error message, on its cell run and in the outcome."""
+    def fail(self, key: str, label: str, run_id: str, stage: str, outcomes: list[dict[str, Any]],
+             reason: str | None = None) -> None:
+        """Record a failed cell: ``reason``, else (no usable trial) the first error message of its ``outcomes``,
+        on its cell run and in the outcome."""
         messages = [o["error"] or o["result"].get("message", "") for o in outcomes]
         statuses = sorted({o["result"].get("status", "error") for o in outcomes})
-        first = next((m for m in messages if m),
-                     f"no trial finished ok (statuses: {', '.join(statuses) or 'none ran'})")
+        first = reason or next((m for m in messages if m),
+                               f"no trial finished ok (statuses: {', '.join(statuses) or 'none ran'})")
         message = f"{stage}: {first}"
         self.failed[key] = message
         finish_cell(self.tracking_uri, run_id, "failed", error=message)

@@ -26,6 +26,8 @@ from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, search_stage
 from ndebench.platform.engine.stages import CellStatistics, Printer, StageContext
+from ndebench.platform.record.heartbeat import Heartbeat, recorded_driver
+from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.tracking import (
     close_running_runs,
     ensure_experiment,
@@ -36,6 +38,7 @@ from ndebench.platform.record.tracking import (
 )
 from ndebench.platform.spec.config import SweepSpec
 from ndebench.platform.spec.plan import Cell, base_stage, stage_for_cells, sweep_cells, tune_stage
+from ndebench.platform.stopping import describe
 
 
 def _print(message: str) -> None:
@@ -52,6 +55,10 @@ class SweepOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     log_file: str | None = None
     infrastructure: str | None = None  # what the machine failed at (a full disk), for exit code 3
+
+
+class DriverConflictError(RuntimeError):
+    """Another live driver runs the study (``ndebench run`` exits 2 naming it)."""
 
 
 class Sweep:
@@ -78,6 +85,7 @@ class Sweep:
                                 resume=resume, data_dir=data_dir, printer=printer, verbose=verbose,
                                 progress_every_s=progress_every_s, retry_diverged=retry_diverged,
                                 cell_statistics=cell_statistics, single_node=single_node)
+        self._heartbeat: Heartbeat | None = None
 
     def preflight(self) -> None:
         """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
@@ -91,6 +99,13 @@ class Sweep:
             raise FileNotFoundError("\n".join(missing))
 
     def _check_study(self) -> None:
+        driver, live = recorded_driver(self.ctx.tracking_uri, self.spec.study)
+        if live:
+            raise DriverConflictError(
+                f"study {self.spec.study!r} is being run by another driver, {driver}; wait for it to end, stop it "
+                f"(Ctrl-C, or kill {driver.pid} on {driver.host}), or choose a new study name")
+        if driver is not None and self.ctx.resume:
+            self.ctx.say(f"taking over study {self.spec.study!r} from driver {driver}, which is gone")
         recorded = search(self.ctx.tracking_uri, self.spec.study)
         if (recorded or self.ctx.storage.exists(self.spec.study)) and not self.ctx.resume:
             raise RuntimeError(
@@ -142,6 +157,9 @@ class Sweep:
             resources = self.ctx.ray.start()
         try:
             return self._run_stages(resources)
+        except KeyboardInterrupt as stop:
+            self._stop(stop)
+            raise
         except Exception as exc:
             if not is_disk_full(exc):
                 raise
@@ -150,19 +168,33 @@ class Sweep:
             closed = close_running_runs(self.ctx.tracking_uri, self.spec.study, str(error))
             self.ctx.say(f"{error}; {closed} open run(s) closed as error/failed")
             raise error from exc
+        finally:
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+
+    def _stop(self, stop: KeyboardInterrupt) -> None:
+        """A clean stop: no further stage starts, Ray ends its trials (their checkpoints stay), and every run
+        still open is closed as ``interrupted``. A second Ctrl-C cuts this short; ``--resume`` then closes
+        what is left open as its first step."""
+        what, _ = describe(stop)
+        self.ctx.say(f"{what}: stopping; trials keep their last checkpoint")
+        self.ctx.ray.stop()
+        closed = mark_interrupted(self.ctx.tracking_uri, self.spec.study, f"stopped by {what}")
+        self.ctx.say(f"{closed} open run(s) closed as interrupted")
 
     def _run_stages(self, resources: dict[str, float]) -> SweepOutcome:
         ensure_experiment(self.ctx.tracking_uri, self.spec.study)
+        if self.ctx.resume:
+            close_runs_of_a_lost_driver(self.ctx)
         source = Path(self.spec.source).read_text() if self.spec.source else None
         if source is not None and self.spec.overrides:
             source += "".join(f"# --set {item}\n" for item in self.spec.overrides)
         self.ctx.study_run_id = study_run(self.ctx.tracking_uri, self.spec.study,
                                           description=self.spec.description, params=self._study_params(),
                                           yaml_text=source, tags=driver_provenance() | {"host": socket.gethostname()})
+        self._heartbeat = Heartbeat(self.ctx.tracking_uri, self.ctx.study_run_id)
         self.ctx.place(resources.get("GPU", 0.0))
         self.ctx.failed = {}
-        if self.ctx.resume:
-            close_runs_of_a_lost_driver(self.ctx)
         base: dict[str, dict[str, Any]] = {}
         if self.spec.protocol == "paper":
             base = search_stage(self.ctx, base_stage(self.spec))

@@ -24,6 +24,7 @@ from ndebench.platform.engine.provenance import worker_provenance
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
+from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TAG, TrialRecorder, last_logged_step
 from ndebench.platform.spec.config import config_hash
@@ -93,19 +94,21 @@ def _restored() -> tuple[dict[str, Any] | None, str | None]:
 
 
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
-              evaluate_configs: dict[str, dict[str, Any]] | None = None, storage_uri: str = "",
+              evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
+              storage_uri: str = "",
               experiment: str = "", run_tags: dict[str, str] | None = None, checkpoint_every: int = 1,
               save_weights: bool = False, plugins: tuple[str, ...] = (),
               node_check: tuple[str | None, str | None] | None = None, system_metrics: bool = True) -> None:
     """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
 
-    Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>``
-    into ``evaluate_configs``. Every report carries ``status`` (``running`` until the final one) and the
-    MLflow ``run_id``, so the driver can mark a trial the scheduler stopped. ``run_tags`` (the driver's
-    provenance) and this worker's host, Ray node and device are tags of the run; with ``save_weights`` an
-    evaluate run logs its best weights (``model/state_dict.pt``). ``node_check`` (storage root, data directory)
-    is checked on this node first, on a joined cluster whose nodes may have joined after the preflight. With
-    ``system_metrics`` (and psutil installed), MLflow samples CPU, memory and GPU use into the run.
+    Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>`` into
+    ``evaluate_configs``; a search trial whose config hash is in ``resume_runs`` continues that run (an earlier
+    driver's, cut off) from its newest checkpoint. Every report carries ``status`` (``running`` until the final one)
+    and the MLflow ``run_id``, so the driver can mark a trial the scheduler stopped. ``run_tags`` (the driver's
+    provenance) and this worker's host, Ray node and device are tags of the run; with ``save_weights`` an evaluate
+    run logs its best weights (``model/state_dict.pt``). ``node_check`` (storage root, data directory) is checked on
+    this node first, on a joined cluster whose nodes may have joined after the preflight. With ``system_metrics``
+    (and psutil installed), MLflow samples CPU, memory and GPU use into the run.
     """
     from ray import tune
 
@@ -118,10 +121,11 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     storage = Storage(storage_uri) if storage_uri else None
     trial_dir = f"{experiment}/{tune.get_context().get_trial_id()}"
     state, run_id = _restored()
+    identity = config_hash(config)
     tags = trial_tags(config, phase) | (run_tags or {}) | worker_provenance(config.get("device", "cpu"))
-    recorder = TrialRecorder(tracking_uri, config["study"], config, config_hash(config),
-                             tags | {"trial_dir": trial_dir},
-                             parent_run_id=parents.get(config["cell"]), run_id=run_id)
+    recorder = TrialRecorder(tracking_uri, config["study"], config, identity, tags | {"trial_dir": trial_dir},
+                             parent_run_id=parents.get(config["cell"]),
+                             run_id=run_id or (resume_runs or {}).get(identity))
     note = ""
     if state is None:
         state, note = _resume_state(storage, config["study"], recorder.previous_tags)
@@ -169,6 +173,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     if result.message:
         tags["message"] = result.message
     final = {**result.val, **result.test} if result.status == "ok" else {}
+    # The per-epoch val_* metrics keep the last epoch's value on the run; the search ranks by the reported one.
+    final |= {f"{RESULT_PREFIX}{k}": v for k, v in result.val.items()} if result.status == "ok" else {}
     artifacts = {"calibration.json": result.calibration} if result.calibration else {}
     if save_weights and phase == "evaluate" and result.weights is not None:
         from ndebench.platform.weights import log_weights

@@ -7,25 +7,52 @@ any status; every other attempt gets the tag ``ndebench.superseded_by`` and is l
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from ndebench.platform.record.schema import FINISHED_STATUSES, SUPERSEDED, TAG
 from ndebench.platform.record.tracking import run_status, search
 
 
-def attempts(uri: str, study: str) -> dict[tuple[str, int], list[Any]]:
-    """Every evaluate trial run of ``study`` by (cell key, seed), oldest first."""
+def group_attempts(runs: Iterable[Any]) -> dict[tuple[str, int], list[Any]]:
+    """Evaluate trial ``runs`` by (cell key, seed), oldest first; runs without both tags are left out."""
     grouped: dict[tuple[str, int], list[Any]] = {}
-    for run in search(uri, study, f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"):
+    for run in runs:
         tags = run.data.tags
         try:
             key = (tags[f"{TAG}cell"], int(tags[f"{TAG}seed"]))
         except (KeyError, ValueError):
             continue
         grouped.setdefault(key, []).append(run)
-    for runs in grouped.values():
-        runs.sort(key=lambda r: r.info.start_time or 0)
+    for group in grouped.values():
+        group.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
     return grouped
+
+
+def attempts(uri: str, study: str) -> dict[tuple[str, int], list[Any]]:
+    """Every evaluate trial run of ``study`` by (cell key, seed), oldest first."""
+    return group_attempts(search(uri, study, f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"))
+
+
+def current_runs(runs: Iterable[Any]) -> list[Any]:
+    """The current run of each (cell, seed) among evaluate trial ``runs``, and every run without those tags."""
+    runs = list(runs)
+    grouped = group_attempts(runs)
+    keyed = {r.info.run_id for group in grouped.values() for r in group}
+    return [current(group) for group in grouped.values()] + [r for r in runs if r.info.run_id not in keyed]
+
+
+def left_out_finished(uri: str, study: str) -> list[dict[str, Any]]:
+    """The finished runs no report counts: per (cell, seed) with more than one finished run, every one but
+    its current run (a duplicate recorded by a second driver, or an attempt a rerun superseded), each with
+    the run that is counted instead."""
+    out = []
+    for (cell, seed), runs in sorted(attempts(uri, study).items()):
+        keep = current(runs)
+        out += [{"cell": cell, "seed": seed, "run_id": r.info.run_id, "status": run_status(r),
+                 "counted_instead": keep.info.run_id}
+                for r in runs if r is not keep and run_status(r) in FINISHED_STATUSES]
+    return out
 
 
 def current(runs: list[Any]) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.record import tracking
+from ndebench.platform.record.completeness import current_runs
 from ndebench.platform.record.schema import PLANNED_SEEDS, SUPERSEDED, TAG
 
 PARAMS = ("p", "m", "rate")
@@ -97,15 +98,18 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
     the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
     on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
-    variant cells (column ``variant``) only with ``variants=True``; attempts a later run of their (cell, seed)
-    superseded never."""
+    variant cells (column ``variant``) only with ``variants=True``; of the attempts of one (cell, seed), only
+    its current run (:func:`~ndebench.platform.record.completeness.current`): never two finished runs of one
+    (cell, seed), and never an attempt a later run superseded."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
     mlflow_client = tracking.client(uri)
-    for run in tracking.search(uri, study, f"tags.`{TAG}phase` = 'evaluate'"):
+    runs = tracking.search(uri, study, f"tags.`{TAG}phase` = 'evaluate'")
+    counted = {r.info.run_id for r in current_runs(r for r in runs if r.data.tags.get(f"{TAG}kind") != "cell")}
+    for run in runs:
         tags = run.data.tags
-        if (tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants)
+        if (run.info.run_id not in counted or (tags.get(f"{TAG}variant") and not variants)
                 or tags.get(SUPERSEDED)):
             continue
         row: dict[str, Any] = {

@@ -18,6 +18,8 @@ STATUSES: tuple[Status, ...] = get_args(Status)
 FINISHED_STATUSES: tuple[Status, ...] = ("ok", "diverged")
 # The statistics count these; running, stopped and interrupted runs are reported beside the tables instead.
 COUNTED_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error", "timeout")
+# Run counts in reports always list these, then any other status present.
+LISTED_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error")
 # A search trial that ended one of these ways spent one unit of its cell's budget (``stopped``: by ASHA).
 SPENT_STATUSES: tuple[Status, ...] = ("ok", "diverged", "error", "timeout", "stopped")
 # Cut off by a stop of the sweep (Ctrl-C, SIGTERM, SIGHUP) or by the loss of its driver: ``--resume`` continues it.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, TAG
+from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.standard_tags import standard_tags
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
@@ -46,7 +46,8 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
-def _retry(call: Callable[[], T], attempts: int = 8) -> T:
+def retry(call: Callable[[], T], attempts: int = 8) -> T:
+    """``call()``, retried with backoff while sqlite reports its database locked."""
     # Several trial processes share one sqlite file; a writer can briefly hold the lock.
     for attempt in range(attempts):
         try:
@@ -190,41 +191,41 @@ class TrialRecorder:
             all_tags[PARENT] = parent_run_id
         # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
         # stage may try a config twice, so its trial is found by its Ray trial folder (a retry after its
-        # worker died before the first checkpoint). Only a run cut off while running is continued: an
-        # errored or diverged attempt stays as it ended, and the new run supersedes it.
+        # worker died before the first checkpoint), or named by a resumed driver (``run_id``). Only a run cut
+        # off (running or interrupted) is continued: an errored or diverged attempt stays as it ended.
         same = (f"tags.`{TAG}config_hash` = '{config_hash}'" if tags["phase"] == "evaluate"
                 else f"tags.`{TAG}trial_dir` = '{tags['trial_dir']}'" if tags.get("trial_dir") else "")
         existing = [
             r for r in search(uri, study, f"{same} and tags.`{TAG}phase` = '{tags['phase']}'")
-            if run_status(r) == "running"
+            if run_status(r) in RESUMABLE_STATUSES
         ] if same and run_id is None else []
         if run_id is not None:
-            existing = [_retry(lambda: self.client.get_run(run_id))]
+            existing = [retry(lambda: self.client.get_run(run_id))]
         self.reattached = bool(existing)
         self.previous_tags: dict[str, str] = dict(existing[0].data.tags) if existing else {}
         if existing:
             self.run_id = existing[0].info.run_id
-            _retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
+            retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
         else:
-            run = _retry(lambda: self.client.create_run(experiment_id, tags=all_tags, run_name=run_name(
+            run = retry(lambda: self.client.create_run(experiment_id, tags=all_tags, run_name=run_name(
                 {**config, "regularizer": tags["regularizer"], "phase": tags["phase"], "seed": tags["seed"]})))
             self.run_id = run.info.run_id
             params = [Param(k, str(v)) for k, v in sorted(config.items())]
-            _retry(lambda: self.client.log_batch(self.run_id, params=params))
-        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+            retry(lambda: self.client.log_batch(self.run_id, params=params))
+        retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
 
     def set_tags(self, tags: dict[str, str]) -> None:
         """Set ``ndebench.<key>`` tags on the run."""
         from mlflow.entities import RunTag
 
-        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(f"{TAG}{k}", str(v)) for k, v in tags.items()]))
+        retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(f"{TAG}{k}", str(v)) for k, v in tags.items()]))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
-        _retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
+        retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
 
     def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
         """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and terminate the run."""
@@ -233,15 +234,15 @@ class TrialRecorder:
         if metrics:
             self.log_metrics(metrics)
         for name, payload in artifacts.items():
-            _retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
+            retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
-        _retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
-        _retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+        retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+        retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
 
 
 def last_logged_step(mlflow_client: Any, run_id: str, metric: str = "train_loss") -> int:
     """The last epoch step of ``metric`` a run has logged (0 if none)."""
-    history = _retry(lambda: mlflow_client.get_metric_history(run_id, metric))
+    history = retry(lambda: mlflow_client.get_metric_history(run_id, metric))
     return max((m.step for m in history), default=0)
 
 
@@ -251,15 +252,14 @@ def run_status(run: Any) -> str:
 
 
 def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,
-                        tags: dict[str, str] | None = None, cause: str = "") -> list[str]:
+                        tags: dict[str, str] | None = None) -> list[str]:
     """Close as ``error`` the ``phase`` runs of ``study`` (and with ``tags``) still marked running; return
     their run ids.
 
     Called when every trial they belong to has ended: a run still running then belonged to a worker that
     died (killed, out of memory, node lost) before it could record an outcome. ``reasons`` maps config
     hashes to what Ray reported for that trial (an exception or text; its first line is kept). The message
-    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it; ``cause`` replaces it (e.g. for
-    runs an earlier driver left running).
+    goes to the ``ndebench.error`` tag, where ``ndebench report`` shows it.
     """
     from mlflow.entities import RunTag
 
@@ -270,13 +270,12 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
         if run_status(run) != "running":
             continue
         reason = _first_line((reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", "")))
-        message = cause or (f"the worker running this trial died before recording an outcome"
-                            f"{': ' + reason if reason else ''}; closed by the sweep driver at the end of the "
-                            f"{phase} phase")
+        message = (f"the worker running this trial died before recording an outcome"
+                   f"{': ' + reason if reason else ''}; closed by the sweep driver at the end of the {phase} phase")
         tags = [RunTag(f"{TAG}status", "error"), RunTag(f"{TAG}error", message[:4000])]
         run_id = run.info.run_id
-        _retry(lambda run_id=run_id, tags=tags: mlflow_client.log_batch(run_id, tags=tags))
-        _retry(lambda run_id=run_id: mlflow_client.set_terminated(run_id, "FAILED"))
+        retry(lambda run_id=run_id, tags=tags: mlflow_client.log_batch(run_id, tags=tags))
+        retry(lambda run_id=run_id: mlflow_client.set_terminated(run_id, "FAILED"))
         closed.append(run.info.run_id)
     return closed
 
@@ -339,10 +338,10 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     existing = _tagged(uri, study, {"kind": "study"})
     if existing:
         run_id = existing[0].info.run_id
-        _retry(lambda: client(uri).update_run(run_id, status="RUNNING"))
-        if "evaluate.seeds" in params:
-            # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
-            _retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(PLANNED_SEEDS, params["evaluate.seeds"])]))
+        retry(lambda: client(uri).update_run(run_id, status="RUNNING"))
+        # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
+        planned = [RunTag(PLANNED_SEEDS, params["evaluate.seeds"])] if "evaluate.seeds" in params else []
+        retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(f"{TAG}status", "running"), *planned]))
         return run_id
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
@@ -350,9 +349,9 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
             **{f"{TAG}{k}": str(v) for k, v in (tags or {}).items()}} | standard_tags((tags or {}).get("git_commit"))
     experiment_id = ensure_experiment(uri, study)
     if description:
-        _retry(lambda: mlflow_client.set_experiment_tag(experiment_id, "mlflow.note.content", description))
-    run_id = _retry(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=study)).info.run_id
-    _retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
+        retry(lambda: mlflow_client.set_experiment_tag(experiment_id, "mlflow.note.content", description))
+    run_id = retry(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=study)).info.run_id
+    retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
     if yaml_text is not None:
         mlflow_client.log_text(run_id, yaml_text, "sweep.yaml")
     return run_id
@@ -367,16 +366,16 @@ def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict
     existing = _tagged(uri, study, {"kind": "cell", "phase": phase, "cell": key})
     if existing:
         run_id = existing[0].info.run_id
-        _retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
+        retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
         if f"{TAG}error" in existing[0].data.tags:
             mlflow_client.delete_tag(run_id, f"{TAG}error")
-        _retry(lambda: mlflow_client.log_batch(run_id, tags=[RunTag(f"{TAG}status", "running")]))
+        retry(lambda: mlflow_client.log_batch(run_id, tags=[RunTag(f"{TAG}status", "running")]))
         return run_id
     all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {
         f"{TAG}kind": "cell", f"{TAG}phase": phase, f"{TAG}cell": key, f"{TAG}study": study,
         f"{TAG}status": "running", PARENT: parent,
     } | standard_tags(tags.get("git_commit"))
-    run = _retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
+    run = retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
                                                   run_name=f"{phase}-{key}"))
     return run.info.run_id
 
@@ -390,11 +389,11 @@ def finish_cell(uri: str, run_id: str, status: str, *, params: dict[str, Any] | 
     mlflow_client = client(uri)
     now = int(time.time() * 1000)
     tags = [RunTag(f"{TAG}status", status)] + ([RunTag(f"{TAG}error", error[:4000])] if error else [])
-    _retry(lambda: mlflow_client.log_batch(
+    retry(lambda: mlflow_client.log_batch(
         run_id, tags=tags, params=[Param(k, str(v)) for k, v in sorted((params or {}).items())],
         metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
     ))
-    _retry(lambda: mlflow_client.set_terminated(run_id, "FINISHED" if status == "done" else "FAILED"))
+    retry(lambda: mlflow_client.set_terminated(run_id, "FINISHED" if status == "done" else "FAILED"))
 
 
 def cell_states(uri: str, study: str, phase: str) -> dict[str, Any]:
@@ -407,5 +406,5 @@ def mark_stopped(uri: str, run_id: str) -> None:
     from mlflow.entities import RunTag
 
     mlflow_client = client(uri)
-    _retry(lambda: mlflow_client.log_batch(run_id, tags=[RunTag(f"{TAG}status", "stopped")]))
-    _retry(lambda: mlflow_client.set_terminated(run_id, "KILLED"))
+    retry(lambda: mlflow_client.log_batch(run_id, tags=[RunTag(f"{TAG}status", "stopped")]))
+    retry(lambda: mlflow_client.set_terminated(run_id, "KILLED"))

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.metrics import merge_calibration_bins
-from ndebench.platform.record.schema import COUNTED_STATUSES
+from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
 from ndebench.platform.report import audit, figures, learning, sections, significance, stats
+from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.tables import (
     LABELS,
     TEST_NAMES,
@@ -138,7 +139,8 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
 
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
                  test: str = "student", alpha: float = 0.05, correction: str = "none",
-                 planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None) -> ReportFiles:
+                 planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
+                 left_out: list[dict[str, Any]] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -162,6 +164,9 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     in ``summary.json`` (``learning``, ``did_not_learn``); with ``curves`` (per-epoch ``train_loss`` and
     ``val_loss`` of the runs, :func:`~ndebench.platform.report.learning.read_curves`) a learning-curve figure per
     (model, dataset) shows the mean losses per epoch of each regularizer against the chance level.
+
+    ``left_out`` (:func:`~ndebench.platform.record.completeness.left_out_finished`): finished runs that share their
+    (cell, seed) with the counted one, listed in ``table.md`` and ``summary.json`` (``left_out_runs``).
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
@@ -191,11 +196,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
     selection = audit.selection_audit(runs, primary)
-    if not selection.empty:
-        with table_md.open("a") as handle:
+    with table_md.open("a") as handle:
+        if not selection.empty:
             handle.write("\n" + sections.to_markdown(audit.audit_section(selection, primary)))
+        handle.write(left_out_markdown(left_out or []))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
-               | _learning_json(check) | audit.audit_json(selection))
+               | _learning_json(check) | audit.audit_json(selection) | {"left_out_runs": left_out or []})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = _figures(runs, primary, directory, alpha, gates)
@@ -322,7 +328,7 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
         "markers": {"*": f"better, p < {alpha:g}", "**": f"better, p < {strong:g}",
                     "†": f"worse, p < {alpha:g}", "††": f"worse, p < {strong:g}"},
         "runs": {s: int((runs["status"] == s).sum())
-                 for s in (*COUNTED_STATUSES, *sorted(set(runs["status"]) - set(COUNTED_STATUSES)))},
+                 for s in (*LISTED_STATUSES, *sorted(set(runs["status"]) - set(LISTED_STATUSES)))},
         "primary_metric": primary,
         "tables": [{"title": t.title, "cells": _records(t.cell_stats), "comparisons": _records(t.comparisons)}
                    for t in tables],

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.record.schema import COUNTED_STATUSES
+from ndebench.platform.record.schema import LISTED_STATUSES
 from ndebench.platform.report import significance, stats
 from ndebench.platform.report.learning import FLAG, MARGIN
 from ndebench.regularizers.none import BASELINE
@@ -204,12 +204,12 @@ def status_line(runs: pd.DataFrame) -> str:
     """One sentence counting the runs by status (``ok``, ``diverged``, ``error`` first), with a hint when
     some are still ``running``."""
     counts = runs["status"].value_counts()
-    others = sorted(set(counts.index) - set(COUNTED_STATUSES))
-    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*COUNTED_STATUSES, *others)]
+    others = sorted(set(counts.index) - set(LISTED_STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*LISTED_STATUSES, *others)]
     line = f"{len(runs)} evaluate-phase runs: " + ", ".join(parts) + "."
-    if "running" in counts:
-        line += (" Running runs belong to a sweep in progress (or to one that was stopped: "
-                 "`ndebench run --resume` finishes them); the tables cover the finished runs.")
+    if "running" in counts or "interrupted" in counts:
+        line += (" Running and interrupted runs belong to a sweep in progress or one that was stopped "
+                 "(`ndebench run --resume` finishes them); the tables cover the finished runs.")
     return line
 
 

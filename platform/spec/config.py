@@ -226,9 +226,16 @@ def _check_description(text: str) -> None:
                           f"{MAX_EXPERIMENT_TAG_VAL_LENGTH:,} (the study's note)")
 
 
+# Where and how a trial runs, not what it computes: left out of its identity, recorded as its params.
+ENVIRONMENT_KEYS = frozenset({"data_dir", "device", "training.threads"})
+
+
 def config_hash(config: dict[str, Any]) -> str:
-    """Stable short hash of a resolved (fully fixed) trial config."""
-    payload = json.dumps({k: config[k] for k in sorted(config)}, sort_keys=True, default=str)
+    """Stable short hash of a resolved (fully fixed) trial config: the experiment's identity (model, dataset and
+    its options, regularizer, hyperparameters, training, solver, seed, phase) without :data:`ENVIRONMENT_KEYS`,
+    so that a resume from another data directory, device or CPU count recognises what already ran."""
+    payload = json.dumps({k: config[k] for k in sorted(config) if k not in ENVIRONMENT_KEYS}, sort_keys=True,
+                         default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

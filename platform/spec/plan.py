@@ -9,6 +9,7 @@ per cell. Fixed-parameter variants (``variants: {name: grid}``) are cells that s
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -151,6 +152,14 @@ def plan_stages(spec: SweepSpec) -> list[Stage]:
 def stage_for_cells(stage: Stage, keys: set[str]) -> Stage:
     """``stage`` restricted to the cells in ``keys`` that have something to search."""
     return replace(stage, cells=[c for c in stage.cells if c.key in keys and c.budget > 0])
+
+
+def pick_best(candidates: list[tuple[dict[str, Any], float]], mode: str) -> dict[str, Any]:
+    """The chosen values among (searched values, objective) pairs: the best objective under ``mode`` (``min`` or
+    ``max``); a tie goes to the values that sort first, so that the choice never depends on the order in which
+    trials ended (an interrupted and resumed search chooses what an uninterrupted one does)."""
+    sign = 1.0 if mode == "min" else -1.0
+    return min(candidates, key=lambda c: (sign * c[1], json.dumps(c[0], sort_keys=True, default=str)))[0]
 
 
 def check_grids(spec: SweepSpec) -> None:

@@ -1,0 +1,187 @@
+"""Interruptions and resumes never change a result: real sweeps in subprocesses, stopped with real signals.
+
+A paper-protocol grid sweep is stopped with SIGINT in its tune stage, resumed, stopped with SIGTERM in its
+evaluate stage and resumed again: it runs exactly the missing grid points, has one finished run per grid point
+and per (cell, seed), and its tables and test metrics equal those of an uninterrupted sweep; a last resume from
+another data directory and CPU count reruns nothing. A TPE search stopped twice (SIGKILL of its driver, then
+SIGINT) ends with exactly ``num_samples`` trials, and a second driver of a live study is refused.
+"""
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from ndebench.platform.record.runs import evaluate_runs
+from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.tracking import run_status, search
+
+pytestmark = pytest.mark.system
+
+GRID = {
+    "study": "stops", "protocol": "paper", "models": ["neural_cde"], "datasets": ["synthetic"],
+    "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}},
+    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
+    "training": {"epochs": 6, "min_epochs": 6, "patience": 6, "lr": [0.01, 0.02]},
+    "base": {"sampler": "grid"}, "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
+}
+TPE = {
+    "study": "tpe", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+    "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
+    # 30 epochs (about 8 s a trial): long enough to stop the stage part-way, twice.
+    "training": {"epochs": 30, "min_epochs": 30, "patience": 30, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
+    "tune": {"sampler": "tpe", "num_samples": 5, "n_startup_trials": 2}, "resources": {"cpu": 1},
+}
+COMMAND = [sys.executable, "-m", "ndebench.platform.cli", "run"]
+
+
+def _count(db: Path, sql: str, *args: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
+            return connection.execute(sql, args).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _ended(db: Path, phase: str) -> int:
+    """Trial runs of ``phase`` that ended ok."""
+    return _count(db, "select count(*) from tags s join tags p on s.run_uuid = p.run_uuid where s.key = "
+                      "'ndebench.status' and s.value = 'ok' and p.key = 'ndebench.phase' and p.value = ?", phase)
+
+
+def _training(db: Path, phase: str) -> int:
+    """Runs of ``phase`` that logged an epoch."""
+    return _count(db, "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
+                      "where m.key = 'train_loss' and t.key = 'ndebench.phase' and t.value = ?", phase)
+
+
+def _start(cwd: Path, *args: str) -> subprocess.Popen:
+    # SIGINT's default action restored: a shell's Ctrl-C, not the ignored SIGINT of a background job.
+    return subprocess.Popen([*COMMAND, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, seconds: float = 400) -> str:
+    """Send ``signum`` to the driver (its process group: a terminal's Ctrl-C) once ``ready()``; its output."""
+    try:
+        deadline = time.time() + seconds
+        while not ready():
+            assert driver.poll() is None, driver.stdout.read()
+            assert time.time() < deadline, "the sweep never got there"
+            time.sleep(0.1)
+        (os.killpg if group else os.kill)(driver.pid, signum)
+        return driver.communicate(timeout=180)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # what a killed driver leaves of its local Ray
+        driver.wait()
+
+
+def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _trials(uri: str, study: str, phase: str) -> list:
+    return search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'")
+
+
+def _table(folder: Path, study: str) -> str:
+    return (folder / "reports" / study / "table.md").read_text()
+
+
+def _metrics(uri: str, study: str) -> dict:
+    frame = evaluate_runs(uri, study, with_calibration=False)
+    columns = sorted(c for c in frame.columns if c.startswith("test_"))
+    return {(r.regularizer, r.seed): tuple(getattr(r, c) for c in columns) for r in frame.itertuples()}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    (folder / "grid.yaml").write_text(yaml.safe_dump(GRID))
+    done = _run(folder, "grid.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return folder
+
+
+def test_grid_sweep_stopped_in_tune_and_evaluate_resumes_to_the_uninterrupted_result(tmp_path, uninterrupted):
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(GRID))
+    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    out = _stop_when(_start(tmp_path, "grid.yaml"), lambda: _ended(db, "tune") >= 1, signal.SIGINT, group=True)
+    assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "--resume" in out, out
+    finished = sum(run_status(r) == "ok" for r in _trials(uri, "stops", "tune"))
+    assert 1 <= finished < 4, out
+    cells = search(uri, "stops", f"tags.`{TAG}kind` = 'cell'")
+    assert not [c for c in cells if c.data.tags[f"{TAG}phase"] == "tune" and c.data.tags[f"{TAG}status"] == "done"]
+    assert not _trials(uri, "stops", "evaluate")
+    assert {run_status(r) for r in search(uri, "stops")} <= {"ok", "done", "interrupted"}, out
+
+    out = _stop_when(_start(tmp_path, "grid.yaml", "--resume"), lambda: _training(db, "evaluate") >= 1,
+                     signal.SIGTERM, group=False)
+    assert "[ndebench] exit 143: interrupted by SIGTERM" in out, out
+    assert f"stage tune: {4 - finished} trial(s) over 1 cell(s)" in out, out
+    resumed = _run(tmp_path, "grid.yaml", "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "stage tune: every cell already done" in resumed.stdout
+
+    tune = _trials(uri, "stops", "tune")
+    points = Counter((r.data.params["regularizer.p"], r.data.params["regularizer.m"]) for r in tune)
+    assert points == {(p, m): 1 for p in ("0.1", "0.3") for m in ("5", "10")}
+    assert {run_status(r) for r in tune} == {"ok"}
+    evaluated = _trials(uri, "stops", "evaluate")
+    assert Counter((r.data.tags[f"{TAG}cell"], r.data.tags[f"{TAG}seed"]) for r in evaluated) == {
+        (f"neural_cde__synthetic__{reg}", seed): 1 for reg in ("none", "continuum_dropout") for seed in ("0", "1")}
+    assert _metrics(uri, "stops") == _metrics(f"sqlite:///{uninterrupted / 'mlflow.db'}", "stops")
+    assert _table(tmp_path, "stops") == _table(uninterrupted, "stops")
+
+    (tmp_path / "elsewhere").mkdir()
+    again = _run(tmp_path, "grid.yaml", "--resume", "--data-dir", "elsewhere", "--set", "resources.cpu=2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1], 4 already recorded" in again.stdout
+    assert len(_trials(uri, "stops", "evaluate")) == 4 and len(_trials(uri, "stops", "base")) == 2
+
+
+def test_tpe_search_stopped_twice_ends_with_its_budget_and_one_driver_per_study(tmp_path):
+    (tmp_path / "tpe.yaml").write_text(yaml.safe_dump(TPE))
+    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    first = _start(tmp_path, "tpe.yaml")
+    try:
+        deadline = time.time() + 300
+        while _training(db, "tune") == 0:
+            assert first.poll() is None and time.time() < deadline, "the sweep never started training"
+            time.sleep(0.1)
+        second = _run(tmp_path, "tpe.yaml", "--resume")
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert f"is being run by another driver, {os.uname().nodename}:{first.pid}" in second.stdout + second.stderr
+        while _ended(db, "tune") < 1:
+            assert first.poll() is None and time.time() < deadline, "no trial ended"
+            time.sleep(0.1)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+    before = _ended(db, "tune")
+    assert before < 5
+    out = _stop_when(_start(tmp_path, "tpe.yaml", "--resume"), lambda: _ended(db, "tune") > before, signal.SIGINT,
+                     group=True)
+    assert "exit 130" in out and "closed as interrupted" in out, out
+    assert f"stage tune: {5 - before} trial(s) over 1 cell(s)" in out, out
+    assert _ended(db, "tune") < 5
+    assert "taking over study 'tpe' from driver" in out, out
+    done = _run(tmp_path, "tpe.yaml", "--resume")
+    assert done.returncode == 0, done.stdout + done.stderr
+    tune = _trials(uri, "tpe", "tune")
+    assert Counter(run_status(r) for r in tune) == {"ok": 5}
+    assert len({r.data.params["training.lr"] for r in tune}) == 5
+    cell, = [r for r in search(uri, "tpe", f"tags.`{TAG}kind` = 'cell'") if r.data.tags[f"{TAG}phase"] == "tune"]
+    assert cell.data.tags[f"{TAG}status"] == "done" and cell.data.metrics["n_trials"] == 5
