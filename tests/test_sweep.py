@@ -213,7 +213,7 @@ def test_resume_after_the_fix_runs_only_the_failed_cells(sweep):
     flag.unlink()
     code, out = _run(args + ["--resume"])
     assert code == 0, out
-    assert "rerun broken_cde x plugin_waves x none: failed: base: " in out
+    assert "rerun broken_cde x plugin_waves x none: failed, searched again from the start: base: " in out
     assert "rerun broken_cde x plugin_waves x plugin_damped seed 1: no run yet" in out
     assert finished_runs("neural_cde") == working
     broken = [r for r in _trials(uri) if r.data.tags[f"{TAG}model"] == "broken_cde"]

@@ -13,7 +13,7 @@ from ndebench.platform.engine.searchspace import Past, contains
 from ndebench.platform.engine.stages import StageContext, trial_dirname
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.schema import RESUMABLE_STATUSES, SPENT_STATUSES
-from ndebench.platform.record.searchtrials import SearchTrial, finish_search_cell, search_trials
+from ndebench.platform.record.searchtrials import SearchTrial, finish_search_cell, retire, search_trials
 from ndebench.platform.record.tracking import TAG, cell_run, cell_states
 from ndebench.platform.spec.config import ENVIRONMENT_KEYS, Space, config_hash
 from ndebench.platform.spec.plan import CellSearch, Stage, pick_best, stage_for_cells
@@ -27,14 +27,20 @@ def decode(space: Space, text: str) -> Any:
     return int(text) if space.kind == "randint" else float(text)
 
 
+def _failed(state: Any) -> bool:
+    return state.data.tags.get(f"{TAG}status") == "failed"
+
+
 def _search_rerun_reason(state: Any) -> str:
     """Why ``--resume`` searches a cell again: its cell run's state (``None``: the cell never started)."""
     if state is None:
         return "not started"
     status = state.data.tags.get(f"{TAG}status")
     if status == "failed":
-        return f"failed: {state.data.tags.get(f'{TAG}error', '')[:200]}"
-    return "unfinished (its driver was lost)"
+        return f"failed, searched again from the start: {state.data.tags.get(f'{TAG}error', '')[:200]}"
+    if status == "interrupted":
+        return "interrupted, its search continues"
+    return "unfinished (its driver was lost), its search continues"
 
 
 def _values(trial: SearchTrial, search: CellSearch) -> dict[str, Any] | None:
@@ -108,7 +114,13 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
         return chosen
     tc = stage.tune
     resolved = [replace(c, template=ctx.resolve(c.template)) for c in run.cells]
+    parents = {c.key: cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, stage.name, c.key,
+                               ctx.cell_tags(c.cell)) for c in run.cells}
     history = _history(ctx, stage.name, resolved, tc.metric) if ctx.resume else {c.key: [] for c in resolved}
+    for key in [k for k, state in states.items() if k in history and _failed(state)]:
+        # A failed search (no usable trial) starts over: its trials are what --resume is asked to retry.
+        retire(ctx.tracking_uri, [t for t, _, _ in history[key]], parents[key])
+        history[key] = []
     past = {c.key: _past(history[c.key], c, tc.sampler) for c in resolved}
     searcher = CellSearcher(stage.name, resolved, tc, past)
     sampler = {"tpe": f"Optuna TPE ({tc.n_startup_trials} random start-up trials)", "random": "random search",
@@ -120,8 +132,6 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     if ctx.resume:
         reasons = {(c.label, ""): _search_rerun_reason(states.get(c.key)) for c in run.cells}
         ctx.say_reruns(reasons, 0)
-    parents = {c.key: cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, stage.name, c.key,
-                               ctx.cell_tags(c.cell)) for c in run.cells}
     outcomes: dict[str, list[dict[str, Any]]] = {c.key: [] for c in run.cells}
     if searcher.total:
         resume_runs = {config_hash({**c.template, **v, "phase": stage.name, "seed": 0}): t.run_id
@@ -152,7 +162,7 @@ def _choose(ctx: StageContext, stage: str, cell: CellSearch, history: list[Any],
     tc = ctx.spec.base if stage == "base" else ctx.spec.tune
     spent = _past(history, cell, tc.sampler).ended
     if len(spent) < cell.budget:
-        ctx.fail(cell.key, cell.label, parent, stage, outcomes,
+        ctx.fail(cell.key, cell.label, parent, stage, outcomes, status="interrupted",
                  reason=f"search incomplete: {len(spent)} of {cell.budget} trial(s) ended; --resume continues it")
         return
     usable = [(v, score) for _, v, score in history if score is not None and math.isfinite(score)]

@@ -145,17 +145,18 @@ class StageContext:
                      "with Ray's reason (`ndebench report` lists them)")
 
     def fail(self, key: str, label: str, run_id: str, stage: str, outcomes: list[dict[str, Any]],
-             reason: str | None = None) -> None:
-        """Record a failed cell: ``reason``, else (no usable trial) the first error message of its ``outcomes``,
-        on its cell run and in the outcome."""
+             reason: str | None = None, status: str = "failed") -> None:
+        """Record a cell that did not finish (``status`` ``failed``, or ``interrupted`` where ``--resume``
+        continues it): ``reason``, else (no usable trial) the first error message of its ``outcomes``, on its cell
+        run and in the outcome."""
         messages = [o["error"] or o["result"].get("message", "") for o in outcomes]
         statuses = sorted({o["result"].get("status", "error") for o in outcomes})
         first = reason or next((m for m in messages if m),
                                f"no trial finished ok (statuses: {', '.join(statuses) or 'none ran'})")
         message = f"{stage}: {first}"
         self.failed[key] = message
-        finish_cell(self.tracking_uri, run_id, "failed", error=message)
-        self.say(f"  FAILED {label}: {message}")
+        finish_cell(self.tracking_uri, run_id, status, error=message)
+        self.say(f"  {status.upper()} {label}: {message}")
 
     def say_reruns(self, reasons: dict[tuple[str, int | str], str], kept: int) -> None:
         """What ``--resume`` reruns and why (per cell and seed, or per cell of a search stage), and how many

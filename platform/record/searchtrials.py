@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ndebench.platform.record.schema import SPENT_STATUSES, TAG
-from ndebench.platform.record.tracking import client, finish_cell, run_status, search
+from ndebench.platform.record.schema import SPENT_STATUSES, SUPERSEDED, TAG
+from ndebench.platform.record.tracking import client, finish_cell, retry, run_status, search
 
 RESULT_PREFIX = "result_"
 
@@ -38,16 +38,27 @@ class SearchTrial:
 
 
 def search_trials(uri: str, study: str, phase: str) -> dict[str, list[SearchTrial]]:
-    """The trial runs of search stage ``phase`` by cell key, oldest first."""
+    """The trial runs of search stage ``phase`` by cell key, oldest first, without those of a search that
+    failed and was started over (:func:`retire`)."""
     grouped: dict[str, list[SearchTrial]] = {}
     for run in search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'"):
         cell = run.data.tags.get(f"{TAG}cell")
-        if cell:
+        if cell and not run.data.tags.get(SUPERSEDED):
             grouped.setdefault(cell, []).append(SearchTrial(run.info.run_id, dict(run.data.params), run_status(run),
                                                             run.info.start_time or 0, dict(run.data.metrics)))
     for trials in grouped.values():
         trials.sort(key=lambda t: t.start_time)
     return grouped
+
+
+def retire(uri: str, trials: list[SearchTrial], cell_run_id: str) -> None:
+    """The trials of a cell whose search failed, before ``--resume`` searches it again from the start: tagged
+    ``ndebench.superseded_by`` (the cell run), so that the new search neither counts nor chooses them."""
+    from mlflow.entities import RunTag
+
+    mlflow_client = client(uri)
+    for trial in trials:
+        retry(lambda t=trial: mlflow_client.log_batch(t.run_id, tags=[RunTag(SUPERSEDED, cell_run_id)]))
 
 
 class IncompleteSearchError(RuntimeError):
