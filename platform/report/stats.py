@@ -73,8 +73,8 @@ def _ok_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """One row per cell: ``n`` (ok runs with a finite metric), ``mean``, ``std`` (sample, ddof=1; NaN when
-    n < 2), and the counts ``n_diverged``, ``n_error`` (error or timeout), ``n_missing`` (ok runs without the metric) and
-    ``n_runs`` (all runs of the cell)."""
+    n < 2), and the counts ``n_diverged``, ``n_error`` (error or timeout), ``n_missing`` (ok runs without the
+    metric) and ``n_runs`` (all runs of the cell)."""
     status = runs["status"]
     unknown = set(status) - set(COUNTED_STATUSES)
     if unknown:
