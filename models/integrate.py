@@ -38,6 +38,12 @@ class SolverConfig:
     ``method`` one of :data:`METHODS` (:func:`solver_methods` says which solve ODEs and which SDEs);
     ``step_size=None`` steps on the observation grid (for the UEA protocol, ``1/(L-1)``, i.e. the reference
     pipelines' ``max(min dt, 1e-3)`` for L <= 1001). ``rtol``/``atol`` apply to adaptive ODE solvers only.
+
+    ``max_steps`` (adaptive ODE methods only; default none) is torchdiffeq's ``max_num_steps``: the most steps,
+    accepted and rejected, that one solve may take between two consecutive output times (so at most
+    ``max_steps * (L - 1)`` over ``L`` observation times), in the forward solve and, with ``adjoint``, in each
+    backward solve. A solve that needs more raises :class:`StepLimitError` instead of running on. Fixed-step
+    methods (torchsde's SDE solvers are all fixed-step) take a known number of steps and refuse it.
     """
 
     method: str = "euler"
@@ -45,6 +51,7 @@ class SolverConfig:
     adjoint: bool = False
     rtol: float = 1e-3
     atol: float = 1e-4
+    max_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -54,6 +61,30 @@ class SolverConfig:
         if self.method == "srk" and self.adjoint:
             raise ValueError("adjoint=True: method 'srk' has no adjoint in torchsde; use 'euler' or 'milstein' "
                              "with adjoint")
+        if self.max_steps is not None:
+            if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
+                raise ValueError(f"max_steps={self.max_steps!r} must be an integer >= 1 (or null: no limit)")
+            if self.method not in ODE_ADAPTIVE:
+                raise ValueError(f"max_steps={self.max_steps}: a step cap applies to the adaptive methods "
+                                 f"({', '.join(ODE_ADAPTIVE)}) only; method {self.method!r} takes a fixed number "
+                                 "of steps")
+
+
+class StepLimitError(RuntimeError):
+    """An adaptive solve needed more than ``solver.max_steps`` steps between two output times."""
+
+
+def step_limit(exc: BaseException, solver: SolverConfig | None, solve: str) -> StepLimitError | None:
+    """``exc`` as a :class:`StepLimitError` when it is torchdiffeq's ``max_num_steps`` assertion, else ``None``.
+
+    ``solve`` says which solve hit the cap (``forward``, or ``adjoint backward``).
+    """
+    if solver is None or solver.max_steps is None or "max_num_steps exceeded" not in str(exc):
+        return None
+    return StepLimitError(
+        f"the {solver.method} {solve} solve reached solver.max_steps={solver.max_steps} steps between two output "
+        "times: the dynamics are too stiff for this trial; raise solver.max_steps, loosen solver.rtol/atol or "
+        "use a fixed-step method")
 
 
 # Every random stream of a trial is the trial seed plus one of these offsets. They are distinct primes far
@@ -340,8 +371,17 @@ def integrate(
             options["perturb"] = True
             if solver.step_size is not None:
                 options["step_size"] = solver.step_size
+        elif solver.max_steps is not None:
+            options["max_num_steps"] = solver.max_steps  # odeint_adjoint copies it to the backward solves
         odeint = torchdiffeq.odeint_adjoint if solver.adjoint else torchdiffeq.odeint
-        path = odeint(field, z0, times, method=solver.method, rtol=solver.rtol, atol=solver.atol, options=options)
+        try:
+            path = odeint(field, z0, times, method=solver.method, rtol=solver.rtol, atol=solver.atol,
+                          options=options)
+        except AssertionError as exc:
+            limit = step_limit(exc, solver, "forward")
+            if limit is None:
+                raise
+            raise limit from exc
     else:
         entropy = int(torch.randint(0, 2**31 - 1, (1,), generator=rng.noise))
         levy = "space-time" if solver.method == "srk" else "none"

@@ -84,7 +84,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform import api
     from ndebench.platform.diskfull import DiskFullError
-    from ndebench.platform.engine.runchecks import check_out_dir, size_warnings
+    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, size_warnings
     from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
     from ndebench.platform.spec.plan import sweep_cells
     from ndebench.platform.stopping import describe, stop_on_signals
@@ -92,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = api.load(args.config, _overrides(args))
     warnings = api.validate(spec)
     uri = _tracking_uri(args)
+    check_tracking_reachable(uri)
     check_out_dir(args.out)
     print(_describe_spec(spec), flush=True)
     for warning in warnings + size_warnings(_total_trials(spec)):
@@ -373,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # After parsing, so that --help and --version answer without importing torch (config imports the models).
     from ndebench.platform.diskfull import disk_full, is_disk_full
+    from ndebench.platform.outage import outage
     from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
     from ndebench.platform.registry import UnknownNameError
     from ndebench.platform.spec.config import ConfigError
@@ -382,10 +384,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except Exception as exc:
+        uri = getattr(args, "tracking_uri", None) or default_tracking_uri()
         if is_disk_full(exc):
-            database = sqlite_path(getattr(args, "tracking_uri", None) or default_tracking_uri())
+            database = sqlite_path(uri)
             error = disk_full(exc, os.getcwd(), str(database) if database else None)
             print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
+            return exitcodes.INFRASTRUCTURE
+        # Checked before the bad-input types: requests' connection errors are OSErrors.
+        if cause := outage(exc, uri):
+            print(f"ndebench {args.command}: error: {cause}", file=sys.stderr)
             return exitcodes.INFRASTRUCTURE
         if not isinstance(exc, (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError)):
             raise

@@ -13,7 +13,8 @@ class DiskFullError(OSError):
     """Raised by ndebench when a write failed because a disk or quota is full; ``str`` names the path."""
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception it was raised from or while handling, outermost first."""
     seen: list[BaseException] = []
     while exc is not None and exc not in seen:
         seen.append(exc)
@@ -24,13 +25,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` or an exception it was raised from is a full disk or quota."""
     return any((isinstance(e, OSError) and e.errno in FULL_ERRNOS)
-               or any(text in str(e).lower() for text in FULL_MESSAGES) for e in _chain(exc))
+               or any(text in str(e).lower() for text in FULL_MESSAGES) for e in exception_chain(exc))
 
 
 def full_path(exc: BaseException, fallback: str, database: str | None = None) -> str:
     """The path a disk-full ``exc`` names (``OSError.filename``, or a path in its message), ``database`` for
     SQLite's "database or disk is full", else ``fallback``."""
-    chain = _chain(exc)
+    chain = exception_chain(exc)
     if database and any("database or disk is full" in str(e).lower() for e in chain):
         return database
     for e in chain:

@@ -4,7 +4,9 @@ from __future__ import annotations
 OK = 0
 FAILED = 1  # a sweep ended with failed cells or planned evaluate runs that are not ok
 BAD_INPUT = 2  # config, flags or paths refused before Ray starts
-INFRASTRUCTURE = 3  # the machine failed the sweep: a full disk
+# What the sweep runs on failed (a full disk; a tracking server, database, Ray or storage that cannot be
+# reached or written, before or during the sweep): platform.outage, platform.diskfull
+INFRASTRUCTURE = 3
 HANGUP = 129  # SIGHUP (the terminal closed), as a shell reports it
 INTERRUPTED = 130  # SIGINT (Ctrl-C), as a shell reports it
 TERMINATED = 143  # SIGTERM

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
-from ndebench.models.integrate import SolverConfig, TrialRNG
+from ndebench.models.integrate import SolverConfig, TrialRNG, step_limit
 from ndebench.models.registry import create_model
+from ndebench.platform.deadline import Deadline, TrialTimeout
 from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
 from ndebench.platform.spec.config import TrainingConfig
 from ndebench.regularizers.registry import create_regularizer
@@ -63,7 +64,7 @@ class TrialSpec:
 
 @dataclass
 class TrialResult:
-    """Outcome of a trial. ``status``: ``ok``, ``diverged`` (non-finite loss) or ``error``; ``protocol``: the
+    """Outcome of a trial. ``status``: ``ok``, ``diverged`` (non-finite loss) or ``timeout``; ``protocol``: the
     test protocol (``test_protocol``, ``n_mc``, ``point_predictor``) and ``regularizer``, the regularizer's
     :meth:`~ndebench.regularizers.base.Regularizer.describe`."""
 
@@ -107,10 +108,10 @@ def resolve_batch_size(setting: int | str, bundle: Any) -> int:
 
 class _Feed:
     """Mini-batches of one split: prepared tensors for time series (with each sample's final observation
-    index where the split has one), a DataLoader for image datasets."""
+    index where the split has one), a DataLoader for image datasets. ``deadline`` is checked before each batch."""
 
     def __init__(self, model: NDEClassifier, bundle: Any, split: Any, device: torch.device):
-        self.device = device
+        self.device, self.deadline = device, Deadline(None)
         if bundle.input_kind == "image":
             self.dataset, self.inputs, self.targets = split, None, None
         else:
@@ -131,12 +132,14 @@ class _Feed:
             loader = torch.utils.data.DataLoader(self.dataset, batch_size=batch_size, shuffle=training,
                                                  generator=generator)
             for x, y in loader:
+                self.deadline.check()
                 if not (training and len(y) == 1):
                     yield x.to(self.device), y.to(self.device)
             return
         n = len(self)
         order = torch.randperm(n, generator=generator) if training else torch.arange(n)
         for start in range(0, n, batch_size):
+            self.deadline.check()
             index = order[start:start + batch_size].to(self.device)
             if not (training and len(index) == 1):
                 yield index_batch(self.inputs, index), self.targets[index]
@@ -341,6 +344,7 @@ def run_trial(
     evaluate_test: bool = True,
     on_checkpoint: Callable[[int, Callable[[], dict[str, Any]]], None] | None = None,
     resume_state: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
 ) -> TrialResult:
     """Train and evaluate one trial.
 
@@ -358,8 +362,17 @@ def run_trial(
     random state: Python, NumPy, torch and the :class:`TrialRNG` generators). A trial
     started with ``resume_state=snapshot()`` continues after that epoch and ends with exactly the metrics of
     an uninterrupted trial on the same device.
+
+    ``timeout_s`` (``tune.trial_timeout_s``): a trial still running ``timeout_s`` seconds after this call began
+    (data loading included; a resumed trial counts from its restart) ends with status ``timeout`` before its
+    next mini-batch of training, validation or test, keeping its last checkpoint. A single batch is never cut:
+    ``solver.max_steps`` bounds an adaptive solve, and a solve that reaches it raises
+    :class:`~ndebench.models.integrate.StepLimitError` (the adjoint's backward solves included).
     """
+    deadline = Deadline(timeout_s)
     built = build_trial(spec)
+    for feed in built.feeds.values():
+        feed.deadline = deadline
     model = built.model
     training = _Training(built, spec.training, spec.seed)
     regularizer = model.regularizer
@@ -373,30 +386,40 @@ def run_trial(
         return TrialResult("diverged", training.epoch, best.epoch, best.val, {}, None, protocol,
                            f"non-finite {what} loss at epoch {training.epoch}")
 
-    while not training.stop and training.epoch < spec.training.epochs:
-        training.epoch += 1
-        start = time.perf_counter()
-        train_loss = training.train_epoch()
-        if train_loss is None:
-            return diverged("training")
-        train_time = time.perf_counter() - start
-        val, _ = evaluate(model, built.feeds["val"], built.batch_size, spec.seed, top5=built.top5)
-        if on_epoch is not None:
-            on_epoch({"train_loss": train_loss, "val_loss": val["nll"],
-                      f"val_{built.metric_name}": val[built.metric_name],
-                      "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time})
-        if not math.isfinite(val["nll"]):
-            return diverged("validation")
-        training.end_epoch(val)
-        if on_checkpoint is not None:
-            on_checkpoint(training.epoch, training.snapshot)
-    best = training.best
-    model.load_state_dict(best.weights)
-    test: dict[str, float] = {}
-    calibration = None
-    if evaluate_test:
-        metrics, calibration = evaluate(model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
-        test = {f"test_{k}": v for k, v in metrics.items()}
+    try:
+        while not training.stop and training.epoch < spec.training.epochs:
+            training.epoch += 1
+            start = time.perf_counter()
+            train_loss = training.train_epoch()
+            if train_loss is None:
+                return diverged("training")
+            train_time = time.perf_counter() - start
+            val, _ = evaluate(model, built.feeds["val"], built.batch_size, spec.seed, top5=built.top5)
+            if on_epoch is not None:
+                on_epoch({"train_loss": train_loss, "val_loss": val["nll"],
+                          f"val_{built.metric_name}": val[built.metric_name],
+                          "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time})
+            if not math.isfinite(val["nll"]):
+                return diverged("validation")
+            training.end_epoch(val)
+            if on_checkpoint is not None:
+                on_checkpoint(training.epoch, training.snapshot)
+        best = training.best
+        model.load_state_dict(best.weights)
+        test: dict[str, float] = {}
+        calibration = None
+        if evaluate_test:
+            metrics, calibration = evaluate(model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
+            test = {f"test_{k}": v for k, v in metrics.items()}
+    except TrialTimeout as exc:
+        best = training.best
+        return TrialResult("timeout", training.epoch, best.epoch, best.val, {}, None, protocol,
+                           f"{exc}, in epoch {training.epoch}")
+    except AssertionError as exc:
+        limit = step_limit(exc, spec.solver, "adjoint backward")  # the forward solve raises it itself
+        if limit is None:
+            raise
+        raise limit from exc
     return TrialResult("ok", training.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
                        protocol, weights=best.weights)
 

@@ -62,13 +62,6 @@ def test_out_naming_a_file_fails_run(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def test_a_storage_path_that_cannot_be_written_fails_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("not a folder")
-    _refused(capsys, ["run", _config(tmp_path), "--storage-path", "afile/results"], "--storage-path",
-             "afile/results", "is not writable")
-
-
 @pytest.mark.parametrize("command", ["run", "report"])
 def test_a_tracking_uri_without_its_driver_fails(tmp_path, monkeypatch, capsys, command):
     monkeypatch.chdir(tmp_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.platform.engine.joining import init_arguments
+from ndebench.platform.outage import InfrastructureError, cause_line
 from ndebench.platform.stopping import reclaim
 
 TOKEN_WARNING = "Token authentication is enabled for this Ray cluster"
@@ -26,7 +27,8 @@ class RaySession:
         self.address, self.verbose, self.say = address, verbose, say
 
     def start(self) -> dict[str, float]:
-        """Start (or join) Ray, with its output going to the log; returns the cluster's resources."""
+        """Start (or join) Ray, with its output going to the log; returns the cluster's resources. Raises
+        :class:`~ndebench.platform.outage.InfrastructureError` when Ray does not start (exit 3)."""
         import ray
 
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
@@ -38,7 +40,11 @@ class RaySession:
         self._driver_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("ray").addHandler(self._driver_handler)
         if not ray.is_initialized():
-            ray.init(**init_arguments(self.address, self.verbose))
+            try:
+                ray.init(**init_arguments(self.address, self.verbose))
+            except Exception as exc:  # noqa: BLE001 - whatever stops Ray from starting is the machine's failure
+                where = f"at {self.address}" if self.address else "on this machine"
+                raise InfrastructureError(f"Ray {where} did not start: {cause_line(exc)}") from exc
             reclaim()
         resources = ray.cluster_resources()
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")

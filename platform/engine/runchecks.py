@@ -1,17 +1,24 @@
-"""What ``ndebench run`` can know before Ray starts: a usable tracking URI, writable output and storage
-folders, trial resources the cluster can grant, and a plan of a sane size. Each check raises ``ValueError``
-naming the flag or key, the bad value and what is expected (exit 2), or returns warnings."""
+"""What ``ndebench run`` can know before Ray starts: a usable and reachable tracking URI, writable output and
+storage folders, trial resources the cluster can grant, and a plan of a sane size. Each check raises
+``ValueError`` naming the flag or key, the bad value and what is expected (exit 2), or
+:class:`~ndebench.platform.outage.InfrastructureError` for a tracking store or storage that cannot be reached or
+written (exit 3), or returns warnings."""
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ndebench.platform.engine.storage import Storage
+from ndebench.platform.outage import InfrastructureError, cause_line
+from ndebench.platform.record.tracking import sqlite_path
 from ndebench.platform.spec.config import SweepSpec
 
 SERVER_SCHEMES = ("http", "https")
 LARGE_PLAN = 100_000
+PROBE_TIMEOUT_S = 5.0
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -37,6 +44,29 @@ def check_tracking_uri(uri: str) -> None:
         raise ValueError(f"--tracking-uri {uri!r} is not a database URL SQLAlchemy reads: {exc}") from None
 
 
+def check_tracking_reachable(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """A tracking server accepts a connection within ``timeout_s`` seconds; a sqlite database's folder exists
+    and takes files (MLflow creates the database, not its folder). Other databases are left to MLflow."""
+    database = sqlite_path(uri)
+    if database is not None:
+        folder = database.parent
+        if not folder.is_dir():
+            raise InfrastructureError(f"--tracking-uri {uri}: the database's folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK) or (database.exists() and not os.access(database, os.W_OK)):
+            raise InfrastructureError(f"--tracking-uri {uri}: the database {database} cannot be written "
+                                      "(no write permission)")
+        return
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in SERVER_SCHEMES:
+        return
+    address = (parts.hostname or "", parts.port or (443 if parts.scheme.lower() == "https" else 80))
+    try:
+        socket.create_connection(address, timeout=timeout_s).close()
+    except OSError as exc:
+        raise InfrastructureError(f"--tracking-uri {uri}: no tracking server answers at {address[0]}:{address[1]} "
+                                  f"({cause_line(exc)})") from None
+
+
 def check_out_dir(out: str | Path) -> None:
     """``--out`` is a folder this process can write, or can be created in one (nothing is created here)."""
     path = Path(out).resolve()
@@ -57,7 +87,7 @@ def check_storage_writable(storage: Storage) -> None:
             stream.write(b"")
         storage.fs.delete_file(probe)
     except OSError as exc:
-        raise ValueError(f"--storage-path {storage.display()!r} is not writable: {exc}") from None
+        raise InfrastructureError(f"--storage-path {storage.display()!r} is not writable: {exc}") from None
 
 
 def local_cpus() -> int:

@@ -93,7 +93,7 @@ class StageContext:
             storage_uri=self.storage.uri, experiment=self.experiment(stage), run_tags=driver_provenance(),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
             plugins=self.spec.plugins, node_check=self.node_check(),
-            system_metrics=self.spec.resources.system_metrics,
+            system_metrics=self.spec.resources.system_metrics, trial_timeout_s=self.spec.tune.trial_timeout_s,
         )
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self.gpu})
 

@@ -98,7 +98,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
               storage_uri: str = "",
               experiment: str = "", run_tags: dict[str, str] | None = None, checkpoint_every: int = 1,
               save_weights: bool = False, plugins: tuple[str, ...] = (),
-              node_check: tuple[str | None, str | None] | None = None, system_metrics: bool = True) -> None:
+              node_check: tuple[str | None, str | None] | None = None, system_metrics: bool = True,
+              trial_timeout_s: float | None = None) -> None:
     """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
 
     Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>`` into
@@ -109,6 +110,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     run logs its best weights (``model/state_dict.pt``). ``node_check`` (storage root, data directory) is checked on
     this node first, on a joined cluster whose nodes may have joined after the preflight. With ``system_metrics``
     (and psutil installed), MLflow samples CPU, memory and GPU use into the run.
+    A trial still running ``trial_timeout_s`` seconds after this worker started it (or restarted it from a
+    checkpoint) ends with status ``timeout`` (run FAILED, ``ndebench.message`` naming ``tune.trial_timeout_s``).
     """
     from ray import tune
 
@@ -158,7 +161,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     try:
         with sampled(recorder.run_id, tracking_uri, enabled=system_metrics):
             result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
-                               evaluate_test=phase == "evaluate")
+                               evaluate_test=phase == "evaluate", timeout_s=trial_timeout_s)
     except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"[:4000]

@@ -213,7 +213,7 @@ def _check_solvers(raw: Any, models: tuple[str, ...]) -> dict[str, SolverConfig]
         try:
             out[key] = _dataclass_from(SolverConfig, section, where, {
                 "step_size": typed.number(0, low_open=True, null=True), "rtol": typed.number(0, low_open=True),
-                "atol": typed.number(0, low_open=True),
+                "atol": typed.number(0, low_open=True), "max_steps": typed.integer(1, null=True),
             })
         except ConfigError:
             raise

@@ -79,6 +79,10 @@ class AshaConfig:
 
 @dataclass(frozen=True)
 class TuneConfig:
+    """A search stage's budget and sampler, and what every trial of the sweep shares: retries
+    (``max_failures``), checkpoints (``checkpoint_every`` epochs) and ``trial_timeout_s``, the seconds after
+    which a trial still running ends with status ``timeout`` (default: no limit)."""
+
     num_samples: int = typed.checked(20, typed.integer(1))
     metric: str = "val_loss"
     mode: str = typed.checked("min", typed.one_of("min", "max"))
@@ -90,6 +94,7 @@ class TuneConfig:
     asha: AshaConfig = AshaConfig()
     max_failures: int = typed.checked(2, typed.integer(0))
     checkpoint_every: int = typed.checked(1, typed.integer(1))
+    trial_timeout_s: float | None = typed.checked(None, typed.number(0, low_open=True, null=True))
 
 
 @dataclass(frozen=True)
@@ -161,5 +166,8 @@ class SweepSpec:
         config.update({f"regularizer.{k}": v for k, v in self.regularizers.get(regularizer, {}).items()})
         solver = self.solver_for(model)
         if solver is not None:
-            config.update({f"solver.{k}": v for k, v in dataclasses.asdict(solver).items()})
+            # An unset max_steps stays out of the trial config: the config hashes of trials recorded before the
+            # key existed still match on --resume.
+            config.update({f"solver.{k}": v for k, v in dataclasses.asdict(solver).items()
+                           if not (k == "max_steps" and v is None)})
         return config
