@@ -1,0 +1,157 @@
+"""What a resumed sweep builds on, without Ray: searches continued from recorded trials, a deterministic choice,
+``done`` only for a spent budget, one live driver per study, interrupted runs continued, and reports that count
+one finished run per (cell, seed)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from ndebench.platform.cli import main
+from ndebench.platform.engine.searcher import CellSearcher
+from ndebench.platform.engine.searchspace import Past, contains
+from ndebench.platform.record.heartbeat import DRIVER, HEARTBEAT, Heartbeat, recorded_driver
+from ndebench.platform.record.interruption import INTERRUPTION, mark_interrupted
+from ndebench.platform.record.searchtrials import IncompleteSearchError, finish_search_cell
+from ndebench.platform.record.tracking import TAG, TrialRecorder, client, run_status, study_run
+from ndebench.platform.spec.config import Space, parse_spec
+from ndebench.platform.spec.plan import pick_best, plan_stages
+
+COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
+GRID = {"study": "g", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+        "regularizers": {"continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10, 20]}}, "tune": {"sampler": "grid"}}
+TPE = {"study": "t", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+       "regularizers": ["none"], "training": {"lr": {"loguniform": [1.0e-3, 1.0e-1]}},
+       "tune": {"sampler": "tpe", "num_samples": 6, "n_startup_trials": 2}}
+
+
+def _search(raw):
+    stage, = plan_stages(parse_spec(raw))
+    search, = [c for c in stage.cells if c.budget]
+    return stage, search
+
+
+def _drain(searcher):
+    configs = []
+    while (config := searcher.suggest(f"t{len(configs)}")) not in (None, CellSearcher.FINISHED):
+        configs.append(config)
+    return configs
+
+
+def test_a_resumed_grid_runs_exactly_the_points_that_did_not_end():
+    stage, search = _search(GRID)
+    ended = [({"regularizer.p": 0.1, "regularizer.m": 5}, COMPLETE, 0.9),
+             ({"regularizer.p": 0.3, "regularizer.m": 20}, FAIL, None)]
+    searcher = CellSearcher("tune", [search], stage.tune, {search.key: Past(tuple(ended))})
+    assert searcher.total == 4 and searcher.left == {search.key: 4}
+    points = {(c["regularizer.p"], c["regularizer.m"]) for c in _drain(searcher)}
+    assert points == {(0.1, 10), (0.1, 20), (0.3, 5), (0.3, 10)}
+
+
+def test_a_resumed_tpe_search_asks_its_cut_off_trials_first_and_runs_only_what_is_left():
+    stage, search = _search(TPE)
+    ended = tuple(({"training.lr": lr}, COMPLETE, loss) for lr, loss in ((0.01, 0.5), (0.05, 0.7)))
+    cut_off = ({"training.lr": 0.002},)
+    searcher = CellSearcher("tune", [search], stage.tune, {search.key: Past(ended, cut_off)})
+    assert searcher.total == 4
+    first = searcher.suggest("a")
+    assert first["training.lr"] == 0.002
+    study = searcher._studies[search.key]
+    assert [t.params["training.lr"] for t in study.trials if t.state == COMPLETE] == [0.01, 0.05]
+
+
+def test_the_choice_does_not_depend_on_the_order_trials_ended():
+    candidates = [({"p": 0.3, "m": 10}, 0.5), ({"p": 0.1, "m": 20}, 0.5), ({"p": 0.5, "m": 5}, 0.7)]
+    assert pick_best(candidates, "min") == pick_best(candidates[::-1], "min") == {"m": 10, "p": 0.3}
+    assert pick_best(candidates, "max") == {"p": 0.5, "m": 5}
+
+
+def test_a_value_outside_the_search_space_is_not_a_point_of_it():
+    assert contains(Space("choice", (5, 10)), 10) and not contains(Space("choice", (5, 10)), 20)
+    assert contains(Space("loguniform", (1e-3, 1e-1)), 1e-2) and not contains(Space("uniform", (0.0, 1.0)), 1.5)
+    assert contains(Space("randint", (1, 4)), 3) and not contains(Space("randint", (1, 4)), 4)
+    assert not contains(Space("uniform", (0.0, 1.0)), "0.5")
+
+
+@pytest.fixture
+def uri(tmp_path):
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_a_search_cell_is_done_only_once_its_budget_is_spent(uri):
+    run_id = study_run(uri, "s", description="", params={}, yaml_text=None)
+    with pytest.raises(IncompleteSearchError, match="2 of 3 trial"):
+        finish_search_cell(uri, run_id, spent=2, budget=3, params={"training.lr": 0.01}, metrics={})
+    assert run_status(client(uri).get_run(run_id)) == "running"
+    finish_search_cell(uri, run_id, spent=3, budget=3, params={"training.lr": 0.01}, metrics={})
+    assert client(uri).get_run(run_id).data.tags[f"{TAG}status"] == "done"
+
+
+def test_one_live_driver_per_study(uri):
+    run_id = study_run(uri, "s", description="", params={}, yaml_text=None)
+    assert recorded_driver(uri, "s") == (None, False)
+    mlflow_client = client(uri)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    here = socket.gethostname()
+    cases = [(here, int(dead.stdout), 0, False),  # killed on this host: free at once
+             (here, os.getppid(), 0, True),  # alive on this host
+             ("elsewhere", 1, 0, True),  # another host, fresh heartbeat
+             ("elsewhere", 1, 120, False)]  # another host, stale heartbeat (STALE_S = 60)
+    for host, pid, age, live in cases:
+        mlflow_client.set_tag(run_id, DRIVER, f"{host}:{pid}")
+        mlflow_client.set_tag(run_id, HEARTBEAT, f"{time.time() - age:.0f}")
+        found, is_live = recorded_driver(uri, "s")
+        assert (found.host, found.pid, is_live) == (host, pid, live)
+    beat = Heartbeat(uri, run_id, interval_s=0.05)
+    tags = client(uri).get_run(run_id).data.tags
+    assert tags[DRIVER] == f"{here}:{os.getpid()}"
+    assert recorded_driver(uri, "s")[1] is False  # this process's own heartbeat never blocks it
+    beat.stop()
+    assert client(uri).get_run(run_id).data.tags[HEARTBEAT] == "0" and recorded_driver(uri, "s") == (None, False)
+
+
+def _trial(uri, study, seed, regularizer="none", run_id=None, phase="evaluate"):
+    identity = {"study": study, "phase": phase, "model": "neural_cde", "dataset": "synthetic",
+                "regularizer": regularizer, "seed": str(seed), "cell": f"neural_cde__synthetic__{regularizer}"}
+    return TrialRecorder(uri, study, {"regularizer": regularizer, "seed": seed}, f"{regularizer}-{seed}", identity,
+                         run_id=run_id)
+
+
+def test_interrupted_runs_are_closed_and_continued_into_the_same_run(uri):
+    cut = _trial(uri, "i", 0)
+    done = _trial(uri, "i", 1)
+    done.finish("ok", {"test_accuracy": 0.5}, {}, {})
+    assert mark_interrupted(uri, "i", "stopped by SIGTERM") == 1
+    run = client(uri).get_run(cut.run_id)
+    assert (run.info.status, run_status(run), run.data.tags[INTERRUPTION]) == ("KILLED", "interrupted",
+                                                                               "stopped by SIGTERM")
+    again = _trial(uri, "i", 0)  # the same config: its evaluate trial continues the interrupted run
+    assert again.reattached and again.run_id == cut.run_id
+    assert run_status(client(uri).get_run(cut.run_id)) == "running"
+
+
+def test_a_report_counts_one_finished_run_per_cell_and_seed_and_lists_the_other(uri, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    values = {("none", 0): 0.60, ("none", 1): 0.62, ("continuum_dropout", 0): 0.70, ("continuum_dropout", 1): 0.72}
+    for (regularizer, seed), accuracy in values.items():
+        _trial(uri, "dup", seed, regularizer).finish("ok", {"test_accuracy": accuracy}, {"metric": "accuracy"}, {})
+    # A second driver's duplicate of none / seed 0, started and finished later, with another value.
+    time.sleep(0.05)
+    duplicate = _trial(uri, "dup", 0)
+    mlflow_client = client(uri)
+    older = [r.info.run_id for r in mlflow_client.search_runs([duplicate.client.get_run(duplicate.run_id)
+                                                                .info.experiment_id])
+             if r.info.run_id != duplicate.run_id and r.data.tags[f"{TAG}regularizer"] == "none"
+             and r.data.tags[f"{TAG}seed"] == "0"]
+    duplicate.finish("ok", {"test_accuracy": 0.90}, {"metric": "accuracy"}, {})
+    assert main(["report", "--study", "dup", "--tracking-uri", uri]) == 0
+    summary = json.loads((tmp_path / "reports" / "dup" / "summary.json").read_text())
+    cells = {c["regularizer"]: c for c in summary["tables"][0]["cells"]}
+    assert cells["none"]["n"] == 2 and cells["none"]["mean"] == pytest.approx((0.90 + 0.62) / 2, abs=1e-12)
+    assert summary["left_out_runs"] == [{"cell": "neural_cde__synthetic__none", "seed": 0, "run_id": older[0],
+                                         "status": "ok", "counted_instead": duplicate.run_id}]
+    text = (tmp_path / "reports" / "dup" / "table.md").read_text()
+    assert "## Finished runs left out" in text and f"| {older[0]} | ok | {duplicate.run_id} |" in text
