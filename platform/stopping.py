@@ -21,7 +21,13 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+_received: list[int] = []
+
+
 def _raise(signum: int, frame: object) -> None:
+    # Ray's native waits turn any exception a handler raises into a plain KeyboardInterrupt: the signal is
+    # also remembered, so that describe() still names it.
+    _received.append(signum)
     raise Stopped(signum)
 
 
@@ -32,6 +38,7 @@ _active = threading.Event()
 def stop_on_signals() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`Stopped`; the previous handlers come back after."""
     previous = {signum: signal.signal(signum, _raise) for signum in CAUGHT}
+    _received.clear()
     _active.set()
     try:
         yield
@@ -51,6 +58,7 @@ def reclaim() -> None:
 
 def describe(stop: KeyboardInterrupt) -> tuple[str, int]:
     """What stopped the sweep, as a user reads it, and the exit code a shell would report for it."""
-    if isinstance(stop, Stopped):
-        return signal.Signals(stop.signum).name, CAUGHT[stop.signum]
-    return "SIGINT (Ctrl-C)", exitcodes.INTERRUPTED
+    signum = stop.signum if isinstance(stop, Stopped) else _received[0] if _received else None
+    if signum is None:
+        return "SIGINT (Ctrl-C)", exitcodes.INTERRUPTED
+    return signal.Signals(signum).name, CAUGHT[signum]

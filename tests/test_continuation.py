@@ -155,3 +155,12 @@ def test_a_report_counts_one_finished_run_per_cell_and_seed_and_lists_the_other(
                                          "status": "ok", "counted_instead": duplicate.run_id}]
     text = (tmp_path / "reports" / "dup" / "table.md").read_text()
     assert "## Finished runs left out" in text and f"| {older[0]} | ok | {duplicate.run_id} |" in text
+
+
+def test_a_continued_random_search_does_not_propose_its_first_values_again():
+    stage, search = _search({**TPE, "tune": {"sampler": "random", "num_samples": 4}})
+    fresh = [c["training.lr"] for c in _drain(CellSearcher("tune", [search], stage.tune))]
+    ran = tuple(({"training.lr": lr}, COMPLETE, 0.5) for lr in fresh[:2])
+    continued = [c["training.lr"] for c in _drain(CellSearcher("tune", [search], stage.tune,
+                                                               {search.key: Past(ran)}))]
+    assert len(continued) == 2 and not set(continued) & set(fresh)

@@ -8,6 +8,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import optuna
 from ndebench.platform.spec.config import Space, TuneConfig
 from ndebench.platform.spec.plan import CellSearch
@@ -45,14 +46,24 @@ class Past:
     unfinished: tuple[dict[str, Any], ...] = ()
 
 
+def continued_seed(seed: int, recorded: int) -> int:
+    """The sampler seed of a study that continues after ``recorded`` trials: ``seed`` itself for a fresh study;
+    otherwise another stream derived from both, since the seed's own stream would propose again the values its
+    first trials already ran."""
+    if not recorded:
+        return seed
+    return int(np.random.SeedSequence([seed, recorded]).generate_state(1)[0])
+
+
 def make_study(search: CellSearch, tune: TuneConfig, past: Past = Past()) -> optuna.Study:
     """A seeded study for one cell holding its ``past`` ended trials. Under ``grid`` every point of the
     categorical grid not yet ended is enqueued once; under ``tpe`` and ``random`` the unfinished trials are
     enqueued, so that they run again with their own values (and continue from their checkpoints)."""
+    seed = continued_seed(tune.seed, len(past.ended) + len(past.unfinished))
     if tune.sampler == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=tune.seed, n_startup_trials=tune.n_startup_trials)
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=tune.n_startup_trials)
     else:
-        sampler = optuna.samplers.RandomSampler(seed=tune.seed)
+        sampler = optuna.samplers.RandomSampler(seed=seed)
     study = optuna.create_study(direction="minimize" if tune.mode == "min" else "maximize", sampler=sampler,
                                 study_name=search.key)
     distributions = {k: distribution(v) for k, v in search.space.items()}

@@ -1,7 +1,8 @@
 """The search stages (``base``, ``tune``): every cell's trials in one Ray Tune run through
 :class:`~ndebench.platform.engine.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
-per cell; each cell's best values are recorded on its cell run. ``resume`` searches failed and unfinished cells
-again and reads every finished cell's choice back from MLflow.
+per cell; each cell's best values are recorded on its cell run, once its budget is spent. ``resume`` reads every
+``done`` cell's choice back from MLflow, continues interrupted searches from the trials that ended (the cut-off
+ones continue their runs) and starts failed ones over.
 """
 from __future__ import annotations
 
