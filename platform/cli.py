@@ -404,7 +404,12 @@ def run() -> None:
     """Console-script entry: ``main`` with Unix pipe behaviour (``ndebench list models | head`` ends quietly)."""
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Ctrl-C outside a sweep (while loading torch, validating, reporting): a line, not a traceback.
+        print("ndebench: interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(exitcodes.INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Test order, the ``gpu`` lane and the fixtures several files share.
 
-The files that start Ray clusters and servers go first, so that under `make test`'s two pytest-xdist workers
-(whole files each) no long file starts last while the other worker idles."""
+Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, so that under `make test`'s two
+pytest-xdist workers (whole files each) no long file starts last while the other worker idles."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,14 +13,10 @@ import torchvision.datasets.stl10
 import torchvision.datasets.svhn
 from torchvision.datasets.utils import calculate_md5
 
-SLOW_FIRST = ("test_faults.py", "test_sweep.py", "test_security.py", "test_two_nodes.py", "test_resume_holes.py",
-              "test_server.py", "test_paper_configs.py", "test_cli.py", "test_disk_full.py", "test_analyses.py",
-              "test_tracking.py", "test_report.py")
-
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
+    long_files = {item.path for item in items if "system" in item.keywords}
+    items.sort(key=lambda item: item.path not in long_files)
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in items:

@@ -69,6 +69,7 @@ def test_a_full_disk_under_the_tracking_database_exits_3_naming_it(tmp_path, mon
         assert not ray.is_initialized()
 
 
+@pytest.mark.system
 def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "full.yaml").write_text(yaml.safe_dump(TINY))
@@ -124,6 +125,7 @@ sys.exit(main(["run", "full.yaml", "--storage-path", "store"]))
 """
 
 
+@pytest.mark.system
 def test_a_storage_disk_that_fills_up_during_a_sweep_exits_3(tmp_path):
     """A real 4 MiB tmpfs as the storage path, full once the trials have finished: Ray's log cannot be
     written, the report still is, and `ndebench run` exits 3 naming the storage folder."""

@@ -13,6 +13,7 @@ import re
 import sys
 from collections import Counter
 
+import pytest
 import ray
 import yaml
 from fakes import make_plugin
@@ -88,6 +89,7 @@ def test_rerun_reasons():
     assert rerun_reason([_Run("running")], "h", code, False).startswith("cut off")
 
 
+@pytest.mark.system
 def test_resume_fills_every_hole(tmp_path):
     flag = tmp_path / "faulty.flag"
     flag.write_text("on")

@@ -94,6 +94,7 @@ CONFIG = {"study": "sec", "models": ["neural_cde"], "datasets": ["synthetic"], "
           "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}}
 
 
+@pytest.mark.system
 def test_the_tracking_server_attack_on_resume_is_refused(tmp_path):
     port, server = start_server(tmp_path)
     try:
