@@ -100,6 +100,7 @@ def test_server_serves_and_stops_with_its_parent(tmp_path):
     assert not any(_group_alive(pgid) for pgid in server_groups)
 
 
+@pytest.mark.system
 def test_server_killed_with_sigkill_takes_mlflow_down_and_binds_loopback_by_default(tmp_path):
     """A SIGKILL runs no handler of `ndebench server`: its watchdog still ends the MLflow server's group."""
     port, process = start_server(tmp_path)
