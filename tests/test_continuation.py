@@ -164,3 +164,14 @@ def test_a_continued_random_search_does_not_propose_its_first_values_again():
     continued = [c["training.lr"] for c in _drain(CellSearcher("tune", [search], stage.tune,
                                                                {search.key: Past(ran)}))]
     assert len(continued) == 2 and not set(continued) & set(fresh)
+
+
+def test_an_evaluate_cell_is_done_only_when_every_planned_seed_ended(uri):
+    from ndebench.platform.record.completeness import IncompleteEvaluationError, finish_evaluate_cell
+
+    run_id = study_run(uri, "e", description="", params={}, yaml_text=None)
+    with pytest.raises(IncompleteEvaluationError, match=r"seed\(s\) \[2\]"):
+        finish_evaluate_cell(uri, run_id, planned=[0, 1, 2], ended=[0, 1], params={}, metrics={})
+    assert run_status(client(uri).get_run(run_id)) == "running"
+    finish_evaluate_cell(uri, run_id, planned=[0, 1, 2], ended=[2, 1, 0, 5], params={}, metrics={"n": 3.0})
+    assert client(uri).get_run(run_id).data.tags[f"{TAG}status"] == "done"

@@ -9,7 +9,7 @@ from typing import Any
 
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stages import StageContext, trial_dirname
-from ndebench.platform.record.completeness import attempts, current, mark_superseded
+from ndebench.platform.record.completeness import attempts, current, finish_evaluate_cell, mark_superseded
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import (
     COUNTED_STATUSES,
@@ -145,7 +145,8 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
     for key, run_id in parents.items():
         model, dataset, name = named[key]
         mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.regularizer == name)]
-        unended = sorted(set(ctx.spec.evaluate.seeds) - set(mine.loc[mine["status"].isin(COUNTED_STATUSES), "seed"]))
+        ended = set(mine.loc[mine["status"].isin(COUNTED_STATUSES), "seed"])
+        unended = sorted(set(ctx.spec.evaluate.seeds) - ended)
         if unended:
             ctx.fail(key, cells[key].label, run_id, "evaluate", outcomes.get(key, []),
                      reason=f"evaluation incomplete: no run ended for seed(s) {unended}; --resume runs them")
@@ -155,5 +156,5 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
             continue
         values = stats.get(named[key], {})
         params = {k: v for k, v in sorted(ctx.evaluated[key].items()) if k not in ("data_dir", "device")}
-        finish_cell(ctx.tracking_uri, run_id, "done", params=params,
-                    metrics={k: v for k, v in values.items() if v is not None and math.isfinite(v)})
+        finish_evaluate_cell(ctx.tracking_uri, run_id, planned=ctx.spec.evaluate.seeds, ended=ended, params=params,
+                             metrics={k: v for k, v in values.items() if v is not None and math.isfinite(v)})

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ndebench.platform.record.schema import FINISHED_STATUSES, SUPERSEDED, TAG
-from ndebench.platform.record.tracking import run_status, search
+from ndebench.platform.record.tracking import finish_cell, run_status, search
 
 
 def group_attempts(runs: Iterable[Any]) -> dict[tuple[str, int], list[Any]]:
@@ -90,3 +90,20 @@ def not_ok_summary(statuses: dict[tuple[str, int], str]) -> str:
         return ""
     detail = ", ".join(f"{n} {status}" for status, n in sorted(bad.items()))
     return f"{sum(bad.values())} of {len(statuses)} planned evaluate run(s) not ok ({detail})"
+
+
+class IncompleteEvaluationError(RuntimeError):
+    """An evaluate cell would be written ``done`` while a planned seed has no run that ended."""
+
+
+def finish_evaluate_cell(uri: str, run_id: str, *, planned: Iterable[int], ended: Iterable[int],
+                         params: dict[str, Any], metrics: dict[str, float]) -> None:
+    """Write an evaluate cell ``done`` with its evaluated config and statistics: only when every ``planned``
+    seed is among the seeds whose current run ended (``ok``, ``diverged``, ``error`` or ``timeout``); else
+    :class:`IncompleteEvaluationError`, and the cell stays as it was."""
+    missing = sorted(set(planned) - set(ended))
+    if missing:
+        raise IncompleteEvaluationError(f"cell run {run_id}: no run ended for seed(s) {missing}; an evaluate cell "
+                                        "is done only when every planned seed has one")
+    finish_cell(uri, run_id, "done", params=params, metrics=metrics)
+
