@@ -26,7 +26,7 @@ from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, search_stage
 from ndebench.platform.engine.stages import CellStatistics, Printer, StageContext
-from ndebench.platform.record.heartbeat import Heartbeat, recorded_driver
+from ndebench.platform.record.heartbeat import STALE_S, Heartbeat, recorded_driver
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.tracking import (
     close_running_runs,
@@ -103,7 +103,8 @@ class Sweep:
         if live:
             raise DriverConflictError(
                 f"study {self.spec.study!r} is being run by another driver, {driver}; wait for it to end, stop it "
-                f"(Ctrl-C, or kill {driver.pid} on {driver.host}), or choose a new study name")
+                f"(Ctrl-C, or kill {driver.pid} on {driver.host}), or choose a new study name (a driver that died "
+                f"on another host frees the study {STALE_S:.0f} s after its last heartbeat)")
         if driver is not None and self.ctx.resume:
             self.ctx.say(f"taking over study {self.spec.study!r} from driver {driver}, which is gone")
         recorded = search(self.ctx.tracking_uri, self.spec.study)
