@@ -142,6 +142,35 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class StudyLinks:
+    """What :func:`study_links` returns: ``runs``, the UI page of the study's evaluate runs, and ``compare``, MLflow's
+    compare page of its evaluate cell runs (``cell_run_ids``), whose table and plots set the cells' chosen
+    hyperparameters beside the primary metric's mean, std and comparison with ``none``."""
+
+    runs: str
+    compare: str
+    cell_run_ids: tuple[str, ...]
+
+
+def study_links(study: str, uri: str | None = None, ui_url: str = "http://127.0.0.1:5000") -> StudyLinks:
+    """The MLflow UI links of ``study`` at ``uri`` (default :func:`tracking_uri`) for a UI served at ``ui_url``
+    (``ndebench ui --study``): its evaluate runs, and the compare page
+    ``<ui_url>/#/compare-runs?runs=[...]&experiments=[...]`` of exactly its evaluate cell runs (by cell key).
+    ``ValueError`` when the study is not in the tracking store."""
+    from ndebench.platform.engine.server import compare_url, study_url
+    from ndebench.platform.record.tracking import cell_states, client, study_names
+
+    uri = tracking_uri(uri)
+    experiment = client(uri).get_experiment_by_name(study)
+    if experiment is None:
+        raise ValueError(f"no study {study!r} in {uri}; studies there: {', '.join(study_names(uri)) or 'none'}")
+    cells = cell_states(uri, study, "evaluate")
+    run_ids = tuple(cells[key].info.run_id for key in sorted(cells))
+    return StudyLinks(study_url(ui_url, experiment.experiment_id),
+                      compare_url(ui_url, list(run_ids), [experiment.experiment_id]), run_ids)
+
+
 def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_dir: str | None = None,
                log: Callable[[str], None] = print) -> list[str]:
     """``ndebench reevaluate``: each ``ok`` evaluate run of ``study`` with a Monte-Carlo test protocol evaluated

@@ -189,21 +189,20 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
 def cmd_ui(args: argparse.Namespace) -> int:
     import webbrowser
 
-    from ndebench.platform.engine.server import serve, study_url, ui_command
-    from ndebench.platform.record.tracking import client
+    from ndebench.platform import api
+    from ndebench.platform.engine.server import serve, ui_command
 
     uri = _tracking_uri(args)
     base = f"http://{args.host}:{args.port}"
     url = base
     if args.study:
-        experiment = client(uri).get_experiment_by_name(args.study)
-        if experiment is None:
-            names = sorted(e.name for e in client(uri).search_experiments())
-            raise CommandError(f"no study {args.study!r} in {uri}; studies there: {', '.join(names) or 'none'}")
-        url = study_url(base, experiment.experiment_id)
+        links = api.study_links(args.study, uri, base)
+        url = links.runs
     print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
     if args.study:
         print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
+        print(f"study {args.study!r}, compare its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
+              flush=True)
     return serve(ui_command(uri, args.host, args.port), base_url=base,
                  on_ready=(lambda: webbrowser.open(url)) if args.open else None)
 

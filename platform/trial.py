@@ -44,6 +44,7 @@ class TrialSpec:
     dataset_options: dict[str, Any] = field(default_factory=dict)
     data_dir: str | None = None
     device: str = "cpu"
+    select: str = "best_epoch"
 
     @classmethod
     def from_flat(cls, config: dict[str, Any]) -> TrialSpec:
@@ -59,14 +60,15 @@ class TrialSpec:
             model_params=section("model"), regularizer_params=section("regularizer"),
             training=TrainingConfig(**section("training")), solver=SolverConfig(**solver) if solver else None,
             dataset_options=section("dataset"), data_dir=config.get("data_dir"), device=config.get("device", "cpu"),
+            select=config.get("select", "best_epoch"),
         )
 
 
 @dataclass
 class TrialResult:
-    """Outcome of a trial. ``status``: ``ok``, ``diverged`` (non-finite loss) or ``timeout``; ``protocol``: the
-    test protocol (``test_protocol``, ``n_mc``, ``point_predictor``) and ``regularizer``, the regularizer's
-    :meth:`~ndebench.regularizers.base.Regularizer.describe`."""
+    """Outcome of a trial. ``status``: ``ok``, ``diverged`` (non-finite loss) or ``timeout``; ``best_epoch``: the
+    epoch of ``val`` and ``weights`` (the last under ``select`` ``last_epoch``); ``protocol``: the test protocol
+    (``test_protocol``, ``n_mc``, ``point_predictor``) and ``regularizer``, the regularizer's ``describe()``."""
 
     status: str
     epochs: int
@@ -168,8 +170,8 @@ def protocol_tag(model: NDEClassifier) -> str:
 @torch.no_grad()
 def evaluate(model: NDEClassifier, feed: _Feed, batch_size: int, seed: int, *,
              top5: bool = False, n_mc: int | None = None) -> tuple[dict[str, float], dict[str, Any]]:
-    """Metrics of ``model`` on a split with the regularizer's test protocol: ``n_mc`` passes per prediction
-    (default the model's :meth:`~ndebench.models.base.NDEClassifier.n_mc`).
+    """Metrics of ``model`` on a split with the regularizer's test protocol: ``n_mc`` passes per prediction (default
+    the model's :meth:`~ndebench.models.base.NDEClassifier.n_mc`).
 
     Headline metrics (accuracy, top-5, AUROC) come from the point predictor: Algorithm 1's
     ``head(mean_j z_j(T))`` (``Prediction.logits``), or the MC predictive distribution for a regularizer
@@ -228,8 +230,7 @@ def _load_rng_state(state: dict[str, Any], rng: TrialRNG) -> None:
 
 @dataclass
 class BuiltTrial:
-    """A trial's untrained model with its regularizer and data feeds, and what training needs of the data
-    (``num_classes`` K also sets the chance-level loss ``ln K`` that reports compare the training loss with)."""
+    """A trial's untrained model, its data feeds and what training needs (``num_classes`` K: chance ``ln K``)."""
 
     model: NDEClassifier
     feeds: dict[str, _Feed]
@@ -289,21 +290,29 @@ class _Training:
             self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
         self.rng = TrialRNG.from_seed(seed)
         self.best = BestState(math.inf, 0, copy.deepcopy(self.model.state_dict()), {})
+        self.last_val: dict[str, float] = {}  # the latest epoch's validation values, for select last_epoch
         self.epoch, self.stop = 0, False
 
     def snapshot(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "stop": self.stop, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "best": dataclasses.asdict(self.best) | {"val": {k: float(v) for k, v in self.best.val.items()}},
-                "rng": _rng_state(self.rng)}
+                "last_val": {k: float(v) for k, v in self.last_val.items()}, "rng": _rng_state(self.rng)}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.best = BestState(**state["best"])
+        self.last_val = dict(state.get("last_val", {}))
         self.epoch, self.stop = state["epoch"], state["stop"]
         _load_rng_state(state["rng"], self.rng)
+
+    def selected(self, select: str) -> BestState:
+        """The epoch a result carries: the best by validation loss, or (``last_epoch``) the one training ended with."""
+        if select == "last_epoch" and self.last_val:
+            return BestState(self.last_val["val_loss"], self.epoch, self.model.state_dict(), self.last_val)
+        return self.best
 
     def train_epoch(self) -> float | None:
         """One pass over the training split; the mean loss, or ``None`` at the first non-finite batch loss."""
@@ -330,6 +339,7 @@ class _Training:
             self.scheduler.step(val["nll"])
         else:
             self.scheduler.step()
+        self.last_val = {f"val_{k}": v for k, v in val.items()} | {"val_loss": val["nll"]}
         if val["nll"] < self.best.val_loss:
             self.best = BestState(val["nll"], self.epoch, copy.deepcopy(self.model.state_dict()),
                                   {f"val_{k}": v for k, v in val.items()})
@@ -352,10 +362,10 @@ def run_trial(
     generators (:class:`TrialRNG`). Training: Adam (or SGD) with ``weight_decay = lr * weight_decay_factor``,
     StepLR (or reduce-on-plateau), gradient-norm clipping after ``backward``, early stopping on validation
     loss (after ``min_epochs``, once ``patience`` epochs pass without improvement) and the best weights
-    restored. ``on_epoch`` receives ``train_loss``, ``val_loss``, ``val_<metric>``, ``epoch_time_s`` and
-    ``train_time_s`` (the training batches only, without the validation passes) per epoch. A non-finite
-    training or validation loss ends the trial with status ``diverged``. The test split is only touched when
-    ``evaluate_test``.
+    restored (``spec.select`` ``last_epoch``: the last epoch's, as the reference's tuning trials). ``on_epoch``
+    receives ``train_loss``, ``val_loss``, ``val_<metric>``, ``epoch_time_s`` and ``train_time_s`` (the training
+    batches only, without the validation passes) per epoch. A non-finite training or validation loss ends the
+    trial with status ``diverged``. The test split is only touched when ``evaluate_test``.
 
     Checkpoints: after every epoch ``on_checkpoint(epoch, snapshot)`` may call ``snapshot()`` for the full
     training state (weights, optimizer, scheduler, :class:`BestState`, the early-stopping decision and every
@@ -404,7 +414,7 @@ def run_trial(
             training.end_epoch(val)
             if on_checkpoint is not None:
                 on_checkpoint(training.epoch, training.snapshot)
-        best = training.best
+        best = training.selected(spec.select)
         model.load_state_dict(best.weights)
         test: dict[str, float] = {}
         calibration = None

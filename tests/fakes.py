@@ -294,3 +294,27 @@ def agent_ports() -> list[str]:
     machine at the same time (the other cluster test in the other xdist worker), and the head then has no job agent."""
     return ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
+
+
+def cell_study(uri: str, study: str) -> dict[str, dict]:
+    """A study's MLflow runs as a sweep leaves them, without Ray: the study run, a tune cell run and an evaluate cell
+    run per regularizer (``none``, ``continuum_dropout``), the evaluate ones closed with their aggregates in the
+    engine's order. Returns each evaluate cell run's id, params and metrics by cell key."""
+    from ndebench.platform.record.tracking import cell_run, ensure_experiment, finish_cell, study_run
+
+    ensure_experiment(uri, study)
+    parent = study_run(uri, study, description="crafted", params={}, yaml_text=None)
+    cells = {}
+    for i, regularizer in enumerate(("none", "continuum_dropout")):
+        key = f"neural_lsde__synthetic__{regularizer}"
+        tags = {"model": "neural_lsde", "dataset": "synthetic", "regularizer": regularizer, "metric": "accuracy"}
+        params = {"training.lr": 0.01} | ({"regularizer.p": 0.3, "regularizer.m": 10} if i else {})
+        tune = cell_run(uri, study, parent, "tune", key, tags)
+        finish_cell(uri, tune, "done", params={k: v for k, v in params.items() if k.startswith("regularizer.")})
+        metrics = {"mean_test_accuracy": 0.8125 + 0.0625 * i, "std_test_accuracy": 0.03125}
+        metrics |= {"diff_vs_none": 0.0625, "diff_ci_low": 0.015625, "diff_ci_high": 0.109375,
+                    "p_value_vs_none": 0.0234375} if i else {}
+        run_id = cell_run(uri, study, parent, "evaluate", key, tags)
+        finish_cell(uri, run_id, "done", params=params, metrics=metrics | {"n": 5.0})
+        cells[key] = {"run_id": run_id, "params": params, "metrics": metrics}
+    return cells

@@ -217,3 +217,29 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
     assert main(["datasets", "check", "sepsys"]) == 2
     assert "ndebench datasets: error: unknown dataset 'sepsys'; valid datasets: cifar10" in _error_line(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ui_prints_the_compare_page_of_exactly_the_studys_evaluate_cells(tmp_path, monkeypatch, capsys):
+    import urllib.parse
+
+    import ndebench.platform.engine.server as server
+    from fakes import cell_study
+    from ndebench.platform.record.tracking import client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cells = cell_study(uri, "cmp")
+    cell_study(uri, "other")  # another study's cells must not appear
+    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: 0)  # print the links, serve nothing
+    assert main(["ui", "--tracking-uri", uri, "--study", "cmp", "--port", "5123"]) == 0
+    line, = [x for x in capsys.readouterr().out.splitlines() if "compare its 2 evaluate cells: " in x]
+    url = line.split("compare its 2 evaluate cells: ")[1]
+    prefix = "http://127.0.0.1:5123/#/compare-runs?"
+    assert url.startswith(prefix) and " " not in url
+    query = dict(part.split("=", 1) for part in url.removeprefix(prefix).split("&"))
+    assert sorted(query) == ["experiments", "runs"]
+    runs = json.loads(urllib.parse.unquote(query["runs"]))
+    assert sorted(runs) == sorted(c["run_id"] for c in cells.values())
+    assert json.loads(urllib.parse.unquote(query["experiments"])) == [
+        client(uri).get_experiment_by_name("cmp").experiment_id]
+    assert main(["ui", "--tracking-uri", uri, "--study", "nope"]) == 2
+    assert "no study 'nope'" in capsys.readouterr().err

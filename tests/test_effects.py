@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from ndebench.platform.report.cellstats import cell_statistics
 from ndebench.platform.report.effects import effect_sizes, mean_interval
 from ndebench.platform.report.report import build_report
 from ndebench.platform.report.stats import compare_across_datasets, compare_to_baseline
@@ -99,3 +100,32 @@ def test_the_report_shows_the_effect_sizes(tmp_path):
     g = effect_sizes(A, B)["hedges_g"]
     assert "## Effect sizes against none" in text and f"{g:+.2f} [" in text
     assert "Hedges' g" in files.table_tex.read_text()
+
+
+@pytest.mark.parametrize("test", ["student", "welch", "paired"])
+def test_cell_runs_get_the_difference_its_interval_and_g_of_the_report_test(test):
+    # The baseline's rows are listed in reverse seed order: the paired test must match runs by seed, not by row.
+    rows = [("continuum_dropout", s, a) for s, a in enumerate(A)] + [("none", s, B[s]) for s in reversed(range(5))]
+    runs = pd.DataFrame([{"model": "m", "dataset": "d", "regularizer": r, "seed": s, "status": "ok",
+                          "metric": "accuracy", "test_accuracy": v, "test_nll": 1 - v} for r, s, v in rows])
+    out = cell_statistics(runs, [("m", "d", "continuum_dropout"), ("m", "d", "none")], test)
+    cd, base = out[("m", "d", "continuum_dropout")], out[("m", "d", "none")]
+    if test == "paired":
+        result, d = stats.ttest_rel(A, B), A - B
+        g = d.mean() / d.std(ddof=1) * (1 - 3 / (4 * (len(d) - 1) - 1))
+        se = math.sqrt(1 / len(d) + g * g / (2 * len(d)))
+    else:
+        result = stats.ttest_ind(A, B, equal_var=test == "student")
+        pooled = math.sqrt((A.var(ddof=1) + B.var(ddof=1)) / 2)  # equal n: the pooled and the average-variance SD agree
+        g, se = _two_sample_by_hand(pooled)
+    ci = result.confidence_interval(0.95)
+    assert cd["diff_vs_none"] == pytest.approx(A.mean() - B.mean(), rel=1e-12)
+    assert (cd["diff_ci_low"], cd["diff_ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert cd["p_value_vs_none"] == pytest.approx(result.pvalue, rel=1e-12)
+    assert cd["hedges_g"] == pytest.approx(g, rel=1e-12)
+    assert (cd["hedges_g_ci_low"], cd["hedges_g_ci_high"]) == pytest.approx((g - Z * se, g + Z * se), rel=1e-12)
+    # The primary metric's numbers come first: MLflow's compare page plots the first metric the runs share.
+    assert list(cd)[:2] == ["mean_test_accuracy", "std_test_accuracy"]
+    assert cd["mean_test_accuracy"] == pytest.approx(A.mean())
+    assert cd["n"] == 5 and cd["mean_test_nll"] == pytest.approx(1 - A.mean())
+    assert "diff_vs_none" not in base and base["std_test_accuracy"] == pytest.approx(B.std(ddof=1))

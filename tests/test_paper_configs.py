@@ -10,8 +10,11 @@ from fakes import MAKERS, make_stays, write_clip, write_ts
 from ndebench.datasets.speech_commands import CLASSES, FOLDER
 from ndebench.datasets.uea import PAPER_SHAPES, shipped_sets
 from ndebench.platform.spec.config import Space, load_spec
+from ndebench.platform.spec.plan import base_stage, sweep_cells, variant_label
 from ndebench.platform.trial import TrialSpec, run_trial
 
+SDE = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "image_nsde_additive", "image_nsde_multiplicative"}
+CONTROL = "none[n_mc=5]"
 CONFIGS = sorted(Path(__file__).parent.parent.glob("tune_configs/paper_*.yaml"))
 IMAGE_CONFIGS = ("paper_table3_image_regularizers", "paper_table6_image_ndes", "paper_table17_jump_rates_images",
                  "paper_fig6_9_image_sensitivity")
@@ -60,9 +63,10 @@ HEAVY = SLOW + IMAGE_CONFIGS
 SMALL_IMAGE = {"model.width": 8, "model.hidden_size": 64}
 
 
-def cells(spec, name: str, *, every: bool = False) -> list[tuple[str, str, str]]:
-    """(model, dataset, regularizer) cells to run: every (model, regularizer) pair (for the heavy configs
-    each model once, regularizers cycled, unless ``every``), datasets cycled, fake-archive sets first."""
+def cells(spec, name: str, *, every: bool = False) -> list[tuple[str, str, str, dict]]:
+    """(model, dataset, regularizer, fixed values) cells to run: every (model, regularizer) pair (for the heavy
+    configs each model once, regularizers cycled, unless ``every``), datasets cycled, fake-archive sets first;
+    then the first MC control cell (``none[n_mc=5]``), if the config has one."""
     datasets = ([d for d in spec.datasets if not d.startswith("uea/") or d[4:] not in shipped_sets()]
                 or list(spec.datasets))
     pairs = list(itertools.product(spec.models, spec.regularizers))
@@ -70,7 +74,9 @@ def cells(spec, name: str, *, every: bool = False) -> list[tuple[str, str, str]]
         regularizers = list(spec.regularizers)
         models = spec.models if name != "paper_table5_sepsis_oi" else (spec.models[0], spec.models[-1])
         pairs = [(model, regularizers[(i + 1) % len(regularizers)]) for i, model in enumerate(models)]
-    return [(model, datasets[i % len(datasets)], reg) for i, (model, reg) in enumerate(pairs)]
+    out = [(model, datasets[i % len(datasets)], reg, {}) for i, (model, reg) in enumerate(pairs)]
+    controls = [c for c in sweep_cells(spec) if c.variant == CONTROL and c.dataset in datasets]
+    return out + [(c.model, c.dataset, c.regularizer, dict(c.fixed)) for c in controls[:1]]
 
 
 def run_config(
@@ -80,7 +86,7 @@ def run_config(
     ``(model, regularizer, test protocol)`` per cell."""
     spec = load_spec(path)
     tags = []
-    for model, dataset, regularizer in cells(spec, path.stem, every=every):
+    for model, dataset, regularizer, fixed in cells(spec, path.stem, every=every):
         if dataset.startswith("uea/"):
             fake_uea(root, dataset[4:])
         elif dataset == "sepsis":
@@ -91,6 +97,7 @@ def run_config(
             MAKERS[dataset](root, np.random.default_rng(0))
             record_md5(root)
         flat = {key: first_value(value) for key, value in spec.base_config(model, dataset, regularizer).items()}
+        flat.update({f"regularizer.{k}": v for k, v in fixed.items()})
         flat.update({"data_dir": str(root), "training.epochs": 1, "training.threads": 1})
         if path.stem in IMAGE_CONFIGS and small_images:
             flat.update(SMALL_IMAGE)
@@ -98,7 +105,8 @@ def run_config(
         assert result.status == "ok", (model, dataset, regularizer, result.message)
         metric = "test_auroc" if dataset == "sepsis" else "test_accuracy"
         assert 0.0 <= result.test[metric] <= 1.0
-        tags.append((model, regularizer, result.protocol["test_protocol"]))
+        tags.append((model, variant_label(regularizer, fixed) if fixed else regularizer,
+                     result.protocol["test_protocol"]))
     return tags
 
 
@@ -106,10 +114,24 @@ def run_config(
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.system) if p.stem in SLOW else p
                                   for p in CONFIGS], ids=lambda p: p.stem)
 def test_paper_config_runs_one_epoch_on_fake_archives(path, tmp_path, fake_md5):
-    sde = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde",
-           "image_nsde_additive", "image_nsde_multiplicative"}
-    for model, regularizer, tag in run_config(path, tmp_path, fake_md5):
-        if regularizer in ("continuum_dropout", "jump_diffusion_ttn"):
+    ran = run_config(path, tmp_path, fake_md5)
+    for model, regularizer, tag in ran:
+        if regularizer in ("continuum_dropout", "jump_diffusion_ttn", CONTROL):
             assert tag == "mc5"
         else:
-            assert tag == ("stochastic-1" if model in sde else "deterministic")
+            assert tag == ("stochastic-1" if model in SDE else "deterministic")
+    assert any(r == CONTROL for _, r, _ in ran) == bool(SDE & set(load_spec(path).models))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_sde_configs_ship_the_mc_control_and_base_stages_tune_as_the_reference(path):
+    spec = load_spec(path)
+    controls = {(c.model, c.dataset) for c in sweep_cells(spec) if c.variant == CONTROL}
+    assert controls == {(m, d) for m in spec.models if m in SDE for d in spec.datasets}
+    assert spec.tune.select == "best_epoch"
+    for search in (s for s in base_stage(spec).cells if s.budget):
+        # Oh et al.'s param_search.py: random search, 10-epoch ASHA trials with StepLR(5, 0.5), last epoch's loss.
+        assert spec.base.sampler == "random" and spec.base.scheduler == "asha" and search.budget == 20
+        trial = TrialSpec.from_flat({k: first_value(v) for k, v in search.template.items()})
+        assert (trial.select, trial.training.epochs, trial.training.lr_step, trial.training.lr_gamma) == (
+            "last_epoch", 10, 5, 0.5)

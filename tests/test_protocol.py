@@ -8,7 +8,7 @@ import pytest
 from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.spec.config import ConfigError, parse_spec
-from ndebench.platform.spec.plan import plan_stages, sweep_cells, tune_stage
+from ndebench.platform.spec.plan import cell_template, chosen_keys, plan_stages, sweep_cells, tune_stage
 
 GRID = {
     "study": "g",
@@ -78,6 +78,20 @@ def test_base_stage_settings_and_epochs():
     ({"tune": {"asha": {"reduction_factor": 1}}}, "tune.asha.reduction_factor"),
     ({"training": {"lr": {"loguniform": [1e-4, 1e-2]}}}, "continuous ['training.lr']"),
     ({"variants": {"steer": "grid"}}, "not one of the sweep's regularizers"),
+    ({"variants": {"none": "all"}}, "variants.none='all'; valid: grid or a mapping"),
+    ({"variants": {"none": {"n_mc": [5]}}}, "differ from none only on SDE models"),
+    ({"models": ["neural_lsde"], "variants": {"none": {"n_mc": [1]}}}, "is the none cell itself"),
+    ({"models": ["neural_lsde"], "variants": {"none": {"n_mc": [0]}}}, "variants.none.n_mc=0"),
+    ({"models": ["neural_lsde"], "variants": {"none": {"n_mc": [5, 5]}}}, "must list distinct values"),
+    ({"models": ["neural_lsde"], "variants": {"none": {"p": [5]}}}, "['p'] in variants.none; valid keys: ['n_mc']"),
+    ({"variants": {"continuum_dropout": {"p": [0.1]}}}, "every hyperparameter it searches"),
+    ({"base": {"select": "final"}}, "base.select='final' must be one of 'best_epoch', 'last_epoch'"),
+    ({"tune": {"select": "final"}}, "tune.select='final' must be one of 'best_epoch', 'last_epoch'"),
+    ({"base": {"training": {"lr_stepp": 5}}}, "['lr_stepp'] in base.training"),
+    ({"base": {"training": {"epochs": 5}}}, "set the base stage's epochs with base.epochs"),
+    ({"base": {"training": {"lr_step": [5, 10]}}}, "fixed, not searched"),
+    ({"base": {"training": {"lr_step": 0}}}, "base.training.lr_step"),
+    ({"base": {"training": {"lr": 0.1}}}, "['lr'] are searched in training:"),
     ({"base": {"epochs": 0}}, "base.epochs"),
 ])
 def test_protocol_settings_errors_name_the_key(change, message):
@@ -93,6 +107,29 @@ def test_variants_expand_a_grid_into_fixed_cells():
         "continuum_dropout[p=0.3,m=5]", "continuum_dropout[p=0.3,m=10]"]
     assert dict(variants[1].fixed) == {"p": 0.1, "m": 10}
     assert all(c.cell.variant is None for stage in plan_stages(spec) for c in stage.cells)
+
+
+def test_a_none_variant_is_an_mc_control_cell_on_sde_models_only():
+    spec = spec_with(models=["neural_cde", "neural_lsde"], variants={"none": {"n_mc": [5]}})
+    controls = [c for c in sweep_cells(spec) if c.variant]
+    assert [(c.model, c.regularizer, c.variant, c.fixed) for c in controls] == [
+        ("neural_lsde", "none", "none[n_mc=5]", (("n_mc", 5),))]
+    assert cell_template(spec, controls[0])["regularizer.n_mc"] == 5
+    assert all(c.cell.variant is None for stage in plan_stages(spec) for c in stage.cells)
+    assert chosen_keys(spec, controls[0]) == ["regularizer.n_mc", "training.lr"]
+    assert chosen_keys(spec, sweep_cells(spec)[1]) == ["regularizer.m", "regularizer.p", "training.lr"]
+
+
+def test_base_training_and_selection_reach_only_their_stages_trials():
+    spec = spec_with(base={"sampler": "random", "select": "last_epoch", "training": {"lr_step": 5}})
+    base, tune = plan_stages(spec)
+    assert spec.base.sampler == "random" and spec.tune.select == "best_epoch"
+    assert base.cells[0].template["select"] == "last_epoch" and base.cells[0].template["training.lr_step"] == 5
+    assert "select" not in tune.cells[1].template and "training.lr_step" not in tune.cells[1].template
+    evaluated = cell_template(spec, sweep_cells(spec)[0])
+    assert "select" not in evaluated and "training.lr_step" not in evaluated
+    tuned = spec_with(tune={"sampler": "grid", "select": "last_epoch"})
+    assert [c.template["select"] for stage in plan_stages(tuned) for c in stage.cells] == ["last_epoch"] * 3
 
 
 def test_per_model_blocks_merge_over_shared_keys():

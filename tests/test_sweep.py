@@ -7,6 +7,7 @@ name they lack, in the driver and in every Ray worker."""
 import contextlib
 import io
 import json
+import math
 
 import pytest
 import yaml
@@ -15,6 +16,7 @@ from ndebench.models.registry import list_models
 from ndebench.platform.cli import main
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.tracking import TAG, search
+from ndebench.platform.report.effects import effect_sizes
 
 pytestmark = pytest.mark.system
 PARENT = "mlflow.parentRunId"
@@ -178,6 +180,19 @@ def test_cell_runs_carry_the_evaluate_aggregates(sweep):
         assert cell.data.metrics["mean_test_accuracy"] == pytest.approx(accuracy.mean())
         assert cell.data.metrics["std_test_accuracy"] == pytest.approx(accuracy.std(ddof=1))
         assert ("p_value_vs_none" in cell.data.metrics) == (regularizer != "none")
+        # The comparison with none on the primary metric under the report's test (student), as the report has it.
+        baseline = frame[(frame.model == "neural_cde") & (frame.regularizer == "none")].test_accuracy
+        if regularizer != "none":
+            assert cell.data.metrics["diff_vs_none"] == pytest.approx(accuracy.mean() - baseline.mean())
+            for key, value in effect_sizes(accuracy, baseline, "student").items():
+                assert cell.data.metrics.get(key, math.nan) == pytest.approx(value, nan_ok=True), key
+        else:
+            assert not {"diff_vs_none", "diff_ci_low", "hedges_g"} & set(cell.data.metrics)
+        # Params: only what the sweep chose for the cell (the base stage's lr, the regularizer stage's p and m).
+        chosen = {"training.lr"} | ({"regularizer.p", "regularizer.m"} if regularizer == "continuum_dropout" else set())
+        assert set(cell.data.params) == chosen
+        trial = next(r for r in _trials(uri, "evaluate") if r.data.tags[PARENT] == cell.info.run_id)
+        assert cell.data.params == {k: trial.data.params[k] for k in chosen}
 
 
 def test_trials_of_different_cells_run_at_the_same_time(sweep):

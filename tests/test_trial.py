@@ -1,4 +1,5 @@
-"""The Ray-free trial loop: reproducibility, early stopping, divergence, test-split isolation."""
+"""The Ray-free trial loop: reproducibility, early stopping, divergence, test-split isolation, epoch selection."""
+import copy
 import math
 
 import ndebench.platform.trial as trial_module
@@ -7,7 +8,7 @@ import torch
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.spec.config import TrainingConfig
-from ndebench.platform.trial import TrialSpec, auto_batch_size, run_trial
+from ndebench.platform.trial import TrialSpec, auto_batch_size, build_trial, evaluate, run_trial
 
 FAST = TrainingConfig(epochs=6, min_epochs=2, patience=2, lr=0.01, threads=1)
 
@@ -77,6 +78,27 @@ def test_flat_config_round_trip():
     s = TrialSpec.from_flat(flat)
     assert s.seed == 3 and s.model_params == {"hidden_size": 8} and s.regularizer_params == {"p": 0.2, "m": 5}
     assert s.training.epochs == 2 and s.solver.method == "rk4" and s.dataset_options == {"missing_rate": 0.3}
+    assert s.select == "best_epoch" and TrialSpec.from_flat({**flat, "select": "last_epoch"}).select == "last_epoch"
+
+
+def test_last_epoch_selection_reports_and_tests_the_final_epoch():
+    # lr 1.0 with patience 1 stops two epochs after the best one, so the last epoch is not the best.
+    training = TrainingConfig(epochs=60, min_epochs=0, patience=1, lr=1.0, threads=1)
+    records, weights = [], []
+    result = run_trial(spec(training=training, select="last_epoch"), on_epoch=records.append,
+                       on_checkpoint=lambda epoch, snapshot: weights.append(copy.deepcopy(snapshot()["model"])))
+    losses = [r["val_loss"] for r in records]
+    assert 1 + losses.index(min(losses)) == result.epochs - 2
+    assert result.best_epoch == result.epochs and result.val["val_loss"] == losses[-1]
+    assert result.val["val_accuracy"] == records[-1]["val_accuracy"]
+    assert all(torch.equal(result.weights[k], weights[-1][k]) for k in weights[-1])
+    built = build_trial(spec(training=training))
+    built.model.load_state_dict(weights[-1])
+    metrics, _ = evaluate(built.model, built.feeds["test"], built.batch_size, 0)
+    assert result.test == {f"test_{k}": v for k, v in metrics.items()}
+    best = run_trial(spec(training=training))
+    assert best.val["val_loss"] == min(losses) and best.best_epoch == result.epochs - 2
+    assert best.test != result.test
 
 
 @pytest.mark.parametrize("n,size", [(20, 16), (40, 16), (64, 32), (150, 64), (300, 128), (1000, 128)])

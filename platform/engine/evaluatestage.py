@@ -27,7 +27,7 @@ from ndebench.platform.record.tracking import (
     search,
 )
 from ndebench.platform.spec.config import config_hash
-from ndebench.platform.spec.plan import Cell
+from ndebench.platform.spec.plan import Cell, chosen_keys
 
 CODE_TAGS = ("version", "git_commit", "git_dirty")
 
@@ -134,7 +134,8 @@ def _refuse_unsafe_trial_dirs(ctx: StageContext) -> None:
 def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell],
                outcomes: dict[str, list[dict[str, Any]]]) -> None:
     """Close each evaluated cell's run: done (with the statistics :attr:`cell_statistics` computes from the study's
-    evaluate runs) only when every planned seed has a run that ended and one of them is ``ok``, else failed."""
+    evaluate runs as metrics, and the hyperparameters the sweep chose as params) only when every planned seed has
+    a run that ended and one of them is ``ok``, else failed."""
     runs = evaluate_runs(ctx.tracking_uri, ctx.spec.study, with_calibration=False, variants=True)
     if runs.empty:
         runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "status", "seed"])
@@ -155,6 +156,6 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
             ctx.fail(key, cells[key].label, run_id, "evaluate", outcomes.get(key, []))
             continue
         values = stats.get(named[key], {})
-        params = {k: v for k, v in sorted(ctx.evaluated[key].items()) if k not in ("data_dir", "device")}
+        params = {k: ctx.evaluated[key][k] for k in chosen_keys(ctx.spec, cells[key])}
         finish_evaluate_cell(ctx.tracking_uri, run_id, planned=ctx.spec.evaluate.seeds, ended=ended, params=params,
                              metrics={k: v for k, v in values.items() if v is not None and math.isfinite(v)})

@@ -14,6 +14,7 @@ import math
 import pandas as pd
 from ndebench.platform.report import stats
 from ndebench.platform.report.sections import Cell, Section
+from ndebench.regularizers.none import BASELINE
 
 COLUMNS = ["model", "dataset", "regularizer", "validation_selected", "oracle", "oracle_variant", "gap", "n_variants"]
 OPTIMISTIC = ("The oracle is the best test mean over the grid's variant cells, the configuration chosen on the test "
@@ -40,7 +41,9 @@ def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame
     if "variant" not in runs.columns:
         return pd.DataFrame(columns=COLUMNS)
     ok = runs[runs["status"] == "ok"]
-    variants = ok[ok["variant"].fillna("") != ""]
+    labels = ok["variant"].fillna("")
+    # The baseline's variants are controls (none averaged over n_mc passes), not points of a searched grid.
+    variants = ok[(labels != "") & (labels.map(base_regularizer) != BASELINE)]
     rows = []
     for (model, dataset, label), group in variants.groupby(["model", "dataset", "variant"], sort=True):
         rows.append({"model": model, "dataset": dataset, "regularizer": base_regularizer(label), "label": label,

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.metrics import merge_calibration_bins
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
-from ndebench.platform.report import audit, figures, learning, sections, significance, stats
+from ndebench.platform.report import audit, controls, figures, learning, sections, significance, stats
 from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.tables import (
     LABELS,
@@ -165,6 +165,9 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     ``val_loss`` of the runs, :func:`~ndebench.platform.report.learning.read_curves`) a learning-curve figure per
     (model, dataset) shows the mean losses per epoch of each regularizer against the chance level.
 
+    MC control (:mod:`~ndebench.platform.report.controls`): ``table.md`` and ``summary.json`` (``mc_control``)
+    compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
+
     ``left_out`` (:func:`~ndebench.platform.record.completeness.left_out_finished`): finished runs that share their
     (cell, seed) with the counted one, listed in ``table.md`` and ``summary.json`` (``left_out_runs``).
 
@@ -196,12 +199,14 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
     selection = audit.selection_audit(runs, primary)
+    control = controls.control_comparisons(runs, primary, test, alpha)
     with table_md.open("a") as handle:
         if not selection.empty:
             handle.write("\n" + sections.to_markdown(audit.audit_section(selection, primary)))
-        handle.write(left_out_markdown(left_out or []))
+        handle.write(controls.controls_markdown(control) + left_out_markdown(left_out or []))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
-               | _learning_json(check) | audit.audit_json(selection) | {"left_out_runs": left_out or []})
+               | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
+               | {"left_out_runs": left_out or []})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = _figures(runs, primary, directory, alpha, gates)

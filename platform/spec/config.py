@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 from ndebench.models.registry import REGISTRY as MODELS
-from ndebench.models.registry import list_models
+from ndebench.models.registry import list_models, model_info
 from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
 from ndebench.platform.spec.plan import check_grids
@@ -35,6 +35,7 @@ from ndebench.platform.spec.sections import (
     _names,
     _require,
     _unknown,
+    check_hyperparam,
     parse_value,
 )
 from ndebench.platform.spec.sweepspec import (
@@ -50,6 +51,7 @@ from ndebench.platform.spec.sweepspec import (
     TuneConfig,
     Value,
 )
+from ndebench.regularizers.none import BASELINE
 
 __all__ = [
     "AshaConfig", "ConfigError", "EvaluateConfig", "ReportConfig", "Resources", "Space", "SweepSpec",
@@ -272,19 +274,15 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
         raise ConfigError("base: the base-stage search settings apply to protocol: paper only")
     epochs = base_raw.pop("epochs", None)
     _require("base.epochs", epochs, typed.integer(1, null=True))
-    _unknown(set(base_raw), {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent"},
-             "base")
+    base_training = _base_training(base_raw.pop("training", None))
+    searched = sorted(k for k in base_training if isinstance(spec.training.get(k), Space))
+    if searched:
+        raise ConfigError(f"base.training: {searched} are searched in training:, so the base stage chooses them")
+    _unknown(set(base_raw), {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent",
+                             "select"}, "base")
     base = _check_search(dataclasses.replace(spec.tune, **base_raw), "base")
-    variants = dict(_mapping(raw.get("variants"), "variants"))
-    for name, mode in variants.items():
-        if name not in spec.regularizers:
-            raise ConfigError(f"variants.{name}: not one of the sweep's regularizers {list(spec.regularizers)}")
-        if mode not in VARIANT_MODES:
-            raise ConfigError(f"variants.{name}={mode!r}; valid: {', '.join(VARIANT_MODES)}")
-        spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
-        if not spaces or any(v.kind != "choice" for v in spaces.values()):
-            raise ConfigError(f"variants.{name}: expanding needs a categorical grid (lists) of its hyperparameters; "
-                              f"got {spaces or 'nothing searched'}")
+    variants = {name: _variant_values(spec, name, how) for name, how in
+                _mapping(raw.get("variants"), "variants").items()}
     shared_spaces = [f"{section}.{k}" for section, values in (("model", spec.model), ("training", spec.training))
                      for k, v in values.items() if isinstance(v, Space)]
     if variants and protocol == "joint" and shared_spaces:
@@ -292,7 +290,57 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
                           f"(searched: {shared_spaces}); "
                           "use protocol: paper, where variants take the base stage's values")
     overrides = _split_model_section(raw.get("model"), spec.models)[1]
-    out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, variants=variants,
-                              model_overrides=overrides)
+    out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, base_training=base_training,
+                              variants=variants, model_overrides=overrides)
     check_grids(out)
     return out
+
+
+def _base_training(raw: Any) -> dict[str, Any]:
+    """``base.training``: fixed ``training.*`` values of the base stage's trials (e.g. ``{lr_step: 5}``, the
+    reference's StepLR(5, 0.5) in its 10-epoch tuning trials); their epochs are ``base.epochs``."""
+    values = dict(_mapping(raw, "base.training"))
+    if "epochs" in values:
+        raise ConfigError("base.training.epochs: set the base stage's epochs with base.epochs")
+    valid = {f.name for f in dataclasses.fields(TrainingConfig)} - {"epochs"}
+    _unknown(set(values), valid, "base.training")
+    rules = typed.dataclass_rules(TrainingConfig)
+    for key, value in values.items():
+        if isinstance(value, (list, dict)):
+            raise ConfigError(f"base.training.{key}={value!r}: base-stage training values are fixed, not searched")
+        _require(f"base.training.{key}", value, rules[key])
+    return values
+
+
+def _variant_values(spec: SweepSpec, name: str, how: Any) -> dict[str, tuple[Any, ...]]:
+    """``variants.<name>``: ``grid`` (every point of the regularizer's searched lists) or a mapping of its
+    hyperparameters to the values its variant cells take (``{n_mc: [5]}``: ``none`` averaged over 5 passes, the
+    control of Continuum Dropout's MC average on SDE models)."""
+    where = f"variants.{name}"
+    if name not in spec.regularizers:
+        raise ConfigError(f"{where}: not one of the sweep's regularizers {list(spec.regularizers)}")
+    spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
+    if how == "grid":
+        if not spaces or any(v.kind != "choice" for v in spaces.values()):
+            raise ConfigError(f"{where}: expanding needs a categorical grid (lists) of its hyperparameters; "
+                              f"got {spaces or 'nothing searched'}")
+        return {k: v.args for k, v in spaces.items()}
+    if not isinstance(how, dict) or not how:
+        raise ConfigError(f"{where}={how!r}; valid: {', '.join(VARIANT_MODES)} or a mapping of its "
+                          f"hyperparameters to lists of values, e.g. {where}: {{n_mc: [5]}}")
+    _unknown(set(how), set(spec.regularizers[name]), where)
+    missing = sorted(set(spaces) - set(how))
+    if missing:
+        raise ConfigError(f"{where}: give values of every hyperparameter it searches ({missing}), or use grid")
+    values = {k: tuple(v) if isinstance(v, list) else (v,) for k, v in how.items()}
+    for key, choices in values.items():
+        if not choices or len(set(map(repr, choices))) != len(choices):
+            raise ConfigError(f"{where}.{key}={list(choices)!r} must list distinct values")
+        for value in choices:
+            check_hyperparam(name, key, value, f"{where}.{key}")
+    if not spaces and all(choices == (spec.regularizers[name][k],) for k, choices in values.items()):
+        raise ConfigError(f"{where}={how!r} is the {name} cell itself; give other values")
+    if name == BASELINE and not any(model_info(m).family == "sde" for m in spec.models):
+        raise ConfigError(f"{where}: {name}'s variants (n_mc > 1 averages passes) differ from {name} only on SDE "
+                          f"models, and models {list(spec.models)} have none")
+    return values

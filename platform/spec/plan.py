@@ -4,7 +4,9 @@
 ``training.*`` hyperparameters per (model, dataset) on the unregularized model; stage ``tune`` (the
 regularizer stage) searches each regularizer's own hyperparameters on that frozen base config; ``evaluate``
 runs the best config of every cell over the seeds. ``protocol: joint``: stage ``tune`` searches everything
-per cell. Fixed-parameter variants (``variants: {name: grid}``) are cells that skip every search.
+per cell. Fixed-parameter variants (``variants: {name: grid}`` or ``{name: {key: [values]}}``) are cells that
+skip every search. ``base.select``/``tune.select`` ``last_epoch`` and ``base.training`` reach a stage's trials
+through its cell templates (keys ``select`` and ``training.*``), never the evaluate configs.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ndebench.models.registry import model_info
 from ndebench.platform.spec.sweepspec import ConfigError, Space, SweepSpec, TuneConfig
 from ndebench.regularizers.none import BASELINE
 
@@ -77,15 +80,23 @@ def variant_label(regularizer: str, params: dict[str, Any]) -> str:
     return f"{regularizer}[{','.join(f'{k}={v}' for k, v in params.items())}]"
 
 
+def variant_models(spec: SweepSpec, regularizer: str) -> tuple[str, ...]:
+    """The models the variant cells of ``regularizer`` are planned on: every model of the sweep, except that the
+    baseline's variants (``none`` with ``n_mc`` > 1, the control of an MC average) go to SDE models only: on a
+    model whose latent is deterministic its passes are identical and the cell would repeat ``none``."""
+    if regularizer != BASELINE:
+        return spec.models
+    return tuple(m for m in spec.models if model_info(m).family == "sde")
+
+
 def sweep_cells(spec: SweepSpec) -> list[Cell]:
     """Every cell evaluated over the seeds: models x datasets x regularizers, then the variant cells."""
     cells = [Cell(m, d, r) for m, d, r in spec.cells()]
-    for name in spec.variants:
-        spaces = {k: v for k, v in spec.regularizers[name].items() if isinstance(v, Space)}
-        for values in itertools.product(*(s.args for s in spaces.values())):
-            point = dict(zip(spaces, values, strict=True))
+    for name, grid in spec.variants.items():
+        for values in itertools.product(*grid.values()):
+            point = dict(zip(grid, values, strict=True))
             cells += [Cell(m, d, name, variant_label(name, point), tuple(point.items()))
-                      for m in spec.models for d in spec.datasets]
+                      for m in variant_models(spec, name) for d in spec.datasets]
     return cells
 
 
@@ -99,6 +110,13 @@ def cell_template(spec: SweepSpec, cell: Cell) -> dict[str, Any]:
     return config
 
 
+def chosen_keys(spec: SweepSpec, cell: Cell) -> list[str]:
+    """The flat keys the sweep chose a value of for ``cell``: those its config searches (in any stage) and those a
+    variant cell fixes, sorted."""
+    config = spec.base_config(cell.model, cell.dataset, cell.regularizer)
+    return sorted({k for k, v in config.items() if isinstance(v, Space)} | {f"regularizer.{k}" for k, _ in cell.fixed})
+
+
 def budget(space: dict[str, Space], tune: TuneConfig) -> int:
     if not space:
         return 0
@@ -109,6 +127,9 @@ def budget(space: dict[str, Space], tune: TuneConfig) -> int:
 
 def _search(cell: Cell, template: dict[str, Any], keys: list[str], tune: TuneConfig) -> CellSearch:
     space = {k: template[k] for k in keys if isinstance(template[k], Space)}
+    if tune.select != "best_epoch":
+        # Only when set: the config hashes of trials recorded before the key existed still match on --resume.
+        template = {**template, "select": tune.select}
     return CellSearch(cell, template, space, budget(space, tune))
 
 
@@ -121,6 +142,7 @@ def base_stage(spec: SweepSpec) -> Stage:
         template["cell"] = f"{cell.key}"
         if spec.base_epochs is not None:
             template["training.epochs"] = spec.base_epochs
+        template.update({f"training.{k}": v for k, v in spec.base_training.items()})
         keys = [k for k in template if k.startswith(SHARED_PREFIXES)]
         searches.append(_search(cell, template, keys, spec.base))
     return Stage("base", spec.base, searches)

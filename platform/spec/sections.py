@@ -175,10 +175,7 @@ def _check_regularizers(raw: Any, models: tuple[str, ...],
                 hp.choices[0] if len(hp.choices) == 1 else Space("choice", hp.choices)
             )
             for v in _candidates(value):
-                _require(f"regularizers.{name}.{key}", v, _type_of_choices(hp.choices))
-                problem = hp.check(v)
-                if problem:
-                    raise ConfigError(f"regularizers.{name}.{key}={v!r} {problem}")
+                check_hyperparam(name, key, v, f"regularizers.{name}.{key}")
             resolved[key] = value
         for model in models:
             reason = info.incompatible(model_info(model))
@@ -192,6 +189,16 @@ def _check_regularizers(raw: Any, models: tuple[str, ...],
                 )
         out[name] = resolved
     return out
+
+
+def check_hyperparam(regularizer: str, key: str, value: Any, where: str) -> None:
+    """``value`` of the hyperparameter ``key`` of ``regularizer``: of its default choices' type and accepted by its
+    check (a ``ConfigError`` naming ``where`` otherwise)."""
+    hp = regularizer_info(regularizer).hyperparams[key]
+    _require(where, value, _type_of_choices(hp.choices))
+    problem = hp.check(value)
+    if problem:
+        raise ConfigError(f"{where}={value!r} {problem}")
 
 
 def _solver_of(model: str, solvers: dict[str, SolverConfig]) -> SolverConfig:

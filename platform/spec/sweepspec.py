@@ -40,6 +40,7 @@ Value = Any  # a fixed scalar or a Space
 PROTOCOLS = ("paper", "joint")
 SAMPLERS = ("tpe", "random", "grid")
 SCHEDULERS = ("fifo", "asha")
+SELECTS = ("best_epoch", "last_epoch")
 MAX_SEED = 2**32 - 1  # NumPy's and Optuna's seeds are 32-bit
 
 
@@ -81,7 +82,11 @@ class AshaConfig:
 class TuneConfig:
     """A search stage's budget and sampler, and what every trial of the sweep shares: retries
     (``max_failures``), checkpoints (``checkpoint_every`` epochs) and ``trial_timeout_s``, the seconds after
-    which a trial still running ends with status ``timeout`` (default: no limit)."""
+    which a trial still running ends with status ``timeout`` (default: no limit).
+
+    ``select``: the epoch a search trial is judged by, ``best_epoch`` (its lowest validation loss) or
+    ``last_epoch`` (its final epoch's validation values, as Oh et al.'s Ray Tune search takes them with
+    ``get_best_trial(..., "last")``). Evaluate trials always restore the best epoch's weights."""
 
     num_samples: int = typed.checked(20, typed.integer(1))
     metric: str = "val_loss"
@@ -95,6 +100,7 @@ class TuneConfig:
     max_failures: int = typed.checked(2, typed.integer(0))
     checkpoint_every: int = typed.checked(1, typed.integer(1))
     trial_timeout_s: float | None = typed.checked(None, typed.number(0, low_open=True, null=True))
+    select: str = typed.checked("best_epoch", typed.one_of(*SELECTS))
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,11 @@ class ReportConfig:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A validated sweep: cells = models x datasets x regularizers, each tuned then evaluated over seeds."""
+    """A validated sweep: cells = models x datasets x regularizers, each tuned then evaluated over seeds.
+
+    ``base`` and ``base_epochs``/``base_training`` (fixed ``training.*`` values) apply to the base stage's trials
+    only; ``variants`` maps a regularizer to the values each of its hyperparameters takes in its fixed-parameter
+    variant cells (one cell per point of their product)."""
 
     study: str
     description: str
@@ -140,7 +150,8 @@ class SweepSpec:
     model_overrides: dict[str, dict[str, Value]] = dataclasses.field(default_factory=dict)
     base: TuneConfig = TuneConfig()
     base_epochs: int | None = None
-    variants: dict[str, str] = dataclasses.field(default_factory=dict)
+    base_training: dict[str, Any] = dataclasses.field(default_factory=dict)
+    variants: dict[str, dict[str, tuple[Any, ...]]] = dataclasses.field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
 

@@ -1,0 +1,47 @@
+"""The Monte-Carlo control of SDE rows in a report: which comparison isolates dropout from ensembling."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from ndebench.platform.report.report import build_report
+from scipy import stats
+
+CD = np.array([0.81, 0.84, 0.79, 0.86, 0.83])
+CONTROL = np.array([0.80, 0.82, 0.78, 0.83, 0.80])
+NONE = np.array([0.78, 0.80, 0.74, 0.79, 0.77])
+
+
+def _runs(with_control: bool = True) -> pd.DataFrame:
+    cells = [("none", "", NONE), ("continuum_dropout", "", CD)] + [("none", "none[n_mc=5]", CONTROL)] * with_control
+    return pd.DataFrame([{"run_id": f"{variant or name}-{seed}", "study": "s", "model": "neural_lsde", "dataset": "d",
+                          "regularizer": variant or name, "variant": variant, "seed": seed, "status": "ok",
+                          "metric": "accuracy", "test_accuracy": value}
+                         for name, variant, values in cells for seed, value in enumerate(values)])
+
+
+def test_the_report_compares_each_regularizer_with_the_mc_control_and_says_what_it_isolates(tmp_path):
+    files = build_report(_runs(), tmp_path, "s")
+    summary = json.loads(files.summary_json.read_text())
+    control = summary["mc_control"]
+    row, = control["comparisons"]
+    assert (row["regularizer"], row["baseline"]) == ("continuum_dropout", "none[n_mc=5]")
+    assert row["difference"] == pytest.approx(CD.mean() - CONTROL.mean(), rel=1e-12)
+    ci = stats.ttest_ind(CD, CONTROL).confidence_interval(0.95)
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    assert row["p"] == pytest.approx(stats.ttest_ind(CD, CONTROL).pvalue, rel=1e-12)
+    assert "against none[n_mc=5] isolates the regularizer from ensembling" in control["sentence"]
+    text = files.table_md.read_text()
+    assert "## Dropout vs ensembling: against the Monte-Carlo control" in text and control["sentence"] in text
+    # The control is a row of the main table, tested against none there: the ensembling alone.
+    main = {c["regularizer"]: c for c in summary["tables"][0]["comparisons"]}
+    assert main["none[n_mc=5]"]["difference"] == pytest.approx(CONTROL.mean() - NONE.mean(), rel=1e-12)
+    # A control is not a grid: the selection audit has nothing to audit.
+    assert summary["selection_audit"] == [] and "selection_audit_skipped" in summary
+
+
+def test_without_a_control_the_report_says_why_the_sde_difference_mixes_two_effects(tmp_path):
+    files = build_report(_runs(with_control=False), tmp_path, "s")
+    summary = json.loads(files.summary_json.read_text())
+    assert summary["mc_control"] is None and "variants: {none: {n_mc: [5]}}" in summary["mc_control_skipped"]
+    assert "Dropout vs ensembling" not in files.table_md.read_text()
