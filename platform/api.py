@@ -171,7 +171,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
-           figures: str = "auto", recorded: list[Any] | None = None) -> Report:
+           figures: str = "auto", left_out: list[dict[str, Any]] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
@@ -187,14 +187,13 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     drawn (:func:`~ndebench.platform.report.learning.curve_runs`), a section on the ``failed`` cells
     (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
     analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
-    study), and every file logged as an artifact of the study's MLflow run; ``recorded``
-    (:func:`~ndebench.platform.record.runs.recorded`) spares reading the study's evaluate runs again."""
+    study), and every file logged as an artifact of the study's MLflow run; ``left_out``
+    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
-    left_out = None
     if uri is not None:
         from ndebench.platform.record.completeness import left_out_finished
         from ndebench.platform.record.runs import planned_seeds as planned
@@ -207,12 +206,13 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         if curves is None and mode != "none":
             chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
             curves = read_curves(client(uri), chosen)
-        left_out = left_out_finished(uri, study, recorded)
+        left_out = left_out_finished(uri, study) if left_out is None else left_out
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
                          figures=figures)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
-    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction)
+    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
+                                   table=files.tables[0] if files.tables else None)
     if failed:
         lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
         lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
@@ -249,6 +249,7 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
     variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
     evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
+    from ndebench.platform.record.completeness import left_out_finished
     from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
     from ndebench.platform.record.tracking import study_names
     from ndebench.platform.report.analyses import label_variants
@@ -264,5 +265,8 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     frame = runs_frame(uri, study, runs=found)
+    left_out = left_out_finished(uri, study, found)
+    # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
+    del found
     return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed, figures=figures, recorded=found)
+                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out)

@@ -239,13 +239,23 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
     ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
     seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
     models, datasets, regularizers = (sorted(set(runs[c])) for c in stats.CELL)
+    recorded: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
+    for model, dataset, regularizer, status, seed in runs[[*stats.CELL, "status", "seed"]].itertuples(
+            index=False, name=None):
+        recorded.setdefault((model, dataset, regularizer), []).append((status, int(seed)))
+    pairs = set(runs[["model", "dataset"]].itertuples(index=False, name=None))
+    with_reg = set(runs[["model", "regularizer"]].itertuples(index=False, name=None))
     rows = []
     for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
-        cell = runs[(runs["model"] == model) & (runs["dataset"] == dataset) & (runs["regularizer"] == regularizer)]
-        if cell.empty and not _cell_planned(runs, model, dataset, regularizer):
+        cell = recorded.get((model, dataset, regularizer), [])
+        # A sweep crosses models, datasets and regularizers: a combination without runs is planned when each
+        # of its parts has runs with the others' (the model on the dataset, the regularizer on the model).
+        if not cell and not ((model, dataset) in pairs and (model, regularizer) in with_reg):
             continue
-        by_status = {status: sorted(int(s) for s in group["seed"]) for status, group in cell.groupby("status")}
-        missing = [seed for seed in seeds if seed not in set(cell["seed"])]
+        by_status: dict[str, list[int]] = {}
+        for status, seed in sorted(cell):
+            by_status.setdefault(status, []).append(seed)
+        missing = [seed for seed in seeds if seed not in {s for _, s in cell}]
         notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
                  if k not in COUNTED_STATUSES]
         notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
@@ -253,14 +263,6 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
                      "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
                      "note": "; ".join(notes)})
     return pd.DataFrame(rows, columns=[*stats.CELL, "missing_seeds", "running_seeds", "stopped_seeds", "note"])
-
-
-def _cell_planned(runs: pd.DataFrame, model: str, dataset: str, regularizer: str) -> bool:
-    """A sweep crosses models, datasets and regularizers: a combination is planned when each of its three
-    parts has runs together with the others' (the same model on the dataset, the regularizer on the model)."""
-    pairs = {tuple(p) for p in runs[["model", "dataset"]].itertuples(index=False, name=None)}
-    with_reg = {tuple(p) for p in runs[["model", "regularizer"]].itertuples(index=False, name=None)}
-    return (model, dataset) in pairs and (model, regularizer) in with_reg
 
 
 def _learning_json(check: pd.DataFrame) -> dict[str, Any]:
@@ -341,10 +343,11 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
 
 
 def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test: str = "student",
-                         alpha: float = 0.05, correction: str = "none") -> str:
+                         alpha: float = 0.05, correction: str = "none", table: Table | None = None) -> str:
     """Plain-text summary printed at the end of a sweep: per cell the metric, n, mean, std, failed runs and,
     for every regularizer, the difference, t, df and p-value of ``test`` against ``none`` with its marker.
-    Without any ``ok`` result: the run counts and each failed run's message."""
+    Without any ``ok`` result: the run counts and each failed run's message. ``table``: the primary table
+    :func:`build_report` made of the same runs with the same settings, when at hand."""
     _check_runs(runs, test, alpha)
     if not has_results(runs):
         failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
@@ -354,8 +357,8 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
                             for r in failed.head(20).itertuples(index=False)])
     counts = status_line(runs)
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
-    table = Table.build(runs, primary, "primary", test, alpha, correction,
-                        flagged=learning.flags(learning.learning_check(runs)))
+    table = table or Table.build(runs, primary, "primary", test, alpha, correction,
+                                 flagged=learning.flags(learning.learning_check(runs)))
     tests = table.comparisons.set_index(stats.CELL)
     rows = []
     rank = {r: i for i, r in enumerate(table.rows)}
