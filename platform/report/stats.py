@@ -188,9 +188,10 @@ def compare_to_baseline(
         if baseline not in set(group["regularizer"]):
             continue
         ok = by_pair.get((model, dataset), values.iloc[:0])
-        base = ok[ok["regularizer"] == baseline]
+        by_regularizer = dict(tuple(ok.groupby("regularizer", sort=False)))
+        base = by_regularizer.get(baseline, ok.iloc[:0])
         for regularizer in sorted(set(group["regularizer"]) - {baseline}):
-            reg = ok[ok["regularizer"] == regularizer]
+            reg = by_regularizer.get(regularizer, ok.iloc[:0])
             res = two_sample_test(reg[metric], base[metric], test, reg["seed"], base["seed"])
             a, b = reg[metric].to_numpy(float), base[metric].to_numpy(float)
             if test == "paired":
