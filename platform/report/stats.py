@@ -183,15 +183,14 @@ def compare_to_baseline(
         raise ValueError(f"the paired test needs one ok run per seed and cell; repeated (model, dataset, "
                          f"regularizer, seed): {cells}")
     rows = []
-    by_pair = dict(tuple(values.groupby(["model", "dataset"], sort=False)))
-    for (model, dataset), group in runs.groupby(["model", "dataset"], sort=True):
-        if baseline not in set(group["regularizer"]):
+    by_cell = dict(tuple(values.groupby(CELL, sort=False)))
+    none = values.iloc[:0]
+    for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)["regularizer"].unique().items():
+        if baseline not in set(names):
             continue
-        ok = by_pair.get((model, dataset), values.iloc[:0])
-        by_regularizer = dict(tuple(ok.groupby("regularizer", sort=False)))
-        base = by_regularizer.get(baseline, ok.iloc[:0])
-        for regularizer in sorted(set(group["regularizer"]) - {baseline}):
-            reg = by_regularizer.get(regularizer, ok.iloc[:0])
+        base = by_cell.get((model, dataset, baseline), none)
+        for regularizer in sorted(set(names) - {baseline}):
+            reg = by_cell.get((model, dataset, regularizer), none)
             res = two_sample_test(reg[metric], base[metric], test, reg["seed"], base["seed"])
             a, b = reg[metric].to_numpy(float), base[metric].to_numpy(float)
             if test == "paired":
