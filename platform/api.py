@@ -125,7 +125,7 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
     runs), ``parent_run_id`` and ``params`` (the run's flat config as a dict). Raises ``ValueError`` when
     the study is not in the tracking store."""
-    from ndebench.platform.record.runs import evaluate_runs, runs_frame
+    from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
     from ndebench.platform.record.tracking import study_names
     from ndebench.platform.report.analyses import label_variants
 
@@ -133,8 +133,9 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     studies = study_names(uri)
     if study not in studies:
         raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
-    frame = runs_frame(uri, study, histories=False)
-    runs = label_variants(evaluate_runs(uri, study, variants=True), frame)
+    found = recorded(uri, study)
+    frame = runs_frame(uri, study, histories=False, runs=found)
+    runs = label_variants(evaluate_runs(uri, study, variants=True, runs=found), frame)
     if runs.empty or frame.empty:
         return runs
     extra = ["run_id", *(c for c in frame.columns if c not in runs.columns)]
@@ -198,7 +199,8 @@ class Report:
 def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
-           frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None) -> Report:
+           frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
+           figures: str = "auto", left_out: list[dict[str, Any]] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
@@ -206,33 +208,40 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
     ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
     ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
-    figures).
+    figures; ``figures`` (``auto``, ``all``, ``summary``, ``none``) chooses which figures are drawn,
+    :mod:`~ndebench.platform.report.drawing`).
 
     With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned seeds
-    and the learning curves of the ``ok`` runs read from there (unless given), a section on the ``failed`` cells
+    and (unless given) the learning curves read from there, of one seed per cell of the pairs whose figures are
+    drawn (:func:`~ndebench.platform.report.learning.curve_runs`), a section on the ``failed`` cells
     (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
     analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
-    study), and every file logged as an artifact of the study's MLflow run."""
+    study), and every file logged as an artifact of the study's MLflow run; ``left_out``
+    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
-    left_out = None
     if uri is not None:
         from ndebench.platform.record.completeness import left_out_finished
         from ndebench.platform.record.runs import planned_seeds as planned
         from ndebench.platform.record.tracking import client
-        from ndebench.platform.report.learning import read_curves
+        from ndebench.platform.report.drawing import figure_mode, pair_count
+        from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 
         planned_seeds = planned(uri, study) if planned_seeds is None else planned_seeds
-        if curves is None:
-            curves = read_curves(client(uri), list(runs.loc[runs["status"] == "ok", "run_id"]))
-        left_out = left_out_finished(uri, study)
+        mode, _ = figure_mode(figures, pair_count(runs))
+        if curves is None and mode != "none":
+            chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
+            curves = read_curves(client(uri), chosen)
+        left_out = left_out_finished(uri, study) if left_out is None else left_out
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
-                         correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out)
+                         correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
+                         figures=figures)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
-    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction)
+    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
+                                   table=files.tables[0] if files.tables else None)
     if failed:
         lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
         lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
@@ -265,11 +274,12 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
 
 def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",
                  alpha: float = 0.05, correction: str = "none",
-                 failed: Mapping[str, str] | None = None) -> Report | None:
+                 failed: Mapping[str, str] | None = None, figures: str = "auto") -> Report | None:
     """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
     variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
     evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
-    from ndebench.platform.record.runs import evaluate_runs, runs_frame
+    from ndebench.platform.record.completeness import left_out_finished
+    from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
     from ndebench.platform.record.tracking import study_names
     from ndebench.platform.report.analyses import label_variants
 
@@ -277,11 +287,15 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     studies = study_names(uri)
     if study not in studies:
         raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
-    runs = evaluate_runs(uri, study, variants=True)
+    found = recorded(uri, study)
+    runs = evaluate_runs(uri, study, variants=True, runs=found)
     if runs.empty and failed:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    frame = runs_frame(uri, study)
+    frame = runs_frame(uri, study, runs=found)
+    left_out = left_out_finished(uri, study, found)
+    # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
+    del found
     return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed)
+                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out)

@@ -1,6 +1,7 @@
 """``ndebench bench``: what Continuum Dropout and the platform cost, measured side by side.
 
-Model rows time, on random data of a given shape, one training step (forward + backward) without and
+:func:`bench_scale` times ``ndebench report`` on a synthetic study of N evaluate runs. Model rows time, on
+random data of a given shape, one training step (forward + backward) without and
 with Continuum Dropout, Monte-Carlo evaluation (``n_mc`` passes in one batch) against one deterministic
 pass, and the mask draw alone. Every repetition runs all variants once, in a rotated order, so machine
 noise hits each variant alike; medians over the repetitions are reported.
@@ -278,3 +279,31 @@ def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = Fa
             "stage_start_s": round(walls[1] - trials * spacings[1], 3),
             "wall_s_one_at_a_time": round(walls[1], 3), "wall_s_two_at_a_time": round(walls[2], 3),
             "concurrency_speedup": round(spacings[1] / spacings[2], 3)}
+
+
+def bench_scale(runs: int, tracking_uri: str | None = None, *, workers: int = 2, figures: str = "auto",
+                say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Seconds to write a synthetic study of ``runs`` evaluate runs (:mod:`~ndebench.platform.record.synthetic`,
+    ``workers`` processes) and to report it as ``ndebench report`` does (``figures`` as its ``--figures``), in a
+    temporary sqlite store or through the tracking server at ``tracking_uri`` (a study named uniquely there)."""
+    import uuid
+    from pathlib import Path
+
+    from ndebench.platform import api
+    from ndebench.platform.record.synthetic import write_study
+
+    # Against a server MLflow prints a "View run" line per ended run to stdout, which --json keeps for its result.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    with tempfile.TemporaryDirectory(prefix="ndebench-scale-") as tmp:
+        uri = tracking_uri or f"sqlite:///{os.path.join(tmp, 'mlflow.db')}"
+        study = f"scale-{runs}" + (f"-{uuid.uuid4().hex[:8]}" if tracking_uri else "")
+        start = time.perf_counter()
+        write_study(uri, study, runs, workers=workers)
+        write_s = time.perf_counter() - start
+        say(f"wrote {runs} evaluate runs of study {study!r} in {write_s:.1f} s")
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):
+            api.report_study(study, uri, Path(tmp) / "reports", figures=figures)
+        report_s = time.perf_counter() - start
+        say(f"reported in {report_s:.1f} s")
+    return {"runs": runs, "write_s": round(write_s, 2), "report_s": round(report_s, 2), "tracking_uri": uri}

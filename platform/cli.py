@@ -141,7 +141,8 @@ def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> st
     from ndebench.platform.diskfull import disk_full, is_disk_full
 
     try:
-        _report(spec.study, uri, out, spec.report.test, spec.report.alpha, spec.report.correction, failed)
+        _report(spec.study, uri, out, spec.report.test, spec.report.alpha, spec.report.correction, failed,
+                spec.report.figures)
     except Exception as exc:  # noqa: BLE001 - only a full disk is handled here; anything else propagates
         if not is_disk_full(exc):
             raise
@@ -152,10 +153,11 @@ def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> st
 
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
-            failed: dict[str, str] | None = None) -> None:
+            failed: dict[str, str] | None = None, figures: str = "auto") -> None:
     from ndebench.platform import api
 
-    rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed)
+    rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed,
+                           figures=figures)
     if rep is None:
         print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
         return
@@ -170,7 +172,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_study_name(args.study)
     check_alpha(args.alpha)
-    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction)
+    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction,
+            figures=args.figures)
     return 0
 
 
@@ -324,6 +327,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             for key, value in result.items():
                 print(f"{key:24s} {value}")
+        return 0
+    if args.target == "scale":
+        if args.runs is None:
+            raise ValueError("bench scale needs --runs N (evaluate runs of the synthetic study)")
+        result = bench.bench_scale(args.runs, args.tracking_uri, workers=args.workers, figures=args.figures, say=say)
+        print(json.dumps(result) if args.json else "\n".join(f"{key:14s} {value}" for key, value in result.items()))
         return 0
     if args.target == "draw":
         points = args.length or 161

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
                         help="multiple-testing correction of the p-values behind the markers, over each table's "
                              "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
+    report.add_argument("--figures", default="auto", choices=["auto", "all", "summary", "none"],
+                        help="figures to draw: all per-(model, dataset) figures, the summary ones (per model, and "
+                             "pairs that did not learn) or none (default auto: all below 50 pairs, else summary)")
 
     reevaluate = sub.add_parser(
         "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",
@@ -179,9 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "(model, hidden, batch) combination; medians over --reps rounds that interleave the variants. "
                     "'bench draw' times the mask draw alone (default: the paper's Speech Commands scale); "
                     "'bench platform' measures the per-trial cost of Ray scheduling and MLflow logging against "
-                    "run_trial called directly, and the throughput of 2 concurrent 1-CPU trials against one.",
+                    "run_trial called directly, and the throughput of 2 concurrent 1-CPU trials against one. "
+                    "'bench scale --runs N' writes a synthetic study of N evaluate runs (the real run layout) to a "
+                    "temporary sqlite store or --tracking-uri and times `ndebench report` on it.",
     )
-    bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform"],
+    bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform", "scale"],
                        help="what to time (default: models)")
     bench.add_argument("--models", default="neural_cde",
                        help="comma-separated time-series models (default: neural_cde)")
@@ -204,6 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="platform: epochs of the tiny trial (default: 2)")
     bench.add_argument("--reuse-actors", action="store_true",
                        help="platform: let Tune keep worker processes between trials (TuneConfig(reuse_actors=True))")
+    bench.add_argument("--runs", type=_positive_int, help="scale: evaluate runs of the synthetic study")
+    bench.add_argument("--tracking-uri", help="scale: a tracking server (http://...) to measure through "
+                                              "(default: a temporary sqlite store)")
+    bench.add_argument("--workers", type=_positive_int, default=2,
+                       help="scale: processes writing the synthetic study (default: 2)")
+    bench.add_argument("--figures", default="auto", choices=["auto", "all", "summary", "none"],
+                       help="scale: the report's figures (as `ndebench report --figures`; default auto)")
     bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")
 
     lister = sub.add_parser("list", help="list registered models, regularizers or datasets")

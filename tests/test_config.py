@@ -77,6 +77,8 @@ def test_regularizer_defaults_are_the_papers_search_space():
     (with_(["report", "test"], "wilcoxon"), r"report.test='wilcoxon' must be one of 'student', 'welch', 'paired'"),
     (with_(["report", "correction"], "bonferroni"),
      r"report.correction='bonferroni' must be one of 'none', 'holm', 'bh'"),
+    (with_(["report", "figures"], "some"),
+     r"report.figures='some' must be one of 'auto', 'all', 'summary', 'none'"),
 ])
 def test_bad_configs_name_the_problem(raw, message):
     with pytest.raises(ConfigError, match=message):

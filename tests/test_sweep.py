@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -165,6 +166,23 @@ def test_mlflow_hierarchy_study_cell_trial(sweep):
     tune_cell = next(r for r in cells.values() if r.data.tags[f"{TAG}phase"] == "tune")
     best = min(_trials(uri, "tune"), key=lambda r: r.data.metrics["val_loss"])
     assert tune_cell.data.params == {k: best.data.params[k] for k in ("regularizer.p", "regularizer.m")}
+
+
+def test_evaluate_runs_carry_their_calibration_bins_and_mean_epoch_times(sweep):
+    from mlflow.tracking import MlflowClient
+    from ndebench.platform.record.summaries import calibration_from_metrics, mean_over_epochs
+    from ndebench.platform.record.tracking import epoch_values
+
+    root, uri, args, code, out, flag = sweep
+    client = MlflowClient(uri)
+    ok = [r for r in _trials(uri, "evaluate") if r.data.tags[f"{TAG}status"] == "ok"]
+    assert ok
+    for trial in ok:
+        run_id, metrics = trial.info.run_id, trial.data.metrics
+        stored = client.download_artifacts(run_id, "calibration.json", str(root / run_id))
+        assert calibration_from_metrics(metrics) == json.loads(Path(stored).read_text())
+        for key in ("train_time_s", "epoch_time_s"):
+            assert metrics[f"mean_{key}"] == mean_over_epochs(epoch_values(client, run_id, key))
 
 
 def test_cell_runs_carry_the_evaluate_aggregates(sweep):

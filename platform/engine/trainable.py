@@ -25,8 +25,9 @@ from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
+from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
-from ndebench.platform.record.tracking import TAG, TrialRecorder, last_logged_step
+from ndebench.platform.record.tracking import TAG, TrialRecorder, epoch_values, last_logged_step
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.trial import STATE_FILE, TrialSpec, load_trial_state, run_trial, save_trial_state
 
@@ -138,6 +139,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     logged = last_logged_step(recorder.client, recorder.run_id) if recorder.reattached else 0
     epoch = state["epoch"] if state is not None else 0
     latest: dict[str, float] = {}
+    times: dict[str, list[float]] = {key: [] for key in TIME_METRICS}
 
     def on_epoch(record: dict[str, float]) -> None:
         nonlocal epoch
@@ -145,6 +147,15 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         latest.update(record)
         if epoch > logged:
             recorder.log_metrics(record, step=epoch)
+            for key in TIME_METRICS:
+                if key in record:
+                    times[key].append(record[key])
+
+    def summaries() -> dict[str, float]:
+        # A run continued after epochs an earlier attempt logged takes its times from the run's history.
+        if logged:
+            return time_summaries({key: epoch_values(recorder.client, recorder.run_id, key) for key in TIME_METRICS})
+        return time_summaries(times)
 
     def on_checkpoint(done: int, snapshot: Any) -> None:
         # The epoch's metrics go with every report: ASHA and the progress view read them.
@@ -165,7 +176,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"[:4000]
-        recorder.finish("error", {}, {"error": message}, {})
+        recorder.finish("error", summaries(), {"error": message}, {})
         tune.report({"status": "error", "message": message, "run_id": recorder.run_id, "resume_note": note})
         return
     protocol = result.protocol
@@ -179,11 +190,12 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     # The per-epoch val_* metrics keep the last epoch's value on the run; the search ranks by the reported one.
     final |= {f"{RESULT_PREFIX}{k}": v for k, v in result.val.items()} if result.status == "ok" else {}
     artifacts = {"calibration.json": result.calibration} if result.calibration else {}
+    summary = summaries() | (calibration_metrics(result.calibration) if result.calibration else {})
     if save_weights and phase == "evaluate" and result.weights is not None:
         from ndebench.platform.weights import log_weights
 
         log_weights(recorder.client, recorder.run_id, result.weights)
-    recorder.finish(result.status, final, tags, artifacts)
+    recorder.finish(result.status, final | summary, tags, artifacts)
     val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
     tune.report({**final, "val_loss": val_loss, "status": result.status, "message": result.message,
                  "run_id": recorder.run_id, "resume_note": note})

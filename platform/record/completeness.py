@@ -42,12 +42,14 @@ def current_runs(runs: Iterable[Any]) -> list[Any]:
     return [current(group) for group in grouped.values()] + [r for r in runs if r.info.run_id not in keyed]
 
 
-def left_out_finished(uri: str, study: str) -> list[dict[str, Any]]:
+def left_out_finished(uri: str, study: str, recorded: list[Any] | None = None) -> list[dict[str, Any]]:
     """The finished runs no report counts: per (cell, seed) with more than one finished run, every one but
     its current run (a duplicate recorded by a second driver, or an attempt a rerun superseded), each with
-    the run that is counted instead."""
+    the run that is counted instead. ``recorded``: the study's evaluate runs when already read."""
+    found = attempts(uri, study) if recorded is None else group_attempts(
+        r for r in recorded if r.data.tags.get(f"{TAG}kind") == "trial")
     out = []
-    for (cell, seed), runs in sorted(attempts(uri, study).items()):
+    for (cell, seed), runs in sorted(found.items()):
         keep = current(runs)
         out += [{"cell": cell, "seed": seed, "run_id": r.info.run_id, "status": run_status(r),
                  "counted_instead": keep.info.run_id}

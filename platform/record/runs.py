@@ -5,10 +5,14 @@ rows the tables count). :func:`runs_frame`: one row per run of a phase for analy
 parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``, ``metric`` (the
 dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate`` (the
 regularizer's parameters from the run's params ``regularizer.p`` ...; NaN where absent), every ``test_*``
-metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs) and ``params`` (the run's flat
-config, values parsed back from strings). ``label`` is the variant label where the run belongs to a
+metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs: its final metrics
+``mean_train_time_s`` and ``mean_epoch_time_s``) and ``params`` (the run's flat config, values parsed back
+from strings). ``label`` is the variant label where the run belongs to a
 fixed-parameter variant cell, else the regularizer. Both give a run the status of
 :func:`~ndebench.platform.record.tracking.run_status`. :func:`planned_seeds`: the seeds the study planned.
+
+Everything comes from paged ``search_runs`` (:mod:`~ndebench.platform.record.summaries`); only runs recorded
+before their summaries existed cost a request each (a ``calibration.json`` download, a metric history).
 """
 from __future__ import annotations
 
@@ -19,14 +23,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import current_runs
 from ndebench.platform.record.schema import PLANNED_SEEDS, SUPERSEDED, TAG
+from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_metrics, mean_over_epochs
 
 PARAMS = ("p", "m", "rate")
-TIME_METRICS = ("train_time_s", "epoch_time_s")
 
 
 def parse_param(text: str) -> Any:
@@ -38,22 +41,35 @@ def parse_param(text: str) -> Any:
         return text
 
 
-def _mean_history(client: Any, run_id: str, key: str) -> float:
-    values = [m.value for m in client.get_metric_history(run_id, key)]
-    return float(np.mean(values)) if values else math.nan
+def _mean_time(client: Any, run: Any, key: str) -> float:
+    """The run's ``mean_<key>``; for a run recorded before it, the mean of its history (one request)."""
+    metrics = run.data.metrics
+    if f"{MEAN_PREFIX}{key}" in metrics:
+        return metrics[f"{MEAN_PREFIX}{key}"]
+    if key not in metrics:
+        return math.nan
+    return mean_over_epochs(tracking.epoch_values(client, run.info.run_id, key))
 
 
 def _tag(tags: dict[str, str], key: str, default: str = "") -> str:
     return tags.get(f"{tracking.TAG}{key}", default)
 
 
-def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool = True) -> pd.DataFrame:
-    """One row per run of ``study`` in ``phase`` (``evaluate`` or ``reevaluate``), columns as in the module
-    docstring; ``histories`` reads the per-epoch time metrics (one request per run and metric)."""
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+def recorded(uri: str, study: str, phase: str = "evaluate") -> list[Any]:
+    """Every run of ``study`` tagged ``phase`` (trial and cell runs), in one paged search: what
+    :func:`runs_frame`, :func:`evaluate_runs` and ``completeness.left_out_finished`` read, so that a caller
+    needing several of them reads the study once."""
+    return tracking.search(uri, study, f"tags.`{TAG}phase` = '{phase}'")
+
+
+def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool = True,
+               runs: list[Any] | None = None) -> pd.DataFrame:
+    """One row per run of ``study`` in ``phase`` (``evaluate`` or ``reevaluate``; ``runs``: :func:`recorded`
+    when already read), columns as in the module docstring; ``histories`` adds the time columns (one request
+    per run and metric only for older runs)."""
     client = tracking.client(uri)
     rows = []
-    for run in tracking.search(uri, study, f"tags.`{tracking.TAG}phase` = '{phase}'"):
+    for run in recorded(uri, study, phase) if runs is None else runs:
         tags, params = run.data.tags, {k: parse_param(v) for k, v in run.data.params.items()}
         row: dict[str, Any] = {
             "run_id": run.info.run_id, "parent_run_id": tags.get("mlflow.parentRunId", ""), "study": study,
@@ -67,8 +83,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
         }
         row["label"] = row["variant"] or row["regularizer"]
         if histories:
-            row.update({key: _mean_history(client, run.info.run_id, key) if key in run.data.metrics else math.nan
-                        for key in TIME_METRICS})
+            row.update({key: _mean_time(client, run, key) for key in TIME_METRICS})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -92,7 +107,8 @@ def planned_seeds(uri: str, study: str) -> list[int] | None:
     return None
 
 
-def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False) -> pd.DataFrame:
+def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, variants: bool = False,
+                  runs: list[Any] | None = None) -> pd.DataFrame:
     """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
     ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
@@ -100,12 +116,12 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
     variant cells (column ``variant``) only with ``variants=True``; of the attempts of one (cell, seed), only
     its current run (:func:`~ndebench.platform.record.completeness.current`): never two finished runs of one
-    (cell, seed), and never an attempt a later run superseded."""
+    (cell, seed), and never an attempt a later run superseded. ``runs``: :func:`recorded` when already read."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
     mlflow_client = tracking.client(uri)
-    runs = tracking.search(uri, study, f"tags.`{TAG}phase` = 'evaluate'")
+    runs = recorded(uri, study) if runs is None else runs
     counted = {r.info.run_id for r in current_runs(r for r in runs if r.data.tags.get(f"{TAG}kind") != "cell")}
     for run in runs:
         tags = run.data.tags
@@ -128,7 +144,8 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
         }
         row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
         if with_calibration and row["status"] == "ok":
-            row["calibration"] = _load_json(mlflow_client, run.info.run_id, "calibration.json")
+            row["calibration"] = (calibration_from_metrics(run.data.metrics)
+                                  or _load_json(mlflow_client, run.info.run_id, "calibration.json"))
         rows.append(row)
     return pd.DataFrame(rows)
 

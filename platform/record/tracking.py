@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -159,13 +160,35 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
     if experiment is None:
         return []
     runs, token = [], None
-    while True:
-        page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string, max_results=1000,
-                                         page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            return runs
+    with _collector_paused():
+        while True:
+            page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string,
+                                             max_results=1000, page_token=token)
+            runs += list(page)
+            token = page.token
+            if not token:
+                return runs
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: reading a large study makes millions of small objects
+    (none in reference cycles), and the collector's passes over them cost twice the read itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def trial_run_tags(tags: dict[str, str], config_hash: str, parent_run_id: str | None) -> dict[str, str]:
+    """The MLflow tags a trial run starts with: ``ndebench.<key>`` for ``tags``, its config hash, status
+    ``running``, kind ``trial``, the standard provenance tags and the parent run."""
+    all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash,
+                                                                 f"{TAG}status": "running", f"{TAG}kind": "trial"}
+    return all_tags | standard_tags(tags.get("git_commit")) | ({PARENT: parent_run_id} if parent_run_id else {})
 
 
 class TrialRecorder:
@@ -183,12 +206,7 @@ class TrialRecorder:
 
         self.client = client(uri)
         experiment_id = ensure_experiment(uri, study)
-        all_tags = {f"{TAG}{k}": str(v) for k, v in tags.items()} | {f"{TAG}config_hash": config_hash,
-                                                                     f"{TAG}status": "running",
-                                                                     f"{TAG}kind": "trial"}
-        all_tags |= standard_tags(tags.get("git_commit"))
-        if parent_run_id:
-            all_tags[PARENT] = parent_run_id
+        all_tags = trial_run_tags(tags, config_hash, parent_run_id)
         # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
         # stage may try a config twice, so its trial is found by its Ray trial folder (a retry after its
         # worker died before the first checkpoint), or named by a resumed driver (``run_id``). Only a run cut
@@ -238,6 +256,12 @@ class TrialRecorder:
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
         retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+
+
+def epoch_values(mlflow_client: Any, run_id: str, metric: str) -> list[float]:
+    """Every value of ``metric`` a run logged, in step order (one history request)."""
+    history = retry(lambda: mlflow_client.get_metric_history(run_id, metric))
+    return [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
 
 
 def last_logged_step(mlflow_client: Any, run_id: str, metric: str = "train_loss") -> int:

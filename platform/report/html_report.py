@@ -1,5 +1,11 @@
-"""``report.html``: one self-contained page per study (tables, captions, figures inlined as base64 PNG, run
-counts and the MLflow run ids of every cell), openable from disk or from the MLflow UI's artifact view."""
+"""``report.html``: one page per study (tables, captions, figures, run counts and the MLflow run ids of every
+cell), openable from disk or from the MLflow UI's artifact view.
+
+The summary (tables, notes, per-model figures) comes first; per-(model, dataset) figures, the analyses'
+sections and the run table are collapsed ``<details>`` where there are many. Figures are inlined as base64
+PNG up to :data:`INLINE_BYTES` in all, so that a small study's page is self-contained; past that they are
+linked by file name (``src="seeds_....png"``), which works beside the files of the report folder.
+"""
 from __future__ import annotations
 
 import base64
@@ -18,14 +24,56 @@ th:first-child,td:first-child{text-align:left}
 caption{caption-side:bottom;text-align:left;font-size:0.85em;color:#555;padding-top:0.4em}
 td.flag,b.flag{color:#c00}
 figure{display:inline-block;margin:0.5em}
+details{margin:0.5em 0}summary{cursor:pointer;font-weight:600}
 img{max-width:560px}
 code{font-size:0.85em}
 """
+INLINE_BYTES = 8 * 1024**2
+OPEN_UP_TO = 8
+PAIR_PREFIXES = ("reliability_", "seeds_", "learning_")
 
 
 def data_uri(path: Path) -> str:
     """``data:image/png;base64,...`` of a PNG file."""
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def image_sources(paths: list[Path], budget: int = INLINE_BYTES) -> dict[Path, str]:
+    """``src`` of each PNG in ``paths``: its data URI while the inlined bytes stay within ``budget``, after
+    that its file name (the page lies in the same folder)."""
+    sources, used = {}, 0
+    for path in paths:
+        if path.suffix != ".png" or path in sources:
+            continue
+        size = path.stat().st_size
+        if used + size <= budget:
+            sources[path], used = data_uri(path), used + size
+        else:
+            sources[path] = html.escape(path.name)
+    return sources
+
+
+def _figure(path: Path, src: str) -> str:
+    return (f'<figure><img src="{src}" alt="{html.escape(path.stem)}" loading="lazy"><figcaption>'
+            f"{html.escape(path.name)}</figcaption></figure>")
+
+
+def collapsed(summary: str, body: str, count: int) -> str:
+    """``body`` in a ``<details>`` titled ``summary``, open when it holds at most :data:`OPEN_UP_TO` items."""
+    return f"<details{' open' if count <= OPEN_UP_TO else ''}><summary>{html.escape(summary)}</summary>{body}</details>"
+
+
+def figures_section(figures: list[Path], images: dict[Path, str]) -> str:
+    """Per-model figures first, then one collapsed group per (model, dataset) pair."""
+    shown = [p for p in figures if p in images]
+    pairs: dict[str, list[Path]] = {}
+    for path in shown:
+        if path.stem.startswith(PAIR_PREFIXES):
+            pairs.setdefault(path.stem.split("_", 1)[1], []).append(path)
+    top = "".join(_figure(p, images[p]) for p in shown if not p.stem.startswith(PAIR_PREFIXES))
+    groups = "".join(collapsed(key.replace("_", " on ", 1), "".join(_figure(p, images[p]) for p in group), len(pairs))
+                     for key, group in pairs.items())
+    return f"<section><h2>Figures</h2>{top}{groups}</section>"
 
 
 def main_table_section(table: tables.Table, alpha: float) -> str:
@@ -77,21 +125,21 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
         ids = " ".join(link(str(r)) for r in group.sort_values("seed")["run_id"]) if "run_id" in group else ""
         rows.append(f"<tr><td>{html.escape(model)}</td><td>{html.escape(dataset)}</td>"
                     f"<td>{html.escape(regularizer)}</td><td>{counts}</td><td style='text-align:left'>{ids}</td></tr>")
-    return ("<section><h2>Runs</h2><table><caption>Evaluate-phase runs per cell by status, with their MLflow run ids "
-            "(open them with <code>ndebench ui</code>).</caption><thead><tr><th>model</th><th>dataset</th>"
-            "<th>regularizer</th><th>runs</th><th>MLflow run ids (by seed)</th></tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table></section>")
+    table = ("<table><caption>Evaluate-phase runs per cell by status, with their MLflow run ids "
+             "(open them with <code>ndebench ui</code>).</caption><thead><tr><th>model</th><th>dataset</th>"
+             "<th>regularizer</th><th>runs</th><th>MLflow run ids (by seed)</th></tr></thead><tbody>"
+             + "".join(rows) + "</tbody></table>")
+    return f"<section><h2>Runs</h2>{collapsed(f'{len(rows)} cells', table, len(rows) // 10)}</section>"
 
 
 def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: float, notes: list[str],
                figures: list[Path], groups: dict[str, list[Section]], *, ui_url: str | None = None,
                experiment_id: str | None = None) -> Path:
     """Write ``report.html``: the study's tables (``tables`` from :func:`report.study_tables`), ``notes``
-    (e.g. why a critical-difference diagram is missing), its ``figures`` (PNG, inlined), every section of
-    ``groups`` (heading -> sections) and the run table."""
+    (e.g. why a critical-difference diagram is missing), its ``figures`` (PNG, :func:`image_sources`), every
+    section of ``groups`` (heading -> sections) and the run table."""
     counts = runs["status"].value_counts()
-    images = {p: data_uri(p) for p in figures if p.suffix == ".png"}
-    images |= {p: data_uri(p) for group in groups.values() for s in group for p in s.figures if p.suffix == ".png"}
+    images = image_sources([*figures, *(p for group in groups.values() for s in group for p in s.figures)])
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>ndebench report: "
              f"{html.escape(study)}</title><style>{STYLE}</style></head><body>",
              f"<h1>Study {html.escape(study)}</h1>",
@@ -103,12 +151,11 @@ def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: 
     if notes:
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if figures:
-        parts.append("<section><h2>Figures</h2>" + "".join(
-            f'<figure><img src="{images[p]}" alt="{html.escape(p.stem)}"><figcaption>{html.escape(p.name)}'
-            "</figcaption></figure>" for p in figures if p in images) + "</section>")
+        parts.append(figures_section(figures, images))
     for heading, group in groups.items():
         if group:
-            parts.append(f"<h1>{html.escape(heading)}</h1>" + "".join(sections.to_html(s, images) for s in group))
+            parts.append(f"<h1>{html.escape(heading)}</h1>" + collapsed(
+                f"{len(group)} section(s)", "".join(sections.to_html(s, images) for s in group), len(group)))
     parts += [runs_section(runs, ui_url, experiment_id), "</body></html>"]
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

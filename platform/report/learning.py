@@ -4,8 +4,10 @@ A regularizer can stop a model from learning at all (Continuum Dropout on a univ
 README): its test metric is then a training failure, not a regularization effect. A cell is flagged when
 the mean over its ``ok`` seeds of the final epoch's training loss is not at least :data:`MARGIN` (5%) below
 the chance-level loss ``ln K`` of a K-class task (``ln 2`` for a binary one: the loss of predicting the
-uniform distribution). The curves are the mean training and validation loss per epoch over a cell's seeds
-(``train_loss`` and ``val_loss`` as recorded per epoch in MLflow).
+uniform distribution). The check needs only each run's final metrics; the curves need each run's per-epoch
+``train_loss`` and ``val_loss`` histories, one MLflow request per run and key, so a report reads them for one
+seed per cell (:func:`curve_runs`, the lowest ``ok`` seed) of at most :data:`CURVE_PAIRS` (model, dataset)
+pairs, those with a cell that did not learn first.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from ndebench.platform.report.stats import CELL
 MARGIN = 0.05
 CURVE_KEYS = ("train_loss", "val_loss")
 FLAG = "did not learn"
+CURVE_PAIRS = 50
 
 
 def chance_loss(num_classes: int) -> float:
@@ -80,6 +83,19 @@ def flags(check: pd.DataFrame) -> dict[tuple[str, str, str], str]:
     return {(r.model, r.dataset, r.regularizer):
             f"{FLAG}: final train loss {r.final_train_loss:.3f} vs chance ln K = {r.chance:.3f}"
             for r in check.itertuples(index=False) if r.learned is False}
+
+
+def curve_runs(runs: pd.DataFrame, check: pd.DataFrame, *, flagged_only: bool = False,
+               limit: int = CURVE_PAIRS) -> list[str]:
+    """The runs whose curves a report reads: the ``ok`` run of the lowest seed of each cell, for the (model,
+    dataset) pairs with a cell that did not learn (``check`` from :func:`learning_check`), then, unless
+    ``flagged_only``, the other pairs in name order, at most ``limit`` pairs."""
+    ok = runs[runs["status"] == "ok"].sort_values([*CELL, "seed"], kind="stable").drop_duplicates(CELL)
+    pairs = sorted({(r.model, r.dataset) for r in ok.itertuples(index=False)})
+    failing = {(r.model, r.dataset) for r in check.itertuples(index=False) if r.learned is False}
+    chosen = [p for p in pairs if p in failing] + ([] if flagged_only else [p for p in pairs if p not in failing])
+    keep = set(chosen[:limit])
+    return [r.run_id for r in ok.itertuples(index=False) if (r.model, r.dataset) in keep]
 
 
 def read_curves(client: Any, run_ids: list[str]) -> pd.DataFrame:

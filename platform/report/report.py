@@ -14,17 +14,17 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.metrics import merge_calibration_bins
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
-from ndebench.platform.report import audit, controls, figures, learning, sections, significance, stats
+from ndebench.platform.report import audit, controls, learning, sections, significance, stats
+from ndebench.platform.report.drawing import figure_mode, pair_count
 from ndebench.platform.report.leftout import left_out_markdown
+from ndebench.platform.report.studyfigures import pooled_calibration, study_figures
 from ndebench.platform.report.tables import (
     LABELS,
     TEST_NAMES,
@@ -35,7 +35,6 @@ from ndebench.platform.report.tables import (
     latex,
     markdown,
     md_escape,
-    regularizer_order,
     status_line,
 )
 from ndebench.regularizers.none import BASELINE
@@ -140,7 +139,7 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
                  test: str = "student", alpha: float = 0.05, correction: str = "none",
                  planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
-                 left_out: list[dict[str, Any]] | None = None) -> ReportFiles:
+                 left_out: list[dict[str, Any]] | None = None, figures: str = "auto") -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -151,9 +150,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
     ``summary.json`` holds every statistic with its p-value, the across-dataset comparison
     (:func:`~ndebench.platform.report.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
-    Figures: a reliability diagram per (model, dataset) when runs carry calibration bins, a per-seed
-    box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram per model
-    that passes :func:`~ndebench.platform.report.significance.friedman_gate` (else ``table.md`` says why not).
+    Figures (:mod:`~ndebench.platform.report.studyfigures`), as ``figures`` (``auto``, ``all``, ``summary`` or
+    ``none``, :func:`~ndebench.platform.report.drawing.figure_mode`) says, named in ``table.md`` and
+    ``summary.json`` (``figures``): a reliability diagram per (model, dataset) when runs carry calibration bins,
+    a per-seed box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram
+    per model that passes :func:`~ndebench.platform.report.significance.friedman_gate` (else ``table.md`` says
+    why not).
 
     Selection audit (:mod:`~ndebench.platform.report.audit`): where a regularizer's grid was run as variant cells,
     ``table.md`` and ``summary.json`` (``selection_audit``) set the validation-selected result beside the
@@ -163,7 +165,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     ``final_train_loss``) is not 5% below chance ``ln K`` is flagged "did not learn" in every table and listed
     in ``summary.json`` (``learning``, ``did_not_learn``); with ``curves`` (per-epoch ``train_loss`` and
     ``val_loss`` of the runs, :func:`~ndebench.platform.report.learning.read_curves`) a learning-curve figure per
-    (model, dataset) shows the mean losses per epoch of each regularizer against the chance level.
+    (model, dataset) in them shows the mean losses per epoch of each regularizer against the chance level.
 
     MC control (:mod:`~ndebench.platform.report.controls`): ``table.md`` and ``summary.json`` (``mc_control``)
     compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
@@ -193,8 +195,10 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     results_csv = _write_csv(everything, directory)
     table_md = directory / "table.md"
     gates = cd_gates(runs, primary, alpha)
+    mode, figure_note = figure_mode(figures, pair_count(runs))
     table_md.write_text(markdown(study, everything, tables, across, alpha)
-                        + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items()))
+                        + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items())
+                        + f"\n{figure_note}\n")
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
@@ -206,12 +210,11 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         handle.write(controls.controls_markdown(control) + left_out_markdown(left_out or []))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
-               | {"left_out_runs": left_out or []})
+               | {"left_out_runs": left_out or []}
+               | {"figures": {"mode": mode, "setting": figures, "note": figure_note}})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
-    paths = _figures(runs, primary, directory, alpha, gates)
-    if curves is not None and not curves.empty:
-        paths += _learning_figures(runs, curves, check, directory)
+    paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
     return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths), tuple(tables))
 
 
@@ -241,13 +244,23 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
     ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
     seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
     models, datasets, regularizers = (sorted(set(runs[c])) for c in stats.CELL)
+    recorded: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
+    for model, dataset, regularizer, status, seed in runs[[*stats.CELL, "status", "seed"]].itertuples(
+            index=False, name=None):
+        recorded.setdefault((model, dataset, regularizer), []).append((status, int(seed)))
+    pairs = set(runs[["model", "dataset"]].itertuples(index=False, name=None))
+    with_reg = set(runs[["model", "regularizer"]].itertuples(index=False, name=None))
     rows = []
     for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
-        cell = runs[(runs["model"] == model) & (runs["dataset"] == dataset) & (runs["regularizer"] == regularizer)]
-        if cell.empty and not _cell_planned(runs, model, dataset, regularizer):
+        cell = recorded.get((model, dataset, regularizer), [])
+        # A sweep crosses models, datasets and regularizers: a combination without runs is planned when each
+        # of its parts has runs with the others' (the model on the dataset, the regularizer on the model).
+        if not cell and not ((model, dataset) in pairs and (model, regularizer) in with_reg):
             continue
-        by_status = {status: sorted(int(s) for s in group["seed"]) for status, group in cell.groupby("status")}
-        missing = [seed for seed in seeds if seed not in set(cell["seed"])]
+        by_status: dict[str, list[int]] = {}
+        for status, seed in sorted(cell):
+            by_status.setdefault(status, []).append(seed)
+        missing = [seed for seed in seeds if seed not in {s for _, s in cell}]
         notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
                  if k not in COUNTED_STATUSES]
         notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
@@ -255,14 +268,6 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
                      "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
                      "note": "; ".join(notes)})
     return pd.DataFrame(rows, columns=[*stats.CELL, "missing_seeds", "running_seeds", "stopped_seeds", "note"])
-
-
-def _cell_planned(runs: pd.DataFrame, model: str, dataset: str, regularizer: str) -> bool:
-    """A sweep crosses models, datasets and regularizers: a combination is planned when each of its three
-    parts has runs together with the others' (the same model on the dataset, the regularizer on the model)."""
-    pairs = {tuple(p) for p in runs[["model", "dataset"]].itertuples(index=False, name=None)}
-    with_reg = {tuple(p) for p in runs[["model", "regularizer"]].itertuples(index=False, name=None)}
-    return (model, dataset) in pairs and (model, regularizer) in with_reg
 
 
 def _learning_json(check: pd.DataFrame) -> dict[str, Any]:
@@ -338,71 +343,16 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
         "tables": [{"title": t.title, "cells": _records(t.cell_stats), "comparisons": _records(t.comparisons)}
                    for t in tables],
         "across_datasets": {"correction": stats.CORRECTION, "rows": _records(across)},
-        "calibration": _pooled_calibration(runs),
+        "calibration": pooled_calibration(runs),
     }
 
 
-def _pooled_calibration(runs: pd.DataFrame) -> list[dict[str, Any]]:
-    if "calibration" not in runs.columns:
-        return []
-    ok = runs[(runs["status"] == "ok") & runs["calibration"].map(lambda c: isinstance(c, dict))]
-    return [{"model": m, "dataset": d, "regularizer": r, "n_runs": len(g),
-             "bins": merge_calibration_bins(list(g["calibration"]))}
-            for (m, d, r), g in ok.groupby(stats.CELL, sort=True)]
-
-
-def _slug(*parts: str) -> str:
-    return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p) for p in parts)
-
-
-def _figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha: float,
-             gates: dict[str, tuple[bool, str]]) -> list[Path]:
-    paths = []
-    calibration = {(c["model"], c["dataset"], c["regularizer"]): c["bins"] for c in _pooled_calibration(runs)}
-    order = regularizer_order(runs)
-    for (model, dataset), group in runs.groupby(["model", "dataset"], sort=True):
-        names = [r for r in order if r in set(group["regularizer"])]
-        curves = {r: calibration[(model, dataset, r)] for r in names if (model, dataset, r) in calibration}
-        if curves:
-            paths.append(figures.reliability_diagram(curves, directory / f"reliability_{_slug(model, dataset)}.png",
-                                                     f"{model} on {dataset}"))
-        metric = primary[dataset]
-        ok = group[(group["status"] == "ok")]
-        values = pd.DataFrame({"regularizer": ok["regularizer"], "value": ok[metric].astype(float)}).dropna()
-        failed = {r: ", ".join(f"{len(g2)} {s}" for s, g2 in g.groupby("status"))
-                  for r, g in group[group["status"] != "ok"].groupby("regularizer")}
-        paths.append(figures.seed_plot(values, names, directory / f"seeds_{_slug(model, dataset)}.png",
-                                       f"{model} on {dataset}: one point per seed",
-                                       f"test {LABELS.get(metric, metric)}", failed))
-    for model, group in runs.groupby("model", sort=True):
-        datasets = {d: primary[d] for d in sorted(set(group["dataset"]))}
-        ranks = stats.average_ranks(group, datasets, model)
-        if gates[model][0]:
-            pairs = stats.pairwise_wilcoxon(group, datasets, model, alpha)
-            paths.append(figures.critical_difference_diagram(ranks, pairs, alpha, directory / f"cd_{_slug(model)}.png",
-                                                             f"{model} over {len(datasets)} datasets"))
-    return paths
-
-
-def _learning_figures(runs: pd.DataFrame, curves: pd.DataFrame, check: pd.DataFrame, directory: Path) -> list[Path]:
-    mean = learning.mean_curves(curves, runs)
-    chance = check.drop_duplicates(["model", "dataset"]).set_index(["model", "dataset"])["chance"]
-    flagged = {k: set(g["regularizer"]) for k, g in check[check["learned"].eq(False)].groupby(["model", "dataset"])}
-    order = regularizer_order(runs)
-    paths = []
-    for (model, dataset), part in mean.groupby(["model", "dataset"], sort=True):
-        paths.append(learning.learning_curve_figure(
-            part, order, directory / f"learning_{_slug(model, dataset)}.png",
-            f"{model} on {dataset}: mean loss per epoch over seeds", float(chance.get((model, dataset), math.nan)),
-            flagged.get((model, dataset), set())))
-    return paths
-
-
 def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test: str = "student",
-                         alpha: float = 0.05, correction: str = "none") -> str:
+                         alpha: float = 0.05, correction: str = "none", table: Table | None = None) -> str:
     """Plain-text summary printed at the end of a sweep: per cell the metric, n, mean, std, failed runs and,
     for every regularizer, the difference, t, df and p-value of ``test`` against ``none`` with its marker.
-    Without any ``ok`` result: the run counts and each failed run's message."""
+    Without any ``ok`` result: the run counts and each failed run's message. ``table``: the primary table
+    :func:`build_report` made of the same runs with the same settings, when at hand."""
     _check_runs(runs, test, alpha)
     if not has_results(runs):
         failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
@@ -412,8 +362,8 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
                             for r in failed.head(20).itertuples(index=False)])
     counts = status_line(runs)
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
-    table = Table.build(runs, primary, "primary", test, alpha, correction,
-                        flagged=learning.flags(learning.learning_check(runs)))
+    table = table or Table.build(runs, primary, "primary", test, alpha, correction,
+                                 flagged=learning.flags(learning.learning_check(runs)))
     tests = table.comparisons.set_index(stats.CELL)
     rows = []
     rank = {r: i for i, r in enumerate(table.rows)}

@@ -183,13 +183,14 @@ def compare_to_baseline(
         raise ValueError(f"the paired test needs one ok run per seed and cell; repeated (model, dataset, "
                          f"regularizer, seed): {cells}")
     rows = []
-    for (model, dataset), group in runs.groupby(["model", "dataset"], sort=True):
-        if baseline not in set(group["regularizer"]):
+    by_cell = dict(tuple(values.groupby(CELL, sort=False)))
+    none = values.iloc[:0]
+    for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)["regularizer"].unique().items():
+        if baseline not in set(names):
             continue
-        ok = values[(values["model"] == model) & (values["dataset"] == dataset)]
-        base = ok[ok["regularizer"] == baseline]
-        for regularizer in sorted(set(group["regularizer"]) - {baseline}):
-            reg = ok[ok["regularizer"] == regularizer]
+        base = by_cell.get((model, dataset, baseline), none)
+        for regularizer in sorted(set(names) - {baseline}):
+            reg = by_cell.get((model, dataset, regularizer), none)
             res = two_sample_test(reg[metric], base[metric], test, reg["seed"], base["seed"])
             a, b = reg[metric].to_numpy(float), base[metric].to_numpy(float)
             if test == "paired":
@@ -308,12 +309,19 @@ def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None
     """Per-cell means sign-adjusted so that higher is better (``-mean`` for NLL, ECE): one row per (model,
     regularizer) (only ``model``'s when given), one column per dataset of ``metrics``; NaN where a cell has
     no mean."""
-    columns = {}
+    part = runs if model is None else runs[runs["model"] == model]
+    datasets_of: dict[str, list[str]] = {}
     for dataset, metric in metrics.items():
-        part = runs[runs["dataset"] == dataset]
-        part = part if model is None else part[part["model"] == model]
+        datasets_of.setdefault(metric, []).append(dataset)
+    # One pass over the runs per metric: a cell's statistics do not depend on the other datasets in the pass.
+    means: dict[str, pd.Series] = {}
+    for metric, datasets in datasets_of.items():
         sign = 1.0 if higher_is_better(metric) else -1.0
-        columns[dataset] = summarize_cells(part, metric).set_index(["model", "regularizer"])["mean"] * sign
+        cells = summarize_cells(part[part["dataset"].isin(datasets)], metric)
+        for dataset, group in cells.groupby("dataset", sort=False):
+            means[dataset] = group.set_index(["model", "regularizer"])["mean"] * sign
+    empty = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["model", "regularizer"]))
+    columns = {dataset: means.get(dataset, empty) for dataset in metrics}
     return pd.DataFrame(columns, index=pd.MultiIndex.from_tuples([], names=["model", "regularizer"])
                         if not columns else None)
 

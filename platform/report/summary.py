@@ -34,7 +34,8 @@ def summary_rows(runs: pd.DataFrame, metrics: dict[str, str], alpha: float = 0.0
     across = stats.compare_across_datasets(runs, metrics, alpha=alpha)
     if across.empty:
         return across
-    cells = pd.concat([stats.summarize_cells(runs[runs["dataset"] == d], m) for d, m in metrics.items()],
+    by_dataset = dict(tuple(runs.groupby("dataset", sort=False)))
+    cells = pd.concat([stats.summarize_cells(by_dataset.get(d, runs.iloc[:0]), m) for d, m in metrics.items()],
                       ignore_index=True).set_index(stats.CELL)
     extra = []
     for row in across.itertuples(index=False):

@@ -13,6 +13,7 @@ import itertools
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,17 +87,16 @@ class Table:
         rows = regularizer_order(runs)
         ok_n = cell_stats.loc[cell_stats["n"] > 0, "n"]
         usual_n = int(ok_n.mode().max()) if len(ok_n) else 0
-        by_cell = cell_stats.set_index(stats.CELL)
-        tests = comparison.set_index(stats.CELL)
+        by_cell = _records(cell_stats)
+        tests = _records(comparison)
         gaps = {} if coverage is None else {tuple(k): n for k, n in zip(
             coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"], strict=True) if n}
         cells = {}
         for j, (model, dataset, metric) in enumerate(columns):
             for regularizer in rows:
                 key = (model, dataset, regularizer)
-                if key in by_cell.index:
-                    cells[(regularizer, j)] = _cell(by_cell.loc[key], tests.loc[key] if key in tests.index else None,
-                                                    usual_n, gaps.get(key, ""))
+                if key in by_cell:
+                    cells[(regularizer, j)] = _cell(by_cell[key], tests.get(key), usual_n, gaps.get(key, ""))
                     cells[(regularizer, j)].flag = FLAG if key in flagged else ""
                 elif key in gaps:
                     cells[(regularizer, j)] = Cell("–", note=gaps[key])
@@ -107,7 +107,7 @@ class Table:
             protocols = {r: ", ".join(sorted(set(g["test_protocol"].astype(str))))
                          for r, g in named.groupby("regularizer")}
         return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction,
-                   {k: v for k, v in flagged.items() if k in by_cell.index})
+                   {k: v for k, v in flagged.items() if k in by_cell})
 
     def metric_names(self) -> list[str]:
         """The distinct metric columns of the table, sorted."""
@@ -120,7 +120,12 @@ def regularizer_order(runs: pd.DataFrame) -> list[str]:
     return [BASELINE] * (BASELINE in names) + sorted(names - {BASELINE})
 
 
-def _cell(row: pd.Series, comparison: pd.Series | None, usual_n: int, gap: str = "") -> Cell:
+def _records(frame: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The rows of a per-cell frame by (model, dataset, regularizer): a dict lookup per cell, not an index search."""
+    return dict(zip(frame[list(stats.CELL)].itertuples(index=False, name=None), frame.to_dict("records"), strict=True))
+
+
+def _cell(row: dict[str, Any], comparison: dict[str, Any] | None, usual_n: int, gap: str = "") -> Cell:
     notes = []
     n = int(row["n"])
     if n != usual_n:
@@ -135,11 +140,11 @@ def _cell(row: pd.Series, comparison: pd.Series | None, usual_n: int, gap: str =
     return Cell(text, marker, False, "; ".join(notes))
 
 
-def _bold_best(cells: dict, j: int, rows: list[str], by_cell: pd.DataFrame, model: str, dataset: str,
-               metric: str) -> None:
+def _bold_best(cells: dict, j: int, rows: list[str], by_cell: dict[tuple[str, str, str], dict[str, Any]],
+               model: str, dataset: str, metric: str) -> None:
     """Bold every cell of column ``j`` whose mean, rounded as displayed, is the best one."""
-    means = {r: round(float(by_cell.loc[(model, dataset, r), "mean"]), DIGITS) for r in rows
-             if (model, dataset, r) in by_cell.index and by_cell.loc[(model, dataset, r), "n"] > 0}
+    means = {r: round(float(by_cell[(model, dataset, r)]["mean"]), DIGITS) for r in rows
+             if (model, dataset, r) in by_cell and by_cell[(model, dataset, r)]["n"] > 0}
     if not means:
         return
     best = (max if stats.higher_is_better(metric) else min)(means.values())

@@ -121,6 +121,8 @@ class ReportConfig:
     test: str = typed.checked("student", typed.one_of("student", "welch", "paired"))
     alpha: float = typed.checked(0.05, typed.number(0, 1, low_open=True, high_open=True))
     correction: str = typed.checked("none", typed.one_of("none", "holm", "bh"))
+    # auto: every per-(model, dataset) figure below 50 pairs, the summary ones from there on (report.drawing).
+    figures: str = typed.checked("auto", typed.one_of("auto", "all", "summary", "none"))
 
 
 @dataclass(frozen=True)

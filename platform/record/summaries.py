@@ -1,0 +1,54 @@
+"""What a trial run carries as final metrics so that readers need only paged ``search_runs``.
+
+Calibration bins (:func:`~ndebench.platform.metrics.calibration_bins`, also kept as the ``calibration.json``
+artifact for people) are metrics ``calibration.n_bins``, ``calibration.count.<i>``,
+``calibration.confidence_sum.<i>`` and ``calibration.correct_sum.<i>`` for bins ``i = 0 .. n_bins - 1``: the
+same numbers, so pooling them over seeds is unchanged. The per-epoch ``train_time_s`` and ``epoch_time_s``
+are summarized as ``mean_train_time_s`` and ``mean_epoch_time_s``: the mean over the run's epochs in step
+order, computed by :func:`mean_over_epochs` here and in the readers' fallback for older runs alike.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+CALIBRATION = "calibration."
+BIN_KEYS = ("count", "confidence_sum", "correct_sum")
+TIME_METRICS = ("train_time_s", "epoch_time_s")
+MEAN_PREFIX = "mean_"
+
+
+def calibration_metrics(bins: Mapping[str, Any]) -> dict[str, float]:
+    """Calibration bins as flat final metrics (names in the module docstring)."""
+    out = {f"{CALIBRATION}n_bins": float(bins["n_bins"])}
+    for key in BIN_KEYS:
+        out |= {f"{CALIBRATION}{key}.{i}": float(v) for i, v in enumerate(bins[key])}
+    return out
+
+
+def calibration_from_metrics(metrics: Mapping[str, float]) -> dict[str, Any] | None:
+    """The calibration bins a run logged as metrics (as in ``calibration.json``: integer counts, float sums),
+    ``None`` for a run recorded without them."""
+    n_bins = metrics.get(f"{CALIBRATION}n_bins")
+    if n_bins is None:
+        return None
+    n = int(n_bins)
+    try:
+        sums = {key: [metrics[f"{CALIBRATION}{key}.{i}"] for i in range(n)] for key in BIN_KEYS}
+    except KeyError:
+        return None
+    return {"n_bins": n, "count": [int(c) for c in sums["count"]],
+            "confidence_sum": sums["confidence_sum"], "correct_sum": sums["correct_sum"]}
+
+
+def mean_over_epochs(values: Sequence[float]) -> float:
+    """The mean of per-epoch values in step order; NaN without any."""
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def time_summaries(per_epoch: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """``mean_<key>`` for each of :data:`TIME_METRICS` with values in ``per_epoch`` (key -> values by step)."""
+    return {f"{MEAN_PREFIX}{key}": mean_over_epochs(per_epoch[key]) for key in TIME_METRICS if per_epoch.get(key)}
