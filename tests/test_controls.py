@@ -1,9 +1,11 @@
 """The Monte-Carlo control of SDE rows in a report: which comparison isolates dropout from ensembling."""
+import html
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
+from ndebench.platform.report.analyses import write_analyses
 from ndebench.platform.report.report import build_report
 from scipy import stats
 
@@ -20,6 +22,11 @@ def _runs(with_control: bool = True) -> pd.DataFrame:
                          for name, variant, values in cells for seed, value in enumerate(values)])
 
 
+def _frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs as ``runs_frame`` reads them: with a column per registered regularizer parameter."""
+    return runs.assign(p=np.nan, m=np.nan, rate=np.nan)
+
+
 def test_the_report_compares_each_regularizer_with_the_mc_control_and_says_what_it_isolates(tmp_path):
     files = build_report(_runs(), tmp_path, "s")
     summary = json.loads(files.summary_json.read_text())
@@ -33,6 +40,9 @@ def test_the_report_compares_each_regularizer_with_the_mc_control_and_says_what_
     assert "against none[n_mc=5] isolates the regularizer from ensembling" in control["sentence"]
     text = files.table_md.read_text()
     assert "## Dropout vs ensembling: against the Monte-Carlo control" in text and control["sentence"] in text
+    write_analyses(_frame(_runs()), _runs(), files, "s", alpha=0.05)
+    page = (files.directory / "report.html").read_text()
+    assert "Dropout vs ensembling: against the Monte-Carlo control" in page and html.escape(control["sentence"]) in page
     # The control is a row of the main table, tested against none there: the ensembling alone.
     main = {c["regularizer"]: c for c in summary["tables"][0]["comparisons"]}
     assert main["none[n_mc=5]"]["difference"] == pytest.approx(CONTROL.mean() - NONE.mean(), rel=1e-12)
@@ -45,3 +55,6 @@ def test_without_a_control_the_report_says_why_the_sde_difference_mixes_two_effe
     summary = json.loads(files.summary_json.read_text())
     assert summary["mc_control"] is None and "variants: {none: {n_mc: [5]}}" in summary["mc_control_skipped"]
     assert "Dropout vs ensembling" not in files.table_md.read_text()
+    write_analyses(_frame(_runs(False)), _runs(False), files, "s", alpha=0.05)
+    assert "Dropout vs ensembling: not in this report (no none[n_mc=N] control cell" in (
+        files.directory / "report.html").read_text()

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
-from ndebench.platform.report import audit, html_report, mc_samples, report, sections, sensitivity, summary, timing
+from ndebench.platform.report import (
+    audit,
+    controls,
+    html_report,
+    mc_samples,
+    report,
+    sections,
+    sensitivity,
+    summary,
+    timing,
+)
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
@@ -44,6 +54,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     runs, primary = report.with_primary_metrics(runs)
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
     selection = audit.selection_audit(runs, primary)
+    control = (controls.control_section(controls.control_comparisons(runs, primary, files.tables[0].test, alpha))
+               if files.tables else None)
     groups = {
         "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
                                                         sensitivity.sensitivity_sections(frame, primary, directory)),
@@ -52,6 +64,7 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
                                            summary.summary_sections(runs, primary, alpha, channels)),
         "Selection audit": ("selection_audit", audit.SKIPPED,
                             [audit.audit_section(selection, primary)] if len(selection) else []),
+        "Dropout vs ensembling": ("mc_control", controls.SKIPPED, [] if control is None else [control]),
         "Monte-Carlo samples at test time": (
             "mc_samples", "no reevaluate runs; run `ndebench reevaluate`",
             [] if reevaluated is None else

@@ -62,15 +62,21 @@ def controls_json(comparisons: pd.DataFrame) -> dict[str, object]:
                            "comparisons": comparisons.to_dict(orient="records")}}
 
 
-def controls_markdown(comparisons: pd.DataFrame) -> str:
-    """The comparisons with the control as a ``table.md`` section, the sentence its caption ("" without any)."""
+def control_section(comparisons: pd.DataFrame) -> Section | None:
+    """The comparisons with the control as a report section, the sentence its caption (``None`` without any);
+    ``table.md`` and ``report.html`` render it."""
     if comparisons.empty:
-        return ""
+        return None
     rows = [[Cell(r.model), Cell(r.dataset), Cell(r.regularizer), Cell(r.baseline), Cell(fmt(r.difference, sign=True)),
              Cell(interval(r.diff_ci_low, r.diff_ci_high)), Cell(fmt_p(r.p)),
              Cell("–" if not math.isfinite(r.hedges_g) else f"{r.hedges_g:+.2f}")]
             for r in comparisons.itertuples(index=False)]
-    section = Section("Dropout vs ensembling: against the Monte-Carlo control",
-                      ["model", "dataset", "regularizer", "control", "difference", "95% CI", "p", "Hedges' g"],
-                      rows, sentence(comparisons) + f" Test: {comparisons['test'].iloc[0]}.")
-    return "\n" + to_markdown(section)
+    return Section("Dropout vs ensembling: against the Monte-Carlo control",
+                   ["model", "dataset", "regularizer", "control", "difference", "95% CI", "p", "Hedges' g"],
+                   rows, sentence(comparisons) + f" Test: {comparisons['test'].iloc[0]}.")
+
+
+def controls_markdown(comparisons: pd.DataFrame) -> str:
+    """:func:`control_section` as a ``table.md`` section ("" without any comparison)."""
+    section = control_section(comparisons)
+    return "" if section is None else "\n" + to_markdown(section)
