@@ -320,7 +320,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
     if args.target == "platform":
-        result = bench.bench_platform(trials=args.trials, epochs=args.epochs, reuse_actors=args.reuse_actors,
+        result = bench.bench_platform(trials=args.trials or 12, epochs=args.epochs, reuse_actors=args.reuse_actors,
                                       say=say)
         if args.json:
             print(json.dumps(result))
@@ -329,9 +329,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 print(f"{key:24s} {value}")
         return 0
     if args.target == "scale":
-        if args.runs is None:
-            raise ValueError("bench scale needs --runs N (evaluate runs of the synthetic study)")
-        result = bench.bench_scale(args.runs, args.tracking_uri, workers=args.workers, figures=args.figures, say=say)
+        if (args.runs is None) == (args.trials is None):
+            raise ValueError("bench scale needs one of --runs N (evaluate runs of a synthetic study, timing the "
+                             "report) or --trials N (trivial trials in one stage, timing the driver)")
+        if args.trials is not None:
+            from ndebench.platform.benchtrials import bench_trials
+
+            result = bench_trials(args.trials, nodes=args.nodes, cpus_per_node=args.cpus_per_node, say=say)
+        else:
+            result = bench.bench_scale(args.runs, args.tracking_uri, workers=args.workers, figures=args.figures,
+                                       say=say)
         print(json.dumps(result) if args.json else "\n".join(f"{key:14s} {value}" for key, value in result.items()))
         return 0
     if args.target == "draw":

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import version
 
+from ndebench.platform.choices import CORRECTIONS, FIGURE_MODES, TESTS
+
 EPILOG = "Docs: README.md. Every subcommand has --help."
 
 
@@ -100,13 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--study", required=True)
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
-    report.add_argument("--test", default="student", choices=["student", "welch", "paired"],
+    report.add_argument("--test", default="student", choices=TESTS,
                         help="t-test against 'none'")
     report.add_argument("--alpha", type=float, default=0.05, help="significance level for the markers (default 0.05)")
-    report.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
+    report.add_argument("--correction", default="none", choices=CORRECTIONS,
                         help="multiple-testing correction of the p-values behind the markers, over each table's "
                              "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
-    report.add_argument("--figures", default="auto", choices=["auto", "all", "summary", "none"],
+    report.add_argument("--figures", default="auto", choices=FIGURE_MODES,
                         help="figures to draw: all per-(model, dataset) figures, the summary ones (per model, and "
                              "pairs that did not learn) or none (default auto: all below 50 pairs, else summary)")
 
@@ -184,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "'bench platform' measures the per-trial cost of Ray scheduling and MLflow logging against "
                     "run_trial called directly, and the throughput of 2 concurrent 1-CPU trials against one. "
                     "'bench scale --runs N' writes a synthetic study of N evaluate runs (the real run layout) to a "
-                    "temporary sqlite store or --tracking-uri and times `ndebench report` on it.",
+                    "temporary sqlite store or --tracking-uri and times `ndebench report` on it; "
+                    "'bench scale --trials N' runs a sweep stage of N trivial trials on a simulated cluster on this "
+                    "machine and measures its driver (CPU per trial, peak memory, wall time).",
     )
     bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform", "scale"],
                        help="what to time (default: models)")
@@ -203,8 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=_positive_int, help="torch CPU threads (default: torch's own)")
     bench.add_argument("--reps", type=_positive_int, default=15,
                        help="timed rounds after one warm-up round (default: 15)")
-    bench.add_argument("--trials", type=_positive_int, default=12,
-                       help="platform: trials per measurement, at least 4 (default: 12)")
+    bench.add_argument("--trials", type=_positive_int,
+                       help="platform: trials per measurement, at least 4 (default: 12); scale: trivial trials in "
+                            "one stage")
+    bench.add_argument("--nodes", type=_positive_int, default=2,
+                       help="scale --trials: nodes of the simulated cluster (default: 2)")
+    bench.add_argument("--cpus-per-node", type=_positive_int, default=2,
+                       help="scale --trials: logical CPUs per simulated node, one trial each (default: 2)")
     bench.add_argument("--epochs", type=_positive_int, default=2,
                        help="platform: epochs of the tiny trial (default: 2)")
     bench.add_argument("--reuse-actors", action="store_true",
@@ -214,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                                               "(default: a temporary sqlite store)")
     bench.add_argument("--workers", type=_positive_int, default=2,
                        help="scale: processes writing the synthetic study (default: 2)")
-    bench.add_argument("--figures", default="auto", choices=["auto", "all", "summary", "none"],
+    bench.add_argument("--figures", default="auto", choices=FIGURE_MODES,
                        help="scale: the report's figures (as `ndebench report --figures`; default auto)")
     bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")
 

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from ndebench.platform import api
 from ndebench.platform.api import report_study
+from ndebench.platform.benchtrials import trivial_sweep
 from ndebench.platform.cli import main
 from ndebench.platform.metrics import calibration_bins
 from ndebench.platform.record import tracking
@@ -18,6 +20,7 @@ from ndebench.platform.record.summaries import calibration_from_metrics, calibra
 from ndebench.platform.record.synthetic import cells, trial
 from ndebench.platform.report import drawing, figures, html_report
 from ndebench.platform.report.report import build_report
+from ndebench.platform.spec import plan
 
 STUDY = "scaled"
 EPOCH_KEYS = ("train_loss", "val_loss", "epoch_time_s", "train_time_s")
@@ -169,3 +172,26 @@ def test_bench_scale_prints_exactly_its_keys(capsys):
     assert list(result) == ["runs", "write_s", "report_s", "tracking_uri"] and result["runs"] == 12
     assert result["write_s"] > 0 and result["report_s"] > 0 and result["tracking_uri"].startswith("sqlite:///")
     assert [c[3] for c in cells(12)] == [5, 5, 2]
+
+
+def test_bench_scale_takes_runs_or_trials_and_names_both(capsys):
+    for argv in (["bench", "scale"], ["bench", "scale", "--runs", "5", "--trials", "5"]):
+        assert main(argv) == 2
+        assert "bench scale needs one of --runs N" in capsys.readouterr().err
+
+
+def test_the_trivial_sweep_is_one_cell_of_n_trials_then_one_evaluate_run():
+    spec = api.load(trivial_sweep("trivial", 37))
+    assert api.validate(spec) == []
+    stages = plan.plan_stages(spec)
+    assert [(s.name, [c.budget for c in s.cells]) for s in stages if s.cells] == [("tune", [37])]
+    assert spec.evaluate.seeds == (0,) and spec.resources.system_metrics is False
+
+
+@pytest.mark.system
+def test_bench_scale_trials_runs_them_on_a_simulated_cluster(capsys):
+    assert main(["bench", "scale", "--trials", "4", "--nodes", "2", "--cpus-per-node", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert list(result) == ["trials", "wall_s", "overhead_ms_per_trial", "driver_peak_rss_mb"]
+    assert result["trials"] == 4 and result["wall_s"] > 0 and result["overhead_ms_per_trial"] > 0
+    assert result["driver_peak_rss_mb"] > 100  # torch, Ray and MLflow are imported in the driver

@@ -10,6 +10,7 @@ from ndebench.platform.record.tracking import mark_stopped
 from ray.tune import Callback
 
 Printer = Callable[[str], None]
+OUTCOME_KEYS = ("status", "message", "run_id", "resume_note")
 # Ray's words for a trial whose process or node died, as opposed to an exception the trial raised.
 WORKER_LOST = ("ActorDiedError", "RayActorError", "actor died", "WorkerCrashedError", "NodeDiedError",
                "worker died", "OutOfMemoryError")
@@ -67,7 +68,9 @@ class StageProgress(Callback):
         key = self._key(trial)
         self.finished[key] += 1
         result = trial.last_result or {}
-        self.outcomes[key].append({"config": dict(trial.config), "result": dict(result), "error": error})
+        # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run).
+        self.outcomes[key].append({"config": dict(trial.config) if error else {"cell": key},
+                                   "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error})
         value = result.get(self.metric) if self.metric else None
         if result.get("status") == "ok" and value is not None and math.isfinite(value):
             better = min if self.mode == "min" else max

@@ -94,6 +94,13 @@ def _restored() -> tuple[dict[str, Any] | None, str | None]:
         return load_trial_state(folder), (Path(folder) / RUN_ID_FILE).read_text().strip()
 
 
+def for_tune(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics a report hands to Tune: the validation ones (what the searcher, ASHA and the progress view
+    read; ``tune.metric`` is always one). The rest is in MLflow: Tune keeps every reported key of every trial
+    (last value and running statistics) in the driver, and writes them all into each experiment-state save."""
+    return {k: v for k, v in metrics.items() if k.startswith("val_")}
+
+
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
               evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
               storage_uri: str = "",
@@ -159,7 +166,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
 
     def on_checkpoint(done: int, snapshot: Any) -> None:
         # The epoch's metrics go with every report: ASHA and the progress view read them.
-        report = dict(latest, epoch=done, status="running", run_id=recorder.run_id)
+        report = dict(for_tune(latest), epoch=done, status="running", run_id=recorder.run_id)
         if done % checkpoint_every:
             tune.report(report)
             return
@@ -197,5 +204,5 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         log_weights(recorder.client, recorder.run_id, result.weights)
     recorder.finish(result.status, final | summary, tags, artifacts)
     val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
-    tune.report({**final, "val_loss": val_loss, "status": result.status, "message": result.message,
+    tune.report({**for_tune(final), "val_loss": val_loss, "status": result.status, "message": result.message,
                  "run_id": recorder.run_id, "resume_note": note})

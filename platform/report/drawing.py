@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from ndebench.platform.choices import FIGURE_MODES
 from ndebench.platform.record.schema import COUNTED_STATUSES
 
-MODES = ("auto", "all", "summary", "none")
 SUMMARY_FROM = 50
 PARALLEL_FROM = 16
 Job = tuple[Callable[..., Path], tuple[Any, ...]]
@@ -32,8 +32,8 @@ def pair_count(runs: pd.DataFrame) -> int:
 def figure_mode(setting: str, pairs: int) -> tuple[str, str]:
     """The mode ``setting`` resolves to for a study of ``pairs`` (model, dataset) pairs, and a sentence
     saying so for the report."""
-    if setting not in MODES:
-        raise ValueError(f"report.figures {setting!r} is not one of {', '.join(MODES)}")
+    if setting not in FIGURE_MODES:
+        raise ValueError(f"report.figures {setting!r} is not one of {', '.join(FIGURE_MODES)}")
     if setting != "auto":
         return setting, f"Figures: {setting} (report.figures: {setting}; {pairs} (model, dataset) pairs)."
     mode = "all" if pairs < SUMMARY_FROM else "summary"

@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.choices import CORRECTIONS
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-CORRECTIONS = ("none", "holm", "bh")
 _METHODS = {"holm": "holm", "bh": "fdr_bh"}
 BETTER, WORSE = "*", "†"
 MIN_CD_DATASETS = 6

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.choices import TESTS
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report.effects import COLUMNS as EFFECT_COLUMNS
 from ndebench.platform.report.effects import effect_sizes, mean_interval
@@ -22,7 +23,6 @@ from ndebench.regularizers.none import BASELINE
 from scipy import stats
 
 CELL = ["model", "dataset", "regularizer"]
-TESTS = ("student", "welch", "paired")
 HIGHER_IS_BETTER = {"accuracy": True, "top5_accuracy": True, "auroc": True, "nll": False, "ece": False}
 IDENTICAL = "identical"
 TOO_FEW = "too few runs"

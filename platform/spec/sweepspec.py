@@ -10,6 +10,7 @@ from typing import Any
 
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform import fields as typed
+from ndebench.platform.choices import CORRECTIONS, FIGURE_MODES, TESTS
 
 
 class ConfigError(ValueError):
@@ -118,11 +119,10 @@ class Resources:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    test: str = typed.checked("student", typed.one_of("student", "welch", "paired"))
+    test: str = typed.checked("student", typed.one_of(*TESTS))
     alpha: float = typed.checked(0.05, typed.number(0, 1, low_open=True, high_open=True))
-    correction: str = typed.checked("none", typed.one_of("none", "holm", "bh"))
-    # auto: every per-(model, dataset) figure below 50 pairs, the summary ones from there on (report.drawing).
-    figures: str = typed.checked("auto", typed.one_of("auto", "all", "summary", "none"))
+    correction: str = typed.checked("none", typed.one_of(*CORRECTIONS))
+    figures: str = typed.checked("auto", typed.one_of(*FIGURE_MODES))
 
 
 @dataclass(frozen=True)
