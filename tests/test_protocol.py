@@ -7,6 +7,7 @@ import pyarrow.fs as pafs
 import pytest
 from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
 from ndebench.platform.engine.storage import Storage
+from ndebench.platform.engine.trainable import full_config
 from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.platform.spec.plan import cell_template, chosen_keys, plan_stages, sweep_cells, tune_stage
 
@@ -41,6 +42,9 @@ def test_joint_grid_runs_every_point_once_whatever_num_samples_says():
     assert [(c.cell.regularizer, c.budget) for c in stage.cells] == [("none", 2), ("continuum_dropout", 8)]
     searcher = CellSearcher("tune", searches, stage.tune)
     configs, ids = _drain(searcher)
+    # A suggestion holds what varies; the trainable completes it with its cell's fixed values.
+    assert all(set(c) == {"cell", "phase", "seed", *searcher._searches[c["cell"]].space} for c in configs)
+    configs = [full_config(c, None, searcher.templates) for c in configs]
     cd = [c for c in configs if c["regularizer"] == "continuum_dropout"]
     assert len(cd) == 8 and len({(c["regularizer.p"], c["regularizer.m"], c["training.lr"]) for c in cd}) == 8
     assert len({(c["regularizer.p"], c["regularizer.m"]) for c in cd}) == 4

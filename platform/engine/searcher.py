@@ -26,7 +26,9 @@ DEFAULT_TPE_CONCURRENCY = 4
 
 
 class CellSearcher(Searcher):
-    """Suggests flat trial configs for the cells of one stage; each config names its ``cell``."""
+    """Suggests trial configs for the cells of one stage: a cell's ``cell`` key, the sampled values, ``phase`` and
+    ``seed``; the trainable completes them with the cell's fixed values (:attr:`templates`). Tune keeps every
+    trial's config (twice, with its results) in the driver until the stage ends, so it holds only what varies."""
 
     def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig, past: dict[str, Past] | None = None):
         # No metric for Ray itself: its strict check would refuse a failed trial's report, which has none.
@@ -41,6 +43,11 @@ class CellSearcher(Searcher):
         self._limit = tune.max_concurrent or default
         self._order = itertools.cycle(list(self._searches))
         self._trials: dict[str, tuple[str, optuna.trial.Trial]] = {}
+
+    @property
+    def templates(self) -> dict[str, dict[str, Any]]:
+        """Per cell key, the fixed values of its trials (the resolved config less what is searched)."""
+        return {key: search.template for key, search in self._searches.items()}
 
     @property
     def total(self) -> int:
@@ -71,7 +78,7 @@ class CellSearcher(Searcher):
         self._left[key] -= 1
         self._running[key] += 1
         self._trials[trial_id] = (key, trial)
-        return {**search.template, **trial.params, "phase": self.stage, "seed": 0}
+        return {"cell": key, **trial.params, "phase": self.stage, "seed": 0}
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         key, trial = self._trials.pop(trial_id)

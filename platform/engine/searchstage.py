@@ -143,12 +143,13 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
                                     {c.key: c.template["training.epochs"] for c in run.cells})
         progress = StageProgress(stage.name, searcher.left, {c.key: c.label for c in run.cells},
                                  tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s)
-        ctx.fit(stage.name, ctx.trainable_for(stage.name, parents, resume_runs=resume_runs), tune.TuneConfig(
+        trainable = ctx.trainable_for(stage.name, parents, resume_runs=resume_runs, templates=searcher.templates)
+        ctx.fit(stage.name, trainable, tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
             max_concurrent_trials=searcher.max_live, trial_dirname_creator=trial_dirname,
         ), {}, [progress, MarkStopped(ctx.tracking_uri)])
-        ctx.close_orphans(stage.name, progress.outcomes)
+        ctx.close_orphans(stage.name, progress.outcomes, templates=searcher.templates)
         outcomes = progress.outcomes
     history = _history(ctx, stage.name, resolved, tc.metric)
     for cell in resolved:

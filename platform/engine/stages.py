@@ -20,7 +20,7 @@ from ndebench.platform.engine.joining import gpu_request
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.raysession import RaySession
 from ndebench.platform.engine.storage import Storage
-from ndebench.platform.engine.trainable import trainable
+from ndebench.platform.engine.trainable import full_config, trainable
 from ndebench.platform.record.tracking import close_orphaned_runs, finish_cell
 from ndebench.platform.spec.config import SweepSpec, config_hash
 from ndebench.platform.spec.plan import Cell, cell_template
@@ -82,14 +82,16 @@ class StageContext:
 
     def trainable_for(self, stage: str, parents: dict[str, str],
                       evaluate_configs: dict[str, dict[str, Any]] | None = None,
-                      resume_runs: dict[str, str] | None = None) -> Any:
+                      resume_runs: dict[str, str] | None = None,
+                      templates: dict[str, dict[str, Any]] | None = None) -> Any:
         """The trainable of ``stage`` with its trial runs under the cell runs ``parents``, on the resources placed;
-        ``resume_runs`` (config hash -> run id): the unfinished runs of earlier drivers its trials continue."""
+        ``resume_runs`` (config hash -> run id): the unfinished runs of earlier drivers its trials continue;
+        ``templates`` (cell key -> fixed values): what completes a search trial's config."""
         from ray import tune
 
         fn = tune.with_parameters(
             trainable, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
-            resume_runs=resume_runs or {},
+            resume_runs=resume_runs or {}, templates=templates or {},
             storage_uri=self.storage.uri, experiment=self.experiment(stage), run_tags=driver_provenance(),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
             plugins=self.spec.plugins, node_check=self.node_check(),
@@ -135,13 +137,13 @@ class StageContext:
         return tags | ({"variant": cell.variant} if cell.variant else {})
 
     def close_orphans(self, phase: str, outcomes: dict[str, list[dict[str, Any]]],
-                      trials: dict[str, dict[str, Any]] | None = None) -> None:
+                      trials: dict[str, dict[str, Any]] | None = None,
+                      templates: dict[str, dict[str, Any]] | None = None) -> None:
         """Close as ``error`` the trial runs of ``phase`` whose worker died before recording an outcome, with
-        the reason Ray gave for that trial."""
+        the reason Ray gave for that trial (configs completed as the trainable does: ``trials``, ``templates``)."""
         reasons = {}
         for outcome in (o for group in outcomes.values() for o in group if o["error"]):
-            config = outcome["config"]
-            reasons[config_hash(trials[config["trial"]] if trials and "trial" in config else config)] = outcome["error"]
+            reasons[config_hash(full_config(outcome["config"], trials, templates))] = outcome["error"]
         closed = close_orphaned_runs(self.tracking_uri, self.spec.study, phase, reasons, tags={"kind": "trial"})
         if closed:
             self.say(f"stage {phase}: {len(closed)} trial(s) lost their worker; their MLflow runs are closed as error "

@@ -94,6 +94,15 @@ def _restored() -> tuple[dict[str, Any] | None, str | None]:
         return load_trial_state(folder), (Path(folder) / RUN_ID_FILE).read_text().strip()
 
 
+def full_config(config: dict[str, Any], trials: dict[str, dict[str, Any]] | None,
+                templates: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """A trial's resolved config from what Tune holds: an evaluate trial's key into ``trials``, or a search
+    trial's sampled values over its cell's ``templates`` entry."""
+    if trials and "trial" in config:
+        return dict(trials[config["trial"]])
+    return {**(templates or {}).get(config.get("cell"), {}), **config}
+
+
 def for_tune(metrics: dict[str, float]) -> dict[str, float]:
     """The metrics a report hands to Tune: the validation ones (what the searcher, ASHA and the progress view
     read; ``tune.metric`` is always one). The rest is in MLflow: Tune keeps every reported key of every trial
@@ -103,6 +112,7 @@ def for_tune(metrics: dict[str, float]) -> dict[str, float]:
 
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
               evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
+              templates: dict[str, dict[str, Any]] | None = None,
               storage_uri: str = "",
               experiment: str = "", run_tags: dict[str, str] | None = None, checkpoint_every: int = 1,
               save_weights: bool = False, plugins: tuple[str, ...] = (),
@@ -110,14 +120,15 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
               trial_timeout_s: float | None = None) -> None:
     """Ray Tune function trainable: one trial, one MLflow run under its cell run, per-epoch ``tune.report``.
 
-    Search trials get their flat config from the searcher; evaluate trials get a short key ``<cell>#<seed>`` into
-    ``evaluate_configs``; a search trial whose config hash is in ``resume_runs`` continues that run (an earlier
-    driver's, cut off) from its newest checkpoint. Every report carries ``status`` (``running`` until the final one)
-    and the MLflow ``run_id``, so the driver can mark a trial the scheduler stopped. ``run_tags`` (the driver's
-    provenance) and this worker's host, Ray node and device are tags of the run; with ``save_weights`` an evaluate
-    run logs its best weights (``model/state_dict.pt``). ``node_check`` (storage root, data directory) is checked on
-    this node first, on a joined cluster whose nodes may have joined after the preflight. With ``system_metrics``
-    (and psutil installed), MLflow samples CPU, memory and GPU use into the run.
+    Search trials get their sampled values from the searcher, completed by their cell's ``templates`` entry;
+    evaluate trials get a short key ``<cell>#<seed>`` into ``evaluate_configs``; a search trial whose config hash is
+    in ``resume_runs`` continues that run (an earlier driver's, cut off) from its newest checkpoint. Every report
+    carries ``status`` (``running`` until the final one) and the MLflow ``run_id``, so the driver can mark a trial
+    the scheduler stopped. ``run_tags`` (the driver's provenance) and this worker's host, Ray node and device are
+    tags of the run; with ``save_weights`` an evaluate run logs its best weights (``model/state_dict.pt``).
+    ``node_check`` (storage root, data directory) is checked on this node first, on a joined cluster whose nodes may
+    have joined after the preflight. With ``system_metrics`` (and psutil installed), MLflow samples CPU, memory and
+    GPU use into the run.
     A trial still running ``trial_timeout_s`` seconds after this worker started it (or restarted it from a
     checkpoint) ends with status ``timeout`` (run FAILED, ``ndebench.message`` naming ``tune.trial_timeout_s``).
     """
@@ -127,7 +138,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         check_this_node(*node_check)
 
     import_plugins(plugins)
-    config = dict(evaluate_configs[config["trial"]] if "trial" in config else config)
+    config = full_config(config, evaluate_configs, templates)
     phase = config["phase"]
     storage = Storage(storage_uri) if storage_uri else None
     trial_dir = f"{experiment}/{tune.get_context().get_trial_id()}"
