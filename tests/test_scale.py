@@ -195,3 +195,27 @@ def test_bench_scale_trials_runs_them_on_a_simulated_cluster(capsys):
     assert list(result) == ["trials", "wall_s", "overhead_ms_per_trial", "driver_peak_rss_mb"]
     assert result["trials"] == 4 and result["wall_s"] > 0 and result["overhead_ms_per_trial"] > 0
     assert result["driver_peak_rss_mb"] > 100  # torch, Ray and MLflow are imported in the driver
+
+
+def test_the_fifo_scheduler_picks_the_oldest_live_pending_trial_then_the_oldest_paused():
+    from types import SimpleNamespace
+
+    from ndebench.platform.engine.searcher import LiveFIFOScheduler
+    from ray.tune.experiment import Trial
+
+    class FakeTrial:  # hashed by identity, as Tune's trials are
+        def __init__(self, index: int, status: str):
+            self.index, self.status = index, status
+
+    def controller(statuses):
+        trials = [FakeTrial(i, s) for i, s in enumerate(statuses)]
+        live = {t for t in trials if t.status not in (Trial.TERMINATED, Trial.ERROR)}
+        return SimpleNamespace(get_trials=lambda: trials, get_live_trials=lambda: live)
+
+    choose = LiveFIFOScheduler().choose_trial_to_run
+    T, R, P, Z = Trial.TERMINATED, Trial.RUNNING, Trial.PENDING, Trial.PAUSED
+    # A long runner early in the list, thousands of ended trials, then the pending ones: the oldest pending wins.
+    assert choose(controller([T, R] + [T] * 5000 + [R, P, Z, P])).index == 5003
+    assert choose(controller([Z, T, R, Z, Trial.ERROR])).index == 0
+    assert choose(controller([T, R, T])) is None
+    assert choose(controller([])) is None

@@ -56,6 +56,7 @@ def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_
 def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, Any]]) -> tuple[int, int]:
     """Every planned (cell, seed) without a current ``ok`` run in one grid, then per-cell aggregates in MLflow."""
     from ndebench.platform.engine.progress import StageProgress
+    from ndebench.platform.engine.searcher import LiveFIFOScheduler
     from ray import tune
 
     if ctx.resume:
@@ -101,7 +102,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                  ctx.ray.say_console, ctx.progress_every_s)
         ctx.fit("evaluate", ctx.trainable_for("evaluate", parents, trials), tune.TuneConfig(
-            reuse_actors=True, trial_dirname_creator=trial_dirname),
+            reuse_actors=True, trial_dirname_creator=trial_dirname, scheduler=LiveFIFOScheduler()),
             {"trial": tune.grid_search(list(trials))}, [progress])
         ctx.close_orphans("evaluate", progress.outcomes, trials)
         outcomes.update(progress.outcomes)

@@ -16,6 +16,7 @@ import optuna
 from ndebench.platform.engine.searchspace import Past, distribution, make_study
 from ndebench.platform.spec.config import AshaConfig, TuneConfig
 from ndebench.platform.spec.plan import CellSearch
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler
 from ray.tune.search import Searcher
 
@@ -93,7 +94,28 @@ class CellSearcher(Searcher):
             study.tell(trial, float(value))
 
 
-class PerCellASHA(FIFOScheduler):
+class LiveFIFOScheduler(FIFOScheduler):
+    """Tune's FIFO order (the oldest pending trial, else the oldest paused one), found among the live trials.
+
+    Tune's own FIFO scans every trial of the run at each step of its loop, so a stage's driver time grew with the
+    square of its trials (about 6 ms a trial at 10,000). Trials are added in order and live ones sit at the end of
+    the list but for a long runner, so this scans from the end until it has seen every live trial."""
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        live = tune_controller.get_live_trials()
+        oldest: dict[str, Any] = {Trial.PENDING: None, Trial.PAUSED: None}
+        seen = 0
+        for trial in reversed(tune_controller.get_trials()):
+            if seen == len(live):
+                break
+            if trial in live:
+                seen += 1
+                if trial.status in oldest:
+                    oldest[trial.status] = trial
+        return oldest[Trial.PENDING] or oldest[Trial.PAUSED]
+
+
+class PerCellASHA(LiveFIFOScheduler):
     """ASHA within each cell (trials of different datasets never share a rung); epochs are the time axis.
 
     ``stop_last_trials=False``: a trial reaching ``max_epochs`` finishes normally rather than being stopped.

@@ -96,7 +96,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     budget, its unfinished ones continue their runs from their checkpoints. A cell is ``done`` only once its
     budget is spent; failed cells go to ``ctx.failed``; finished ones are read from MLflow."""
     from ndebench.platform.engine.progress import MarkStopped, StageProgress
-    from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
+    from ndebench.platform.engine.searcher import CellSearcher, LiveFIFOScheduler, PerCellASHA
     from ray import tune
 
     chosen = {c.key: {} for c in stage.cells if c.budget == 0}
@@ -137,7 +137,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     if searcher.total:
         resume_runs = {config_hash({**c.template, **v, "phase": stage.name, "seed": 0}): t.run_id
                        for c in resolved for t, v, _ in history[c.key] if t.status in RESUMABLE_STATUSES}
-        scheduler = None
+        scheduler = LiveFIFOScheduler()
         if tc.scheduler == "asha":
             scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha,
                                     {c.key: c.template["training.epochs"] for c in run.cells})
