@@ -90,6 +90,15 @@ def _past(history: list[Any], search: CellSearch, sampler: str) -> Past:
     return Past(tuple(reversed(ended)), unfinished)
 
 
+def live_bound(wanted: int) -> int:
+    """The trials a search stage keeps suggested and unfinished at once: ``wanted`` (the searcher's own limit), at
+    most Ray's allowance of pending trials for a grid (200, or 1.1 per CPU of a larger cluster). The cluster stays
+    full, and Tune does not create every trial of a large stage at its start: it keeps each one until the end."""
+    import ray
+
+    return max(1, min(wanted, max(200, int(1.1 * ray.cluster_resources().get("CPU", 1.0)))))
+
+
 def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     """Run one search stage over its cells with something to search; return the chosen values per cell
     (searched keys only). A resumed cell continues its search: its trials that ended count against its
@@ -147,7 +156,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
         ctx.fit(stage.name, trainable, tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
-            max_concurrent_trials=searcher.max_live, trial_dirname_creator=trial_dirname,
+            max_concurrent_trials=live_bound(searcher.max_live), trial_dirname_creator=trial_dirname,
         ), {}, [progress, MarkStopped(ctx.tracking_uri)])
         ctx.close_orphans(stage.name, progress.outcomes, templates=searcher.templates)
         outcomes = progress.outcomes
