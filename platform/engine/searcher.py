@@ -29,7 +29,8 @@ DEFAULT_TPE_CONCURRENCY = 4
 class CellSearcher(Searcher):
     """Suggests trial configs for the cells of one stage: a cell's ``cell`` key, the sampled values, ``phase`` and
     ``seed``; the trainable completes them with the cell's fixed values (:attr:`templates`). Tune keeps every
-    trial's config (twice, with its results) in the driver until the stage ends, so it holds only what varies."""
+    trial's config (several copies, with its results) in the driver until the stage ends, so it holds only what
+    varies."""
 
     def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig, past: dict[str, Past] | None = None):
         # No metric for Ray itself: its strict check would refuse a failed trial's report, which has none.
@@ -98,7 +99,7 @@ class LiveFIFOScheduler(FIFOScheduler):
     """Tune's FIFO order (the oldest pending trial, else the oldest paused one), found among the live trials.
 
     Tune's own FIFO scans every trial of the run at each step of its loop, so a stage's driver time grew with the
-    square of its trials (about 6 ms a trial at 10,000). Trials are added in order and live ones sit at the end of
+    square of its trials. Trials are added in order and live ones sit at the end of
     the list but for a long runner, so this scans from the end until it has seen every live trial."""
 
     def choose_trial_to_run(self, tune_controller: Any) -> Any:
