@@ -114,6 +114,15 @@ def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
     return cell_statistics(runs, cells, test)
 
 
+def _require_study(uri: str, study: str) -> None:
+    """``ValueError`` naming the studies at ``uri`` when ``study`` is not one of them."""
+    from ndebench.platform.record.tracking import study_names
+
+    studies = study_names(uri)
+    if study not in studies:
+        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
+
+
 def results(study: str, uri: str | None = None) -> pd.DataFrame:
     """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`): one row per
     evaluate-phase trial run (sorted by model, dataset, regularizer and seed), what ``ndebench report`` tabulates.
@@ -126,13 +135,10 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     runs), ``parent_run_id`` and ``params`` (the run's flat config as a dict). Raises ``ValueError`` when
     the study is not in the tracking store."""
     from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
-    from ndebench.platform.record.tracking import study_names
     from ndebench.platform.report.analyses import label_variants
 
     uri = tracking_uri(uri)
-    studies = study_names(uri)
-    if study not in studies:
-        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
+    _require_study(uri, study)
     found = recorded(uri, study)
     frame = runs_frame(uri, study, histories=False, runs=found)
     runs = label_variants(evaluate_runs(uri, study, variants=True, runs=found), frame)
@@ -160,12 +166,11 @@ def study_links(study: str, uri: str | None = None, ui_url: str = "http://127.0.
     ``<ui_url>/#/compare-runs?runs=[...]&experiments=[...]`` of exactly its evaluate cell runs (by cell key).
     ``ValueError`` when the study is not in the tracking store."""
     from ndebench.platform.engine.server import compare_url, study_url
-    from ndebench.platform.record.tracking import cell_states, client, study_names
+    from ndebench.platform.record.tracking import cell_states, client
 
     uri = tracking_uri(uri)
+    _require_study(uri, study)
     experiment = client(uri).get_experiment_by_name(study)
-    if experiment is None:
-        raise ValueError(f"no study {study!r} in {uri}; studies there: {', '.join(study_names(uri)) or 'none'}")
     cells = cell_states(uri, study, "evaluate")
     run_ids = tuple(cells[key].info.run_id for key in sorted(cells))
     return StudyLinks(study_url(ui_url, experiment.experiment_id),
@@ -280,13 +285,10 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
     from ndebench.platform.record.completeness import left_out_finished
     from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
-    from ndebench.platform.record.tracking import study_names
     from ndebench.platform.report.analyses import label_variants
 
     uri = tracking_uri(uri)
-    studies = study_names(uri)
-    if study not in studies:
-        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
+    _require_study(uri, study)
     found = recorded(uri, study)
     runs = evaluate_runs(uri, study, variants=True, runs=found)
     if runs.empty and failed:

@@ -242,4 +242,4 @@ def test_ui_prints_the_compare_page_of_exactly_the_studys_evaluate_cells(tmp_pat
     assert json.loads(urllib.parse.unquote(query["experiments"])) == [
         client(uri).get_experiment_by_name("cmp").experiment_id]
     assert main(["ui", "--tracking-uri", uri, "--study", "nope"]) == 2
-    assert "no study 'nope'" in capsys.readouterr().err
+    assert "study 'nope' is not in sqlite:///" in capsys.readouterr().err

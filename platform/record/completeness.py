@@ -108,4 +108,3 @@ def finish_evaluate_cell(uri: str, run_id: str, *, planned: Iterable[int], ended
         raise IncompleteEvaluationError(f"cell run {run_id}: no run ended for seed(s) {missing}; an evaluate cell "
                                         "is done only when every planned seed has one")
     finish_cell(uri, run_id, "done", params=params, metrics=metrics)
-
