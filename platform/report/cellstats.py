@@ -38,15 +38,15 @@ def cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
         if not (mine["status"] == "ok").any():
             continue
         metric = primary.get(dataset)
+        n = float((mine["status"] == "ok").sum())
         values: dict[str, float] = {}
         for column in sorted(metrics, key=lambda c: c != metric):
             row = summarize_cells(mine, column).iloc[0]
             if row["n"]:
                 values[f"mean_{column}"], values[f"std_{column}"] = row["mean"], row["std"]
             if column == metric:
-                values |= _comparison(runs, model, dataset, name, metric, test)
-                values["n"] = float((mine["status"] == "ok").sum())
-        values.setdefault("n", float((mine["status"] == "ok").sum()))
+                values |= _comparison(runs, model, dataset, name, metric, test) | {"n": n}
+        values.setdefault("n", n)
         out[(model, dataset, name)] = values
     return out
 

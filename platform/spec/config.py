@@ -19,10 +19,10 @@ from typing import Any
 
 import yaml
 from ndebench.models.registry import REGISTRY as MODELS
-from ndebench.models.registry import list_models, model_info
+from ndebench.models.registry import list_models
 from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
-from ndebench.platform.spec.plan import check_grids
+from ndebench.platform.spec.plan import check_grids, variant_models
 from ndebench.platform.spec.sections import (
     _check_dataset_options,
     _check_datasets,
@@ -340,7 +340,7 @@ def _variant_values(spec: SweepSpec, name: str, how: Any) -> dict[str, tuple[Any
             check_hyperparam(name, key, value, f"{where}.{key}")
     if not spaces and all(choices == (spec.regularizers[name][k],) for k, choices in values.items()):
         raise ConfigError(f"{where}={how!r} is the {name} cell itself; give other values")
-    if name == BASELINE and not any(model_info(m).family == "sde" for m in spec.models):
+    if name == BASELINE and not variant_models(spec, name):
         raise ConfigError(f"{where}: {name}'s variants (n_mc > 1 averages passes) differ from {name} only on SDE "
                           f"models, and models {list(spec.models)} have none")
     return values
