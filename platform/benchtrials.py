@@ -48,6 +48,7 @@ def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2,
     ``overhead_ms_per_trial``: the driver's CPU time (user + system, all its threads) over the same span divided
     by ``trials``, so it also carries the sweep's fixed costs; ``driver_peak_rss_mb``: the process's peak
     resident memory (``getrusage`` ``ru_maxrss``), imports included."""
+    import ray
     from ndebench.platform import api
     from ray.cluster_utils import Cluster
 
@@ -71,9 +72,7 @@ def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2,
                                     single_node=True)
             wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
         finally:
-            with contextlib.suppress(Exception):
-                import ray
-
+            with contextlib.suppress(Exception):  # the cluster's processes go down whatever the driver's state
                 ray.shutdown()
             cluster.shutdown()
     if outcome.failed:
