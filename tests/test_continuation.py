@@ -152,9 +152,11 @@ def test_a_report_counts_one_finished_run_per_cell_and_seed_and_lists_the_other(
     cells = {c["regularizer"]: c for c in summary["tables"][0]["cells"]}
     assert cells["none"]["n"] == 2 and cells["none"]["mean"] == pytest.approx((0.90 + 0.62) / 2, abs=1e-12)
     assert summary["left_out_runs"] == [{"cell": "neural_cde__synthetic__none", "seed": 0, "run_id": older[0],
-                                         "status": "ok", "counted_instead": duplicate.run_id}]
+                                         "status": "ok", "counted_instead": duplicate.run_id,
+                                         "reason": "a newer finished run of its (cell, seed) counts"}]
     text = (tmp_path / "reports" / "dup" / "table.md").read_text()
-    assert "## Finished runs left out" in text and f"| {older[0]} | ok | {duplicate.run_id} |" in text
+    assert "## Finished runs left out" in text
+    assert f"| {older[0]} | ok | a newer finished run of its (cell, seed) counts | {duplicate.run_id} |" in text
 
 
 def test_a_continued_random_search_does_not_propose_its_first_values_again():

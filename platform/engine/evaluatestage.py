@@ -1,6 +1,8 @@
 """The ``evaluate`` stage: the chosen config of every cell for every seed in one Ray Tune grid, then each cell's
-run closed with the statistics of its evaluate runs. ``resume`` runs every planned (cell, seed) without a
-current ``ok`` run (:func:`rerun_reason`); cut-off trials continue from their checkpoints.
+run closed with the statistics of its evaluate runs. Before the grid, the plan (each planned seed's config hash)
+goes on every evaluate cell run, so that every reader counts the runs of this config
+(:mod:`~ndebench.platform.record.completeness`). ``resume`` runs every planned (cell, seed) without a current
+``ok`` run of its planned config (:func:`rerun_reason`); cut-off trials continue from their checkpoints.
 """
 from __future__ import annotations
 
@@ -9,7 +11,14 @@ from typing import Any
 
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stages import StageContext, trial_dirname
-from ndebench.platform.record.completeness import attempts, current, finish_evaluate_cell, mark_superseded
+from ndebench.platform.record.completeness import (
+    attempts,
+    current,
+    finish_evaluate_cell,
+    mark_superseded,
+    read_plan,
+    record_plan,
+)
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import (
     COUNTED_STATUSES,
@@ -34,14 +43,14 @@ CODE_TAGS = ("version", "git_commit", "git_dirty")
 
 def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_diverged: bool) -> str | None:
     """Why a planned (cell, seed) with these earlier ``runs`` (oldest first) is run again, or ``None`` when its
-    current run stands: ``ok`` with the same config, or ``diverged`` with the same config and ``code`` (the
-    driver's :data:`CODE_TAGS`) unless ``retry_diverged``."""
+    current run of ``config_hash`` stands: ``ok``, or ``diverged`` with the same ``code`` (the driver's
+    :data:`CODE_TAGS`) unless ``retry_diverged``."""
     if not runs:
         return "no run yet"
-    run = current(runs)
+    run = current(runs, config_hash)
+    if run is None:
+        return f"config changed since its {run_status(current(runs))} run"
     status, tags = run_status(run), run.data.tags
-    if tags.get(f"{TAG}config_hash") != config_hash:
-        return f"config changed since its {status} run"
     if status in RESUMABLE_STATUSES:
         return f"cut off ({status}; continues its run from its last checkpoint)"
     if status == "ok":
@@ -64,34 +73,40 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
     found = attempts(ctx.tracking_uri, ctx.spec.study) if ctx.resume else {}
     code = {k: v for k, v in driver_provenance().items() if k in CODE_TAGS}
     trials, reasons, skipped, kept = {}, {}, 0, 0
+    planned = {cell.key: {seed: config_hash(dict(configs[cell.key], phase="evaluate", seed=seed))
+                          if cell.key in configs else None for seed in ctx.spec.evaluate.seeds} for cell in cells}
     for seed in ctx.spec.evaluate.seeds:  # seed-major, so that different cells share the cluster
         for cell in cells:
             if cell.key not in configs:
                 continue
             config = dict(configs[cell.key], phase="evaluate", seed=seed)
             runs = found.get((cell.key, seed), [])
-            why = rerun_reason(runs, config_hash(config), code, ctx.retry_diverged)
+            why = rerun_reason(runs, planned[cell.key][seed], code, ctx.retry_diverged)
             if why is None:
                 skipped += 1
-                kept += run_status(current(runs)) == "diverged"
+                kept += run_status(current(runs, planned[cell.key][seed])) == "diverged"
             else:
                 trials[f"{cell.key}#{seed}"] = config
                 reasons[(cell.label, seed)] = why
     states = cell_states(ctx.tracking_uri, ctx.spec.study, "evaluate") if ctx.resume else {}
     by_key = {c.key: c for c in cells}
     rerun_cells = {t.split("#")[0] for t in trials}
-    parents = {}
+    parents, plan = {}, {state.info.run_id: {} for key, state in states.items() if key not in by_key}
     for cell in cells:
         state = states.get(cell.key)
         done = state is not None and state.data.tags.get(f"{TAG}status") == "done"
-        if done and cell.key not in rerun_cells and cell.key not in ctx.failed:
+        # A done cell whose plan changed (a seed removed) has its statistics computed again.
+        if (done and cell.key not in rerun_cells and cell.key not in ctx.failed
+                and read_plan([state]) == {cell.key: planned[cell.key]}):
             continue
         run_id = cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, "evaluate", cell.key,
                           ctx.cell_tags(cell))
+        plan[run_id] = planned[cell.key]
         if cell.key in ctx.failed:
             finish_cell(ctx.tracking_uri, run_id, "failed", error=ctx.failed[cell.key])
         else:
             parents[cell.key] = run_id
+    record_plan(ctx.tracking_uri, plan)
     ctx.say(f"stage evaluate: {len(trials)} trial(s) over {len(rerun_cells)} cell(s), seeds "
              f"{list(ctx.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
     if ctx.resume:
@@ -106,10 +121,11 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
             {"trial": tune.grid_search(list(trials))}, [progress])
         ctx.close_orphans("evaluate", progress.outcomes, trials)
         outcomes.update(progress.outcomes)
-        superseded = mark_superseded(ctx.tracking_uri, ctx.spec.study)
-        if superseded:
-            ctx.say(f"stage evaluate: {superseded} earlier attempt(s) marked superseded (tag {SUPERSEDED}); "
-                     "reports count the newest finished run of each (cell, seed)")
+    superseded = mark_superseded(ctx.tracking_uri, ctx.spec.study)
+    if superseded:
+        ctx.say(f"stage evaluate: {superseded} tag(s) {SUPERSEDED} set or cleared; reports count, per (cell, "
+                "seed), the newest finished run of the current config")
+    if trials:
         for outcome in (o for group in outcomes.values() for o in group if o["result"].get("resume_note")):
             ctx.say(f"stage evaluate: run {outcome['result'].get('run_id')}: {outcome['result']['resume_note']}")
     _aggregate(ctx, parents, by_key, outcomes)

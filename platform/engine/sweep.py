@@ -26,6 +26,7 @@ from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, search_stage
 from ndebench.platform.engine.stages import CellStatistics, Printer, StageContext
+from ndebench.platform.record.deletions import check_not_deleted, deleted_error
 from ndebench.platform.record.heartbeat import STALE_S, Heartbeat, recorded_driver
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.tracking import (
@@ -99,6 +100,7 @@ class Sweep:
             raise FileNotFoundError("\n".join(missing))
 
     def _check_study(self) -> None:
+        check_not_deleted(self.ctx.tracking_uri, self.spec.study)
         driver, live = recorded_driver(self.ctx.tracking_uri, self.spec.study)
         if live:
             raise DriverConflictError(
@@ -162,6 +164,8 @@ class Sweep:
             self._stop(stop)
             raise
         except Exception as exc:
+            if (deleted := deleted_error(exc, self.ctx.tracking_uri, self.spec.study)) is not None:
+                raise deleted from exc
             if not is_disk_full(exc):
                 raise
             uri = self.ctx.tracking_uri

@@ -1,6 +1,7 @@
 """The one reader of a study's runs: what reports, analyses, resume, reevaluate and the API read from MLflow.
 
-:func:`evaluate_runs`: one row per current evaluate trial run with its status, message and test metrics (the
+:func:`evaluate_runs`: one row per current evaluate trial run (:mod:`~ndebench.platform.record.completeness`:
+the run of the config the latest sweep planned, per (cell, seed)) with its status, message and test metrics (the
 rows the tables count). :func:`runs_frame`: one row per run of a phase for analyses. Columns: ``run_id,
 parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``, ``metric`` (the
 dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate`` (the
@@ -25,8 +26,8 @@ from typing import Any
 
 import pandas as pd
 from ndebench.platform.record import tracking
-from ndebench.platform.record.completeness import current_runs
-from ndebench.platform.record.schema import PLANNED_SEEDS, SUPERSEDED, TAG
+from ndebench.platform.record.completeness import counted_runs
+from ndebench.platform.record.schema import PLANNED_SEEDS, TAG
 from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_metrics, mean_over_epochs
 
 PARAMS = ("p", "m", "rate")
@@ -65,11 +66,13 @@ def recorded(uri: str, study: str, phase: str = "evaluate") -> list[Any]:
 def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool = True,
                runs: list[Any] | None = None) -> pd.DataFrame:
     """One row per run of ``study`` in ``phase`` (``evaluate`` or ``reevaluate``; ``runs``: :func:`recorded`
-    when already read), columns as in the module docstring; ``histories`` adds the time columns (one request
-    per run and metric only for older runs)."""
+    when already read), columns as in the module docstring; of the evaluate trial runs only those a report counts
+    (:func:`~ndebench.platform.record.completeness.counted_runs`). ``histories`` adds the time columns (one
+    request per run and metric only for older runs)."""
     client = tracking.client(uri)
     rows = []
-    for run in recorded(uri, study, phase) if runs is None else runs:
+    runs = recorded(uri, study, phase) if runs is None else runs
+    for run in counted_runs(runs) if phase == "evaluate" else runs:
         tags, params = run.data.tags, {k: parse_param(v) for k, v in run.data.params.items()}
         row: dict[str, Any] = {
             "run_id": run.info.run_id, "parent_run_id": tags.get("mlflow.parentRunId", ""), "study": study,
@@ -115,18 +118,17 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
     on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
     variant cells (column ``variant``) only with ``variants=True``; of the attempts of one (cell, seed), only
-    its current run (:func:`~ndebench.platform.record.completeness.current`): never two finished runs of one
-    (cell, seed), and never an attempt a later run superseded. ``runs``: :func:`recorded` when already read."""
+    its current run under the plan the latest sweep recorded (:mod:`~ndebench.platform.record.completeness`):
+    never two runs of one (cell, seed), never a run of another config or of a seed or cell the config no longer
+    has. ``runs``: :func:`recorded` when already read (with the cell runs, which carry the plan)."""
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
     mlflow_client = tracking.client(uri)
     runs = recorded(uri, study) if runs is None else runs
-    counted = {r.info.run_id for r in current_runs(r for r in runs if r.data.tags.get(f"{TAG}kind") != "cell")}
-    for run in runs:
+    for run in counted_runs(runs):
         tags = run.data.tags
-        if (run.info.run_id not in counted or (tags.get(f"{TAG}variant") and not variants)
-                or tags.get(SUPERSEDED)):
+        if tags.get(f"{TAG}kind") == "cell" or (tags.get(f"{TAG}variant") and not variants):
             continue
         row: dict[str, Any] = {
             "variant": tags.get(f"{TAG}variant", ""),

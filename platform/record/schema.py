@@ -10,6 +10,9 @@ PARENT = "mlflow.parentRunId"
 SUPERSEDED = f"{TAG}superseded_by"
 # The study run's planned evaluate seeds, as the latest sweep of the study planned them.
 PLANNED_SEEDS = f"{TAG}evaluate_seeds"
+# On an evaluate cell run: the config hash the latest sweep planned for each seed, a JSON object (seed -> hash,
+# null where the cell has no evaluated config; {} on a cell the config no longer has): record.completeness.
+PLANNED_HASHES = f"{TAG}planned_hashes"
 
 Status = Literal["ok", "diverged", "error", "timeout", "running", "stopped", "interrupted"]
 STATUSES: tuple[Status, ...] = get_args(Status)
