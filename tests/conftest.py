@@ -39,3 +39,14 @@ def fake_md5(monkeypatch):
         recorded.update({str(p): calculate_md5(str(p)) for p in root.rglob("*") if p.is_file()})
 
     return record
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A small local Ray for a module's in-process sweeps (``main(["run", ...])`` joins it), ended after them."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+             log_to_driver=False)
+    yield
+    ray.shutdown()
