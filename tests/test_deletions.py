@@ -113,3 +113,28 @@ def test_an_experiment_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, caps
         f"(`mlflow experiments restore --experiment-id {ids[0]}`, or the MLflow UI) and run again with --resume, or "
         "choose a new study name"), lines
     assert not any("Traceback" in line for line in lines)
+
+
+@pytest.mark.system
+def test_a_current_run_deleted_during_a_sweep_fails_its_cell_and_is_run_again(tmp_path, capsys, monkeypatch,
+                                                                                local_ray):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    deleted = []
+
+    def delete_trial_run(mlflow_client, experiment_id):
+        run, = search(uri, "lost", f"tags.`{TAG}kind` = 'trial'")
+        mlflow_client.delete_run(run.info.run_id)
+        deleted.append(run.info.run_id)
+
+    _deleting(monkeypatch, delete_trial_run)
+    assert main(_args(tmp_path, "lost")) == 1
+    out = capsys.readouterr().out
+    assert "evaluation incomplete: no run ended for seed(s) [0]; --resume runs them" in out
+    assert out.strip().splitlines()[-1] == ("[ndebench] exit 1: 1 failed cell(s); 1 of 1 planned evaluate run(s) not "
+                                            "ok (1 missing) (`ndebench run ... --resume` reruns them)")
+    monkeypatch.undo()
+    assert main([*_args(tmp_path, "lost"), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "rerun neural_cde x synthetic x none seed 0: no run yet" in out
+    run, = search(uri, "lost", f"tags.`{TAG}kind` = 'trial'")
+    assert run.info.run_id != deleted[0] and run.data.tags[f"{TAG}status"] == "ok"
