@@ -67,7 +67,23 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return [item for group in (args.set or []) for item in group]
 
 
+def _lint(args: argparse.Namespace) -> int | None:
+    """Every error of the config file that needs no registry, each on a line with its line number, before torch,
+    Ray or MLflow is imported: exit 2 when there is one."""
+    from ndebench.platform.spec.lint import lint_file
+
+    problems = lint_file(args.config, _overrides(args))
+    for problem in problems:
+        print(problem.format(args.config), file=sys.stderr)
+    if problems:
+        print(f"ndebench {args.command}: {len(problems)} error(s) in {args.config}; nothing was run", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    return None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    if (code := _lint(args)) is not None:
+        return code
     from ndebench.platform import api
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
@@ -82,6 +98,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if (code := _lint(args)) is not None:
+        return code
     from ndebench.platform import api
     from ndebench.platform.diskfull import DiskFullError
     from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, size_warnings
@@ -387,18 +405,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    # After parsing, so that --help and --version answer without importing torch (config imports the models).
-    from ndebench.platform.diskfull import disk_full, is_disk_full
-    from ndebench.platform.outage import outage
-    from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
-    from ndebench.platform.registry import UnknownNameError
-    from ndebench.platform.spec.config import ConfigError
-
     if args.command == "datasets" and args.action == "check" and not args.name:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return COMMANDS[args.command](args)
     except Exception as exc:
+        # Only here, so that --help, --version and a config with errors answer without torch, Ray or MLflow.
+        from ndebench.platform.diskfull import disk_full, is_disk_full
+        from ndebench.platform.outage import outage
+        from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
+        from ndebench.platform.registry import UnknownNameError
+        from ndebench.platform.spec.sweepspec import ConfigError
+
         uri = getattr(args, "tracking_uri", None) or default_tracking_uri()
         if is_disk_full(exc):
             database = sqlite_path(uri)
