@@ -98,8 +98,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform.engine.joining import ray_address
+
     if (code := _lint(args)) is not None:
         return code
+    try:
+        ray_address(args.address)
+    except ValueError as exc:  # answered here, before the error path imports MLflow
+        print(f"ndebench run: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
     from ndebench.platform import api
     from ndebench.platform.diskfull import DiskFullError
     from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, size_warnings
