@@ -47,6 +47,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ndebench`` parser; ``args.command`` names the subcommand to run."""
     parser = argparse.ArgumentParser(
@@ -83,8 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "reading finished cells' chosen configs from MLflow")
     run.add_argument("--retry-diverged", action="store_true", help="with --resume, also rerun diverged evaluate runs "
                      "whose config and code are unchanged")
-    run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
-                     "(always written to a log file under the storage path)")
+    run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output, "
+                     "and Ray's and MLflow's INFO lines (always written to a log file under the storage path)")
+    run.add_argument("--progress-every", type=_seconds, default=60.0, metavar="SECONDS",
+                     help="print the stage view (per cell done/running/pending, best value, stage and sweep ETA) "
+                     "every SECONDS (default 60; the first after at most 15 s); a line per finished trial is "
+                     "printed as it ends, and a live bar when stdout is a terminal")
     run.add_argument("--data-dir", help="data directory (overrides the config's data_dir and $NDEBENCH_DATA_DIR)")
     run.add_argument("--out", default="reports", help="report folder (default: ./reports)")
 
