@@ -32,9 +32,16 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 def _lint(args: argparse.Namespace) -> int | None:
     """Every error of the config file that needs no registry, each on a line with its line number, before torch,
-    Ray or MLflow is imported: exit 2 when there is one."""
+    Ray or MLflow is imported: exit 2 when there is one. A shipped config's name becomes its path."""
     from ndebench.platform.spec.lint import lint_file
+    from ndebench.platform.spec.shipped import resolve_config
+    from ndebench.platform.spec.sweepspec import ConfigError
 
+    try:
+        args.config = resolve_config(args.config)
+    except ConfigError as exc:
+        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
     problems = lint_file(args.config, _overrides(args))
     for problem in problems:
         print(problem.format(args.config), file=sys.stderr)
@@ -285,6 +292,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_configs(args: argparse.Namespace) -> int:
+    from ndebench.platform.spec.shipped import describe_shipped
+
+    for name, description in describe_shipped():
+        print(f"{name:40s} {description}")
+    return 0
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses
 
@@ -375,7 +390,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
             "ui": cmd_ui, "server": cmd_server, "rates": cmd_rates, "datasets": cmd_datasets, "bench": cmd_bench,
-            "list": cmd_list}
+            "list": cmd_list, "configs": cmd_configs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

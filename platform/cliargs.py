@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "report. Exit 1 when a cell failed (the others still finish) or a planned "
                                      "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
                                      "full, 130 on Ctrl-C.")
-    run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
+    run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml, or the name of a shipped "
+                     "config, e.g. quickstart (`ndebench configs` lists them)")
     _add_overrides(run)
     _add_tracking(run)
     run.add_argument("--storage-path", default="ray_results",
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
                                           "input, and print the stages, cells and trial counts it implies.")
-    validate.add_argument("config")
+    validate.add_argument("config", help="sweep YAML, or the name of a shipped config (`ndebench configs`)")
     _add_overrides(validate)
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
@@ -241,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scale: the report's figures (as `ndebench report --figures`; default auto)")
     bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")
 
+    sub.add_parser("configs", help="list the sweep configs shipped with ndebench (`ndebench run NAME` runs one)",
+                   description="The shipped sweep configs by name, with their descriptions: the quickstart and one "
+                               "per paper experiment. `ndebench run NAME` and `ndebench validate NAME` take a name.")
     lister = sub.add_parser("list", help="list registered models, regularizers or datasets")
     lister.add_argument("what", choices=["models", "regularizers", "datasets"])
     return parser
