@@ -4,7 +4,7 @@ A fresh venv first gets a torch other than constraints.txt's (a wheel already on
 with its torchvision; the rest of ndebench's dependencies come from this test's own environment through a ``.pth``
 line (a stand-in for the other tool's environment: installing Ray, MLflow and the rest again would take gigabytes
 and minutes and prove nothing about torch). Then the wheel is installed with pip's normal resolution, and pip's
-``--report`` must show that it installed ndebench alone.
+``--report`` must show that it installed neither torch, nor torchvision, nor a CUDA library.
 """
 from __future__ import annotations
 
@@ -57,9 +57,10 @@ def test_the_wheel_installs_beside_another_torch_and_runs_the_shipped_quickstart
     (site / "other_tools.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     report = tmp_path / "report.json"
-    install = _run([*pip, "install", "--report", str(report), str(wheel)], timeout=900)
+    _run([*pip, "install", "--report", str(report), str(wheel)], timeout=900)
     installed = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
-    assert installed == ["ndebench"], install.stdout
+    # A venv's own bundled setuptools may be upgraded for some requirement; torch and its CUDA libraries never.
+    assert "ndebench" in installed and not [n for n in installed if n.startswith(("torch", "nvidia"))], installed
     versions = _run([str(python), "-c", "import torch, ndebench.platform.cli as cli; print(torch.__version__); "
                      "print(cli.__file__)"]).stdout.split()
     assert versions[0] == other and versions[1].startswith(str(site)), versions

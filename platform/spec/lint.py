@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -115,8 +116,10 @@ def _check_config(root: yaml.Node, top: dict[str, tuple[yaml.Node, yaml.Node]], 
         except ConfigError as exc:
             _add(out, value["study"], "study", str(exc))
     open_names = "plugins" in value or any(entry_points(group=group) for group in names.ENTRY_POINT_GROUPS)
-    models = _names(value.get("models"), "models", "model", names.MODELS, open_names, out, root)
-    datasets = _names(value.get("datasets"), "datasets", "dataset", names.DATASETS, open_names, out, root)
+    models = _names(value.get("models"), "models", "model", _registered("models") | names.MODELS, open_names, out,
+                    root)
+    datasets = _names(value.get("datasets"), "datasets", "dataset", _registered("datasets") | names.DATASETS,
+                      open_names, out, root)
     regularizers = _check_regularizers(value.get("regularizers"), open_names, out, root)
     _check_model_section(value.get("model"), models, out)
     _check_fields(value.get("training"), TrainingConfig, "training", out, searchable=True)
@@ -138,12 +141,14 @@ def _check_config(root: yaml.Node, top: dict[str, tuple[yaml.Node, yaml.Node]], 
 def _check_regularizers(node: yaml.Node | None, open_names: bool, out: list[Problem], root: yaml.Node) -> list[str]:
     """``regularizers:`` as a list of names or a mapping of names to their hyperparameters."""
     if not isinstance(node, yaml.MappingNode):
-        return _names(node, "regularizers", "regularizer", names.REGULARIZERS, open_names, out, root)
+        return _names(node, "regularizers", "regularizer", _registered("regularizers") | names.REGULARIZERS,
+                      open_names, out, root)
     entries = _entries(node, "regularizers", out) or {}
+    registered = _registered("regularizers")
     for name, (key_node, params) in entries.items():
         if name in names.REGULARIZERS:
             _check_keys(params, names.REGULARIZERS[name], f"regularizers.{name}", out)
-        elif not open_names:
+        elif not open_names and name not in registered:
             _add(out, key_node, f"regularizers.{name}", f"regularizers: unknown regularizer {name!r}"
                  f"{suggest(name, names.REGULARIZERS)}; valid: {', '.join(names.REGULARIZERS)}")
     return list(entries)
@@ -272,6 +277,13 @@ def _names(node: yaml.Node | None, where: str, kind: str, valid: dict[str, Any],
     return found
 
 
+def _registered(folder: str) -> dict[str, tuple[str, ...]]:
+    """Components registered in this process beyond the built-ins (a notebook's or a test's ``@register_*``), read
+    only where the registry is already imported (so torch is too): their keys are left to the registry."""
+    module = sys.modules.get(f"ndebench.{folder}.registry")
+    return {name: () for name in module.REGISTRY.names()} if module is not None else {}
+
+
 def _name_problem(name: str, kind: str, valid: dict[str, Any]) -> str | None:
     family, slash, member = name.partition("/")
     listed = [f"{n}/<member>" if n in names.DATASET_FAMILIES else n for n in valid] if kind == "dataset" else valid
@@ -279,6 +291,8 @@ def _name_problem(name: str, kind: str, valid: dict[str, Any]) -> str | None:
         return f"unknown {kind} {name!r}{suggest(name if not slash else family, valid)}; valid: {', '.join(listed)}"
     if kind != "dataset":
         return None if not slash else f"unknown {kind} {name!r}; valid: {', '.join(listed)}"
+    if family not in names.DATASETS:
+        return None  # registered in this process: its members are the registry's to check
     if family in names.DATASET_FAMILIES and not member:
         return f"dataset {name!r} needs a member, e.g. {family}/BasicMotions (`ndebench datasets list`)"
     if family not in names.DATASET_FAMILIES and slash:
