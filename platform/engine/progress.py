@@ -51,10 +51,10 @@ def quiet_libraries() -> None:
     warnings still show, and Ray's log file still gets everything."""
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    from ray._private.log import PlainRayHandler
+    import ray  # noqa: F401 - importing Ray installs its console handler, which is what is quietened
 
     for handler in logging.getLogger("ray").handlers:
-        if isinstance(handler, PlainRayHandler):
+        if not isinstance(handler, logging.FileHandler):
             handler.setLevel(logging.WARNING)
 
 
