@@ -91,7 +91,8 @@ def test_ray_and_mlflow_info_lines_stay_off_the_console(monkeypatch, capsys):
     import mlflow  # noqa: F401 - configures MLflow's logger as a sweep does
     import ray  # noqa: F401 - installs Ray's console handler
 
-    monkeypatch.delenv("MLFLOW_LOGGING_LEVEL", raising=False)
+    monkeypatch.setenv("MLFLOW_LOGGING_LEVEL", "INFO")  # recorded, so that the test leaves the variable as it was
+    monkeypatch.delenv("MLFLOW_LOGGING_LEVEL")
     handlers = [h for h in logging.getLogger("ray").handlers if not isinstance(h, logging.FileHandler)]
     saved = [(h, h.level) for h in handlers] + [(logging.getLogger("mlflow"), logging.getLogger("mlflow").level)]
     try:
