@@ -3,7 +3,8 @@
 #   CPU (default):  docker build -t ndebench .
 #   CUDA:           docker build --build-arg RAY_IMAGE=rayproject/ray:2.60.0-py311-gpu \
 #                                --build-arg TORCH_INDEX=https://pypi.org/simple -t ndebench:gpu .
-# The build writes the version and git commit into the package; a build context without .git passes
+# GPU nodes need an NVIDIA driver for CUDA 13 (torch 2.14.1+cu130): R580 or newer.
+# The build writes the version and git commit into the package; .dockerignore keeps .git out of the context, so pass
 # --build-arg GIT_COMMIT=$(git rev-parse HEAD).
 ARG RAY_IMAGE=rayproject/ray:2.60.0-py311-cpu
 FROM ${RAY_IMAGE}

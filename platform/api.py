@@ -75,7 +75,8 @@ class RunResult:
 
 def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
         address: str | None = None, resume: bool = False, data_dir: str | None = None,
-        verbose: bool = False, retry_diverged: bool = False, single_node: bool = False) -> RunResult:
+        verbose: bool = False, retry_diverged: bool = False, single_node: bool = False,
+        progress_every_s: float = 60.0) -> RunResult:
     """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then :func:`sweep`
     (a local Ray, or the cluster at ``address``) records every trial in MLflow at ``uri`` (default
     :func:`tracking_uri`). ``resume`` continues a study (failed and unfinished cells, and every planned
@@ -88,13 +89,14 @@ def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "
     check_models_build(spec)
     uri = tracking_uri(uri)
     outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume, data_dir=data_dir,
-                    verbose=verbose, retry_diverged=retry_diverged, single_node=single_node)
+                    verbose=verbose, retry_diverged=retry_diverged, single_node=single_node,
+                    progress_every_s=progress_every_s)
     return RunResult(spec.study, uri, outcome, results(spec.study, uri))
 
 
 def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
           address: str | None = None, resume: bool = False, data_dir: str | None = None, verbose: bool = False,
-          retry_diverged: bool = False, single_node: bool = False) -> SweepOutcome:
+          retry_diverged: bool = False, single_node: bool = False, progress_every_s: float = 60.0) -> SweepOutcome:
     """The sweep of :func:`run` on a spec already checked (:func:`validate`):
     :class:`~ndebench.platform.engine.sweep.Sweep`, its cell runs closed with the report's statistics
     (:func:`~ndebench.platform.report.cellstats.cell_statistics`)."""
@@ -102,7 +104,7 @@ def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path =
 
     return Sweep(spec, tracking_uri=tracking_uri(uri), storage_path=storage_path, address=address, resume=resume,
                  data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged,
-                 cell_statistics=_cell_statistics, single_node=single_node).run()
+                 cell_statistics=_cell_statistics, single_node=single_node, progress_every_s=progress_every_s).run()
 
 
 def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],

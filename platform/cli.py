@@ -12,8 +12,6 @@ from pathlib import Path
 from ndebench.platform import exitcodes
 from ndebench.platform.cliargs import build_parser
 
-LISTED_CELLS = 12
-
 
 class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
@@ -28,80 +26,84 @@ def _tracking_uri(args: argparse.Namespace) -> str:
     return uri
 
 
-def _describe_spec(spec) -> str:
-    from ndebench.platform.spec.plan import plan_stages, sweep_cells
-
-    cells = sweep_cells(spec)
-    variants = sum(1 for c in cells if c.variant)
-    lines = [f"study {spec.study!r}, protocol {spec.protocol}: {len(cells)} cell(s) = {len(spec.models)} model(s) x "
-             f"{len(spec.datasets)} dataset(s) x {len(spec.regularizers)} regularizer(s)"
-             + (f" + {variants} fixed-parameter variant cell(s)" if variants else "")]
-    for stage in plan_stages(spec):
-        tc = stage.tune
-        how = {"tpe": f"TPE, {tc.n_startup_trials} random start-up", "random": "random",
-               "grid": "full grid"}[tc.sampler]
-        how += ", ASHA" if tc.scheduler == "asha" else ""
-        searched = [c for c in stage.cells if c.budget]
-        if not searched:
-            lines.append(f"stage {stage.name}: nothing to search"
-                         + (" (model and training fixed)" if stage.name == "base" else ""))
-            continue
-        lines.append(f"stage {stage.name} ({how}): {stage.trials} trial(s) over {len(searched)} cell(s)")
-        for c in searched[:LISTED_CELLS]:
-            lines.append(f"  {c.label}: {c.budget} trial(s) [{', '.join(sorted(c.space))}]")
-        if len(searched) > LISTED_CELLS:
-            lines.append(f"  ... and {len(searched) - LISTED_CELLS} more cell(s)")
-    seeds = list(spec.evaluate.seeds)
-    lines.append(f"stage evaluate: {len(cells) * len(seeds)} trial(s) = {len(cells)} cell(s) x seeds {seeds}")
-    lines.append(f"total: {_total_trials(spec)} trial(s)")
-    return "\n".join(lines)
-
-
-def _total_trials(spec) -> int:
-    from ndebench.platform.spec.plan import plan_stages, sweep_cells
-
-    return sum(stage.trials for stage in plan_stages(spec)) + len(sweep_cells(spec)) * len(spec.evaluate.seeds)
-
-
 def _overrides(args: argparse.Namespace) -> list[str]:
     return [item for group in (args.set or []) for item in group]
 
 
+def _lint(args: argparse.Namespace) -> int | None:
+    """Every error of the config file that needs no registry, each on a line with its line number, before torch,
+    Ray or MLflow is imported: exit 2 when there is one. A shipped config's name becomes its path."""
+    from ndebench.platform.spec.lint import lint_file
+    from ndebench.platform.spec.shipped import resolve_config
+    from ndebench.platform.spec.sweepspec import ConfigError
+
+    try:
+        args.config = resolve_config(args.config)
+    except ConfigError as exc:
+        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    problems = lint_file(args.config, _overrides(args))
+    for problem in problems:
+        print(problem.format(args.config), file=sys.stderr)
+    if problems:
+        print(f"ndebench {args.command}: {len(problems)} error(s) in {args.config}; nothing was run", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    return None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    if (code := _lint(args)) is not None:
+        return code
     from ndebench.platform import api
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.describe import describe_spec, total_trials
 
     spec = api.load(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(_total_trials(spec)):
+    for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(total_trials(spec)):
         print(f"warning: {warning}")
-    print(_describe_spec(spec))
+    print(describe_spec(spec))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform.engine.joining import ray_address
+
+    if (code := _lint(args)) is not None:
+        return code
+    try:
+        ray_address(args.address)
+    except ValueError as exc:  # answered here, before the error path imports MLflow
+        print(f"ndebench run: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
     from ndebench.platform import api
     from ndebench.platform.diskfull import DiskFullError
     from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, size_warnings
     from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
+    from ndebench.platform.spec.describe import describe_spec, total_trials
     from ndebench.platform.spec.plan import sweep_cells
     from ndebench.platform.stopping import describe, stop_on_signals
 
+    if not args.verbose:
+        from ndebench.platform.engine.progress import quiet_libraries
+
+        quiet_libraries()
     spec = api.load(args.config, _overrides(args))
     warnings = api.validate(spec)
     uri = _tracking_uri(args)
     check_tracking_reachable(uri)
     check_out_dir(args.out)
-    print(_describe_spec(spec), flush=True)
-    for warning in warnings + size_warnings(_total_trials(spec)):
+    print(describe_spec(spec), flush=True)
+    for warning in warnings + size_warnings(total_trials(spec)):
         print(f"warning: {warning}", flush=True)
     try:
         with stop_on_signals():
             outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address,
                                 resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
-                                retry_diverged=args.retry_diverged, single_node=args.single_node)
+                                retry_diverged=args.retry_diverged, single_node=args.single_node,
+                                progress_every_s=args.progress_every)
     except KeyboardInterrupt as exc:
         what, code = describe(exc)
         print(f"[ndebench] exit {code}: interrupted by {what}; `ndebench run {args.config} --resume` continues the "
@@ -290,6 +292,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_configs(args: argparse.Namespace) -> int:
+    from ndebench.platform.spec.shipped import describe_shipped
+
+    for name, description in describe_shipped():
+        print(f"{name:40s} {description}")
+    return 0
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses
 
@@ -380,25 +390,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
             "ui": cmd_ui, "server": cmd_server, "rates": cmd_rates, "datasets": cmd_datasets, "bench": cmd_bench,
-            "list": cmd_list}
+            "list": cmd_list, "configs": cmd_configs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    # After parsing, so that --help and --version answer without importing torch (config imports the models).
-    from ndebench.platform.diskfull import disk_full, is_disk_full
-    from ndebench.platform.outage import outage
-    from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
-    from ndebench.platform.registry import UnknownNameError
-    from ndebench.platform.spec.config import ConfigError
-
     if args.command == "datasets" and args.action == "check" and not args.name:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:
         return COMMANDS[args.command](args)
     except Exception as exc:
+        # Only here, so that --help, --version and a config with errors answer without torch, Ray or MLflow.
+        from ndebench.platform.diskfull import disk_full, is_disk_full
+        from ndebench.platform.outage import outage
+        from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
+        from ndebench.platform.registry import UnknownNameError
+        from ndebench.platform.spec.sweepspec import ConfigError
+
         uri = getattr(args, "tracking_uri", None) or default_tracking_uri()
         if is_disk_full(exc):
             database = sqlite_path(uri)

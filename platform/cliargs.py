@@ -47,6 +47,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ndebench`` parser; ``args.command`` names the subcommand to run."""
     parser = argparse.ArgumentParser(
@@ -66,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "report. Exit 1 when a cell failed (the others still finish) or a planned "
                                      "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
                                      "full, 130 on Ctrl-C.")
-    run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml")
+    run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml, or the name of a shipped "
+                     "config, e.g. quickstart (`ndebench configs` lists them)")
     _add_overrides(run)
     _add_tracking(run)
     run.add_argument("--storage-path", default="ray_results",
@@ -83,15 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
                      "reading finished cells' chosen configs from MLflow")
     run.add_argument("--retry-diverged", action="store_true", help="with --resume, also rerun diverged evaluate runs "
                      "whose config and code are unchanged")
-    run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output "
-                     "(always written to a log file under the storage path)")
+    run.add_argument("--verbose", action="store_true", help="show Ray's own progress tables and worker output, "
+                     "and Ray's and MLflow's INFO lines (always written to a log file under the storage path)")
+    run.add_argument("--progress-every", type=_seconds, default=60.0, metavar="SECONDS",
+                     help="print the stage view (per cell done/running/pending, best value, stage and sweep ETA) "
+                     "every SECONDS (default 60; the first after at most 15 s); a line per finished trial is "
+                     "printed as it ends, and a live bar when stdout is a terminal")
     run.add_argument("--data-dir", help="data directory (overrides the config's data_dir and $NDEBENCH_DATA_DIR)")
     run.add_argument("--out", default="reports", help="report folder (default: ./reports)")
 
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
                                           "input, and print the stages, cells and trial counts it implies.")
-    validate.add_argument("config")
+    validate.add_argument("config", help="sweep YAML, or the name of a shipped config (`ndebench configs`)")
     _add_overrides(validate)
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
@@ -227,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scale: the report's figures (as `ndebench report --figures`; default auto)")
     bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")
 
+    sub.add_parser("configs", help="list the sweep configs shipped with ndebench (`ndebench run NAME` runs one)",
+                   description="The shipped sweep configs by name, with their descriptions: the quickstart and one "
+                               "per paper experiment. `ndebench run NAME` and `ndebench validate NAME` take a name.")
     lister = sub.add_parser("list", help="list registered models, regularizers or datasets")
     lister.add_argument("what", choices=["models", "regularizers", "datasets"])
     return parser

@@ -1,9 +1,16 @@
 """Joining a Ray cluster the usual ways: $RAY_ADDRESS, $MLFLOW_TRACKING_URI, GPU requests never dropped."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from ndebench.platform.engine.joining import gpu_request, init_arguments, ray_address
 from ndebench.platform.record.tracking import default_tracking_uri
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_address_flag_wins_then_ray_address(monkeypatch):
@@ -53,3 +60,36 @@ def test_run_refuses_a_gpu_request_on_a_local_ray_without_gpus(tmp_path, monkeyp
     assert main(["run", "sweep.yaml", "--set", "resources.gpu=1"]) == 2
     assert "--set resources.gpu=0" in capsys.readouterr().err
     assert not (tmp_path / "ray_results" / "gpu").exists()
+
+
+@pytest.mark.parametrize("address,needle", [
+    ("http://127.0.0.1:8265", "is the Ray dashboard's job-submission address, which `ray job submit` uses; a sweep "
+                              "joins the cluster's GCS instead: set 127.0.0.1:6379 (or `auto` on a cluster node)"),
+    ("https://head.example:8265", "set head.example:6379"),
+    ("ray://head:10001", "is a Ray Client address, which does not suit Ray Tune (the driver must run on the "
+                         "cluster): set the GCS address head:6379 on a cluster node (or `auto`)"),
+])
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_job_submission_and_client_addresses_exit_2_in_one_line_before_ray(tmp_path, address, needle, how):
+    """A fresh interpreter, so that the test also shows Ray was never imported (let alone started)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | ({"RAY_ADDRESS": address} if how == "env"
+                                                                         else {})
+    flag = ["--address", address] if how == "flag" else []
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "ndebench.platform.cli", "run",
+                           str(ROOT / "tune_configs" / "quickstart.yaml"), *flag], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    where = f"--address {address}" if how == "flag" else f"RAY_ADDRESS={address}"
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"ndebench run: error: {where} ")
+    assert needle in lines[0]
+    assert not imported & {"ray", "torch", "mlflow"}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_url_schemes_are_refused_and_gcs_addresses_pass(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ValueError, match=r"--address gcs://a:1: Ray takes HOST:PORT \(the GCS, e.g. a:6379\)"):
+        ray_address("gcs://a:1")
+    assert ray_address("10.0.0.1:6379") == "10.0.0.1:6379"

@@ -8,6 +8,8 @@ import contextlib
 import io
 import json
 import math
+import os
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,11 @@ def sweep(tmp_path_factory):
     flag.write_text("broken")
     assert "broken_cde" not in list_models()  # the registries are loaded before the plugin is installed
     pythonpath = make_plugin(root / "plugin", PLUGIN)["PYTHONPATH"]
+    # Only the workers see this distribution record: trial runs must report the workers' torchcde version.
+    (root / "workers" / "torchcde-0.0.0+worker.dist-info").mkdir(parents=True)
+    (root / "workers" / "torchcde-0.0.0+worker.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchcde\nVersion: 0.0.0+worker\n")
+    pythonpath = os.pathsep.join([str(root / "workers"), pythonpath])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NDEBENCH_TEST_BROKEN", str(flag))
         patch.syspath_prepend(str(root / "plugin"))
@@ -127,6 +134,19 @@ def test_trial_runs_record_the_regularizer_description_as_tags(sweep):
         assert protocol == ("mc", "5", "mc5")
     none = [r for r in _trials(uri, "evaluate") if r.data.tags[f"{TAG}regularizer"] == "none"]
     assert none and all(r.data.tags[f"{TAG}regularizer.test_time"] == "deterministic" for r in none)
+
+
+def test_trial_runs_record_their_own_workers_provenance(sweep):
+    """The driver writes the study and cell runs with its libraries; each trial run, its worker's."""
+    import torch
+
+    root, uri, args, code, out, flag = sweep
+    for run in _trials(uri):
+        tags = run.data.tags
+        assert tags[f"{TAG}lib.torchcde"] == "0.0.0+worker", run.info.run_name
+        assert (tags[f"{TAG}torch_build"], tags[f"{TAG}cuda"]) == (torch.__version__, torch.version.cuda or "none")
+    for run in _cell_runs(uri):
+        assert run.data.tags[f"{TAG}lib.torchcde"] == version("torchcde")
 
 
 def test_every_regularizer_evaluates_with_the_base_stage_hyperparameters(sweep):

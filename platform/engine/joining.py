@@ -12,6 +12,7 @@ import os
 import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 # Written into the storage root by the driver of a joined sweep; a trial on a node that does not see it is on a
 # node without the shared storage.
@@ -19,8 +20,27 @@ STORAGE_MARKER = ".ndebench-storage"
 
 
 def ray_address(flag: str | None) -> str | None:
-    """The cluster to join: ``--address``, else ``$RAY_ADDRESS``, else ``None`` (start a local Ray)."""
-    return flag or os.environ.get("RAY_ADDRESS") or None
+    """The cluster to join: ``--address``, else ``$RAY_ADDRESS``, else ``None`` (start a local Ray).
+
+    Raises ``ValueError`` (exit 2, before Ray starts) for the two addresses Ray users set for other tools: the
+    dashboard's ``http(s)://HOST:8265`` (job submission) and a ``ray://`` Ray Client address."""
+    address = flag or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        return None
+    where = f"--address {address}" if flag else f"RAY_ADDRESS={address}"
+    scheme, sep, _ = address.partition("://")
+    host = (urlsplit(address).hostname if sep else None) or "HEAD_IP"
+    if scheme in ("http", "https"):
+        raise ValueError(f"{where} is the Ray dashboard's job-submission address, which `ray job submit` uses; a "
+                         f"sweep joins the cluster's GCS instead: set {host}:6379 (or `auto` on a cluster node)")
+    if scheme == "ray":
+        raise ValueError(f"{where} is a Ray Client address, which does not suit Ray Tune (the driver must run on "
+                         f"the cluster): set the GCS address {host}:6379 on a cluster node (or `auto`), or start "
+                         "the sweep with `ray job submit`")
+    if sep:
+        raise ValueError(f"{where}: Ray takes HOST:PORT (the GCS, e.g. {host}:6379) or `auto`, not a "
+                         f"{scheme}:// URL")
+    return address
 
 
 def init_arguments(address: str | None, verbose: bool) -> dict[str, Any]:

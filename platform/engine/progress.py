@@ -1,9 +1,14 @@
-"""A compact progress view of one stage: per cell done / running / pending and the best value so far."""
+"""What a sweep tells you while it runs: a line per finished trial, and a view of one stage (per cell done /
+running / pending, the best value so far, the stage's and the sweep's ETA) every ``--progress-every`` seconds;
+a live bar (tqdm) when stdout is a terminal."""
 from __future__ import annotations
 
+import logging
 import math
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ndebench.platform.record.tracking import mark_stopped
@@ -36,38 +41,127 @@ def _error_line(trial: Any) -> str:
     return last
 
 
+TEST_METRICS = ("test_accuracy", "test_auroc", "test_top5_accuracy", "test_nll")
+FIRST_VIEW_S = 15.0  # the first stage view comes early, so that a sweep is never silent for a whole interval
+IDENTITY_KEYS = ("cell", "phase", "seed", "trial")
+
+
+def quiet_libraries() -> None:
+    """Ray's and MLflow's INFO lines stay off the console (``ndebench run`` without ``--verbose``); their
+    warnings still show, and Ray's log file still gets everything."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    import ray  # noqa: F401 - importing Ray installs its console handler, which is what is quietened
+
+    for handler in logging.getLogger("ray").handlers:
+        if not isinstance(handler, logging.FileHandler):
+            handler.setLevel(logging.WARNING)
+
+
+def later_trials(spec: Any, stage: str) -> int:
+    """Trials the plan holds after search stage ``stage``: the later search stages' and the evaluate stage's
+    (what a resume skips is still counted: the sweep ETA errs long)."""
+    from ndebench.platform.spec.plan import plan_stages, sweep_cells
+
+    stages = plan_stages(spec)
+    after = stages[[s.name for s in stages].index(stage) + 1:]
+    return sum(s.trials for s in after) + len(sweep_cells(spec)) * len(spec.evaluate.seeds)
+
+
+def sampled_values(config: dict[str, Any]) -> str:
+    """What distinguishes a trial inside its cell: ``seed 3`` for an evaluate trial (``trial: "<cell>#3"``),
+    else its sampled values by their last key part, ``lr=0.005 p=0.3``."""
+    if "#" in str(config.get("trial", "")):
+        return f"seed {config['trial'].rsplit('#', 1)[1]}"
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+                    for k, v in config.items() if k not in IDENTITY_KEYS)
+
+
+def trial_line(stage: str, done: int, total: int, label: str, values: str, metric: str | None,
+               value: float | None, status: str, seconds: float) -> str:
+    """``  tune 4/6: <cell> [p=0.3 m=5]: val_loss 0.4123, ok, 0m12s``: one finished trial."""
+    score = f"{metric} {value:.4f}, " if metric and value is not None else ""
+    return f"  {stage} {done}/{total}: {label} [{values}]: {score}{status}, {_duration(seconds)}"
+
+
+def eta_seconds(durations: Sequence[float], running_ages: Sequence[float], pending: int, later: int,
+                concurrency: int) -> tuple[float, float] | None:
+    """``(stage, sweep)`` seconds left, or ``None`` before a trial ended.
+
+    With ``d`` the mean duration of the ended trials, ``a_i`` the ages of the running ones, ``P`` the pending
+    trials of the stage, ``L`` the trials of later stages and ``c`` the most trials seen running at once:
+    stage = (P d + sum_i max(d - a_i, 0)) / c, sweep = stage + L d / c. Later stages' trials are costed at this
+    stage's mean (an evaluate trial trains longer than a search trial, so the sweep ETA is a lower bound then).
+    """
+    if not durations:
+        return None
+    mean = sum(durations) / len(durations)
+    c = max(concurrency, 1)
+    stage = (pending * mean + sum(max(mean - age, 0.0) for age in running_ages)) / c
+    return stage, stage + later * mean / c
+
+
 class StageProgress(Callback):
-    """Prints a line per finished cell and, every ``every_s`` seconds, one line per unfinished cell; keeps
-    per-cell ``outcomes`` of the trials (config, last result, error line) for the driver.
+    """Prints a line per finished trial and per finished cell and, every ``every_s`` seconds (the first after
+    at most :data:`FIRST_VIEW_S`), the stage view with the stage's and the sweep's ETA (:func:`eta_seconds`;
+    ``later``: trials planned in the stages after this one); keeps per-cell ``outcomes`` of the trials (config,
+    last result, error line) for the driver. ``bar``: a tqdm bar on stdout (default: when it is a terminal).
 
     ``budgets`` maps cell key -> trials of the stage; ``labels`` cell key -> readable name. The best value
     counts only trials that finished ``ok`` (a stopped or failed trial never is a cell's best).
     """
 
     def __init__(self, stage: str, budgets: dict[str, int], labels: dict[str, str], metric: str | None,
-                 mode: str, say: Printer, every_s: float = 60.0):
+                 mode: str, say: Printer, every_s: float = 60.0, later: int = 0, bar: bool | None = None):
         self.stage, self.metric, self.mode, self.say, self.every_s = stage, metric, mode, say, every_s
-        self.budgets, self.labels = budgets, labels
+        self.budgets, self.labels, self.later = budgets, labels, later
         self.started = {k: 0 for k in budgets}
         self.finished = {k: 0 for k in budgets}
         self.best: dict[str, float] = {}
         self.outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in budgets}
-        self.t0 = self.last = time.monotonic()
+        self.begun: dict[str, float] = {}
+        self.durations: list[float] = []
+        self.peak = 0
+        self.t0 = time.monotonic()
+        self.last = self.t0 - every_s + min(every_s, FIRST_VIEW_S)
+        self.bar = _bar(stage, sum(budgets.values())) if (sys.stdout.isatty() if bar is None else bar) else None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Ray pickles the Tuner's callbacks with its experiment state; the console printer stays behind.
-        return dict(self.__dict__, say=print)
+        # Ray pickles the Tuner's callbacks with its experiment state; the console printer and bar stay behind.
+        return dict(self.__dict__, say=print, bar=None)
 
     def _key(self, trial: Any) -> str:
         return trial.config.get("cell") or trial.config["trial"].split("#")[0]
 
+    def _say(self, line: str) -> None:
+        if self.bar is None:
+            self.say(line)
+            return
+        self.bar.clear()
+        self.say(line)
+        self.bar.refresh()
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.started[self._key(trial)] += 1
+        self.begun[trial.trial_id] = time.monotonic()
+        self.peak = max(self.peak, len(self.begun))
 
     def _end(self, trial: Any, error: str = "") -> None:
         key = self._key(trial)
         self.finished[key] += 1
+        now = time.monotonic()
+        seconds = now - self.begun.pop(trial.trial_id, now)
+        self.durations.append(seconds)
         result = trial.last_result or {}
+        metric = self.metric or next((m for m in TEST_METRICS if m in result), None)
+        value = result.get(metric) if metric else None
+        status = f"error: {error}" if error else str(result.get("status", "ended"))
+        done, total = sum(self.finished.values()), sum(self.budgets.values())
+        self._say(trial_line(self.stage, done, total, self.labels[key], sampled_values(trial.config), metric,
+                             value if isinstance(value, (int, float)) else None, status, seconds))
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(self._eta_text(now), refresh=True)
         # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run).
         self.outcomes[key].append({"config": dict(trial.config) if error else {"cell": key},
                                    "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error})
@@ -77,7 +171,7 @@ class StageProgress(Callback):
             self.best[key] = better(self.best.get(key, value), value)
         if self.finished[key] == self.budgets[key]:
             best = f", best {self.metric} {self.best[key]:.4f}" if key in self.best else ""
-            self.say(f"  {self.stage} done: {self.labels[key]} ({self.budgets[key]} trial(s){best})")
+            self._say(f"  {self.stage} done: {self.labels[key]} ({self.budgets[key]} trial(s){best})")
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._end(trial)
@@ -90,13 +184,25 @@ class StageProgress(Callback):
         if now - self.last >= self.every_s:
             self.last = now
             for line in self.view(now):
-                self.say(line)
+                self._say(line)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _eta_text(self, now: float) -> str:
+        pending = sum(self.budgets.values()) - sum(self.started.values())
+        eta = eta_seconds(self.durations, [now - t for t in self.begun.values()], pending, self.later, self.peak)
+        if eta is None:
+            return "ETA after the first trial"
+        return f"ETA stage {_duration(eta[0])}, sweep {_duration(eta[1])}"
 
     def view(self, now: float) -> list[str]:
         done, total = sum(self.finished.values()), sum(self.budgets.values())
-        elapsed = now - self.t0
-        eta = f", ETA {_duration(elapsed * (total - done) / done)}" if done else ""
-        lines = [f"  {self.stage}: {done}/{total} trial(s) done, elapsed {_duration(elapsed)}{eta}"]
+        running = sum(self.started.values()) - done
+        lines = [f"  {self.stage}: {done}/{total} trial(s) done, {running} running, elapsed "
+                 f"{_duration(now - self.t0)}, {self._eta_text(now)}"]
         for key, budget in self.budgets.items():
             if self.finished[key] == budget:
                 continue
@@ -105,6 +211,12 @@ class StageProgress(Callback):
             lines.append(f"    {self.labels[key]}: {self.finished[key]} done, {running} running, "
                          f"{budget - self.started[key]} pending{best}")
         return lines
+
+
+def _bar(stage: str, total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"  {stage}", unit="trial", file=sys.stdout, dynamic_ncols=True, leave=False)
 
 
 class MarkStopped(Callback):

@@ -1,8 +1,9 @@
 """Which code, which libraries and which machine produced a run: the provenance tags of every MLflow run.
 
-:func:`driver_provenance` is captured once on the driver (the code version and the git state of the package
-source, which workers on other nodes may not have as a checkout); :func:`worker_provenance` is captured in
-the process that runs the trial (host, Ray node, device).
+:func:`driver_provenance` is captured once on the driver, for the study and cell runs it writes;
+:func:`worker_provenance` in the process that runs the trial, so that a trial run records the code, libraries,
+torch build and CUDA of the node it ran on (a cluster's head and workers may run different images). A worker
+without a git checkout or a build record leaves the commit to the driver's tags.
 """
 from __future__ import annotations
 
@@ -57,6 +58,11 @@ def git_state(source: Path) -> tuple[str, bool | None]:
 def driver_provenance() -> dict[str, str]:
     """Tags (without the ``ndebench.`` prefix) that describe the code: ``version``, ``git_commit``,
     ``git_dirty``, ``python`` and ``lib.<name>`` for each library in :data:`LIBRARIES`."""
+    return code_provenance()
+
+
+def code_provenance() -> dict[str, str]:
+    """:func:`driver_provenance`'s tags, read in the calling process."""
     source = Path(__file__).resolve().parent.parent
     commit, dirty = git_state(source)
     tags = {
@@ -102,6 +108,19 @@ def ray_node_id() -> str:
     return "local"
 
 
+@lru_cache(maxsize=1)
+def _worker_code() -> dict[str, str]:
+    import torch
+
+    tags = code_provenance()
+    if tags["git_commit"] == "unknown":
+        del tags["git_commit"], tags["git_dirty"]
+    return tags | {"torch_build": torch.__version__, "cuda": torch.version.cuda or "none"}
+
+
 def worker_provenance(device: str) -> dict[str, str]:
-    """Tags that describe where a trial ran: ``host``, ``node`` (Ray node id) and ``device``."""
-    return {"host": socket.gethostname(), "node": ray_node_id(), "device": device_description(device)}
+    """Tags that describe where and with what a trial ran, read in the trial's own process: ``host``, ``node``
+    (Ray node id), ``device``, the code and library tags of :func:`driver_provenance` (the commit only where
+    this node knows it), ``torch_build`` (``torch.__version__``, e.g. ``2.14.1+cu130``) and ``cuda`` (the CUDA
+    version torch was built with, ``none`` for a CPU build)."""
+    return _worker_code() | {"host": socket.gethostname(), "node": ray_node_id(), "device": device_description(device)}

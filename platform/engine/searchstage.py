@@ -104,7 +104,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     (searched keys only). A resumed cell continues its search: its trials that ended count against its
     budget, its unfinished ones continue their runs from their checkpoints. A cell is ``done`` only once its
     budget is spent; failed cells go to ``ctx.failed``; finished ones are read from MLflow."""
-    from ndebench.platform.engine.progress import MarkStopped, StageProgress
+    from ndebench.platform.engine.progress import MarkStopped, StageProgress, later_trials
     from ndebench.platform.engine.searcher import CellSearcher, LiveFIFOScheduler, PerCellASHA
     from ray import tune
 
@@ -151,7 +151,8 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
             scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha,
                                     {c.key: c.template["training.epochs"] for c in run.cells})
         progress = StageProgress(stage.name, searcher.left, {c.key: c.label for c in run.cells},
-                                 tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s)
+                                 tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s,
+                                 later=later_trials(ctx.spec, stage.name))
         trainable = ctx.trainable_for(stage.name, parents, resume_runs=resume_runs, templates=searcher.templates)
         ctx.fit(stage.name, trainable, tune.TuneConfig(
             search_alg=searcher, scheduler=scheduler, num_samples=searcher.total, reuse_actors=True,

@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import hashlib
 import json
-import re
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from ndebench.models.registry import REGISTRY as MODELS
 from ndebench.models.registry import list_models
 from ndebench.platform import fields as typed
 from ndebench.platform.registry import UnknownNameError
+from ndebench.platform.spec.lint import TOP_KEYS, check_study_name
 from ndebench.platform.spec.plan import check_grids, variant_models
 from ndebench.platform.spec.sections import (
     _check_dataset_options,
@@ -59,23 +59,7 @@ __all__ = [
     "parse_spec", "parse_value", "searched_keys",
 ]
 
-TOP_KEYS = {
-    "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
-    "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants", "plugins",
-}
 VARIANT_MODES = ("grid",)
-
-
-STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def check_study_name(study: Any) -> str:
-    """A study name is a folder name and an MLflow experiment: letters, digits, ``.``, ``_``, ``-`` (at most 100,
-    starting with a letter or digit, no ``..``), so that it never escapes the report or results folder."""
-    if not (isinstance(study, str) and STUDY_NAME.fullmatch(study) and ".." not in study):
-        raise ConfigError(f"study={study!r} must be a name of letters, digits, '.', '_' and '-' (at most 100, "
-                          "starting with a letter or digit, no '..'), e.g. study: my_sweep-1")
-    return study
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -152,7 +136,10 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
         raise ConfigError(f"{where}: not valid YAML: {what}") from None
     if raw is None:
         raise ConfigError(f"config file {str(path)!r} is empty; see tune_configs/quickstart.yaml for a sweep config")
-    spec = parse_spec(apply_overrides(raw, overrides) if overrides else raw)
+    try:
+        spec = parse_spec(apply_overrides(raw, overrides) if overrides else raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     return dataclasses.replace(spec, source=str(path.resolve()), overrides=tuple(overrides))
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ndebench.models.integrate import SolverConfig
 from ndebench.platform import fields as typed
 from ndebench.platform.choices import CORRECTIONS, FIGURE_MODES, TESTS
+
+if TYPE_CHECKING:  # torch-free, so that `ndebench validate` checks a config before torch is imported
+    from ndebench.models.integrate import SolverConfig
 
 
 class ConfigError(ValueError):

@@ -1,0 +1,110 @@
+"""What a sweep prints while it runs: a line per finished trial, the stage view with stage and sweep ETAs
+(running trials counted), `--progress-every`, and Ray's and MLflow's INFO lines kept off the console."""
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from ndebench.platform.cliargs import build_parser
+from ndebench.platform.engine import progress
+from ndebench.platform.engine.progress import StageProgress, eta_seconds, sampled_values, trial_line
+
+
+def test_eta_counts_pending_running_and_later_trials():
+    # mean 15 s; running for 5 s (10 s left) and 20 s (past the mean: 0 left); 4 pending; 6 later; 2 at once
+    stage, sweep = eta_seconds([10.0, 20.0], [5.0, 20.0], pending=4, later=6, concurrency=2)
+    assert stage == (4 * 15 + 10) / 2 == 35.0
+    assert sweep == 35.0 + 6 * 15 / 2 == 80.0
+    assert eta_seconds([], [3.0], pending=4, later=0, concurrency=1) is None
+    assert eta_seconds([8.0], [], pending=0, later=0, concurrency=0) == (0.0, 0.0)
+
+
+def test_a_trial_is_named_by_its_cell_and_its_seed_or_sampled_values():
+    assert sampled_values({"trial": "k1#3"}) == "seed 3"
+    assert sampled_values({"cell": "k1", "regularizer.p": 0.3, "training.lr": 0.00512345, "regularizer.mask": "on",
+                           "phase": "tune", "seed": 0}) == "p=0.3 lr=0.005123 mask=on"
+    assert trial_line("tune", 4, 6, "m x d x cd", "p=0.3", "val_loss", 0.41234, "ok", 72.0) == (
+        "  tune 4/6: m x d x cd [p=0.3]: val_loss 0.4123, ok, 1m12s")
+    assert trial_line("evaluate", 1, 10, "m x d x none", "seed 0", None, None, "error: ValueError: x", 5) == (
+        "  evaluate 1/10: m x d x none [seed 0]: error: ValueError: x, 0m05s")
+
+
+def _trial(trial_id, config, result=None):
+    return SimpleNamespace(trial_id=trial_id, config=config, last_result=result or {},
+                           get_pickled_error=lambda: None, get_error=lambda: "ValueError: boom")
+
+
+def test_stage_progress_prints_each_trial_and_a_view_with_both_etas(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    lines = []
+    bar = StageProgress("tune", {"a": 2, "b": 1}, {"a": "A", "b": "B"}, "val_loss", "min", lines.append,
+                        every_s=30.0, later=4, bar=False)
+    first = _trial("t1", {"cell": "a", "regularizer.p": 0.1})
+    second = _trial("t2", {"cell": "a", "regularizer.p": 0.3})
+    bar.on_trial_start(0, [], first)
+    bar.on_trial_start(0, [], second)
+    clock[0] = 110.0
+    bar.on_step_end(0, [])
+    assert lines == []  # nothing ended yet, and the first view comes after 15 s
+    bar.on_trial_complete(0, [], first.__class__(**{**vars(first), "last_result": {"status": "ok", "val_loss": 0.5}}))
+    assert lines == ["  tune 1/3: A [p=0.1]: val_loss 0.5000, ok, 0m10s"]
+    clock[0] = 115.0
+    bar.on_step_end(0, [])
+    # mean 10 s; t2 runs for 15 s (0 left); 1 pending (b); 4 later; 2 ran at once: stage 5 s, sweep 25 s
+    assert lines[1:] == ["  tune: 1/3 trial(s) done, 1 running, elapsed 0m15s, ETA stage 0m05s, sweep 0m25s",
+                         "    A: 1 done, 1 running, 0 pending  best 0.5000",
+                         "    B: 0 done, 0 running, 1 pending"]
+    bar.on_trial_error(0, [], second)
+    assert lines[-2:] == ["  tune 2/3: A [p=0.3]: error: ValueError: boom, 0m15s", "  tune done: A (2 trial(s), "
+                                                                                     "best val_loss 0.5000)"]
+
+
+def test_the_live_bar_counts_finished_trials(capsys):
+    stage = StageProgress("evaluate", {"a": 2}, {"a": "A"}, None, "min", print, bar=True)
+    trial = _trial("t1", {"trial": "a#0"}, {"status": "ok", "test_accuracy": 0.75})
+    stage.on_trial_start(0, [], trial)
+    stage.on_trial_complete(0, [], trial)
+    assert stage.bar.n == 1 and "ETA stage" in stage.bar.postfix
+    stage.on_experiment_end([])
+    assert stage.bar is None
+    assert "evaluate 1/2: A [seed 0]: test_accuracy 0.7500, ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,seconds", [("5", 5.0), ("0.5", 0.5)])
+def test_progress_every_parses_seconds(text, seconds):
+    args = build_parser().parse_args(["run", "c.yaml", "--progress-every", text])
+    assert args.progress_every == seconds
+    assert build_parser().parse_args(["run", "c.yaml"]).progress_every == 60.0
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "soon", "inf", "nan"])
+def test_progress_every_refuses_what_is_not_a_positive_time(text, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["run", "c.yaml", "--progress-every", text])
+    assert exit_info.value.code == 2
+    assert f"expected seconds > 0, got {text!r}" in capsys.readouterr().err
+
+
+def test_ray_and_mlflow_info_lines_stay_off_the_console(monkeypatch, capsys):
+    import mlflow  # noqa: F401 - configures MLflow's logger as a sweep does
+    import ray  # noqa: F401 - installs Ray's console handler
+
+    monkeypatch.setenv("MLFLOW_LOGGING_LEVEL", "INFO")  # recorded, so that the test leaves the variable as it was
+    monkeypatch.delenv("MLFLOW_LOGGING_LEVEL")
+    handlers = [h for h in logging.getLogger("ray").handlers if not isinstance(h, logging.FileHandler)]
+    saved = [(h, h.level) for h in handlers] + [(logging.getLogger("mlflow"), logging.getLogger("mlflow").level)]
+    try:
+        progress.quiet_libraries()
+        capsys.readouterr()
+        logging.getLogger("mlflow.store").info("mlflow info line")
+        logging.getLogger("mlflow.store").warning("mlflow warning line")
+        err = capsys.readouterr().err
+        assert "mlflow warning line" in err and "mlflow info line" not in err
+        # Ray's console handler holds the stream it was made with (pytest's, here): its level is what decides.
+        assert handlers and all(h.level == logging.WARNING for h in handlers)
+        assert logging.getLogger("ray").isEnabledFor(logging.INFO)  # the log file still gets INFO
+    finally:
+        for owner, level in saved:
+            owner.setLevel(level)
