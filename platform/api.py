@@ -205,7 +205,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
-           figures: str = "auto", left_out: list[dict[str, Any]] | None = None) -> Report:
+           figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
@@ -222,7 +222,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
     analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
     study), and every file logged as an artifact of the study's MLflow run; ``left_out``
-    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again."""
+    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again.
+    ``paper``: the study beside the Continuum Dropout paper's reported numbers
+    (:mod:`~ndebench.platform.report.paper`), in ``table.md``, ``report.html`` and ``summary.json``."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
@@ -243,7 +245,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         left_out = left_out_finished(uri, study) if left_out is None else left_out
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures)
+                         figures=figures, paper=paper)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
                                    table=files.tables[0] if files.tables else None)
@@ -279,7 +281,7 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
 
 def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",
                  alpha: float = 0.05, correction: str = "none",
-                 failed: Mapping[str, str] | None = None, figures: str = "auto") -> Report | None:
+                 failed: Mapping[str, str] | None = None, figures: str = "auto", paper: bool = False) -> Report | None:
     """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
     variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
     evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
@@ -300,4 +302,4 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
     del found
     return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out)
+                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out, paper=paper)

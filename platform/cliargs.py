@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--figures", default="auto", choices=FIGURE_MODES,
                         help="figures to draw: all per-(model, dataset) figures, the summary ones (per model, and "
                              "pairs that did not learn) or none (default auto: all below 50 pairs, else summary)")
+    report.add_argument("--paper", action="store_true",
+                        help="set the study beside the Continuum Dropout paper's reported numbers: every cell the "
+                             "paper reports (difference, paper mean inside the study's 95%% interval) and the "
+                             "improvement over datasets beside its Tables 9-11 (table.md, report.html, summary.json)")
 
     reevaluate = sub.add_parser(
         "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",

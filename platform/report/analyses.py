@@ -65,6 +65,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         "Selection audit": ("selection_audit", audit.SKIPPED,
                             [audit.audit_section(selection, primary)] if len(selection) else []),
         "Dropout vs ensembling": ("mc_control", controls.SKIPPED, [] if control is None else [control]),
+        "The paper's numbers beside the study": ("paper_comparison", "not asked for; `ndebench report --paper`",
+                                                 list(files.paper)),
         "Monte-Carlo samples at test time": (
             "mc_samples", "no reevaluate runs; run `ndebench reevaluate`",
             [] if reevaluated is None else
