@@ -46,11 +46,13 @@ def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) 
 def validate(spec: SweepSpec) -> list[str]:
     """What ``ndebench validate`` checks beyond :func:`load`: every model configuration of the sweep is built
     once on a tiny input (a value a model refuses raises ``ConfigError``). Returns the warnings (e.g. a TPE
-    budget that never leaves Optuna's random start-up phase), ``[]`` when there are none."""
+    budget that never leaves Optuna's random start-up phase, or a setting that is ndebench's extension of the paper,
+    :mod:`~ndebench.platform.spec.extensions`), ``[]`` when there are none."""
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.extensions import extension_warnings
 
     check_models_build(spec)
-    return tpe_warnings(spec)
+    return tpe_warnings(spec) + extension_warnings(spec)
 
 
 def tracking_uri(uri: str | None = None) -> str:

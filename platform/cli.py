@@ -75,7 +75,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     spec = api.load(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(_total_trials(spec)):
+    from ndebench.platform.spec.extensions import extension_warnings
+
+    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
+                    + size_warnings(_total_trials(spec))):
         print(f"warning: {warning}")
     print(_describe_spec(spec))
     return 0
