@@ -207,7 +207,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
-           figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False) -> Report:
+           figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
+           protocol: dict[str, str] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
@@ -226,7 +227,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     study), and every file logged as an artifact of the study's MLflow run; ``left_out``
     (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again.
     ``paper``: the study beside the Continuum Dropout paper's reported numbers
-    (:mod:`~ndebench.platform.report.paper`), in ``table.md``, ``report.html`` and ``summary.json``."""
+    (:mod:`~ndebench.platform.report.paper`), in ``table.md``, ``report.html`` and ``summary.json``; ``protocol``
+    (:func:`~ndebench.platform.report.protocol.protocol_note`, read from the study run with ``uri``) says which
+    protocol produced the rows."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
@@ -245,9 +248,10 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
             curves = read_curves(client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
+        protocol = _study_protocol(uri, study) if protocol is None else protocol
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures, paper=paper)
+                         figures=figures, paper=paper, protocol=protocol)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
                                    table=files.tables[0] if files.tables else None)
@@ -260,6 +264,15 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     if uri is not None:
         paths += _analyses(runs, files, study, uri, frame, alpha)
     return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
+
+
+def _study_protocol(uri: str, study: str) -> dict[str, str] | None:
+    """The protocol settings of the study run (``ndebench.kind=study``), None when there is none."""
+    from ndebench.platform.record.tracking import search
+    from ndebench.platform.report.protocol import protocol_note
+
+    found = search(uri, study, "tags.`ndebench.kind` = 'study'")
+    return protocol_note(found[0].data.params) if found else None
 
 
 def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None,

@@ -143,7 +143,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  test: str = "student", alpha: float = 0.05, correction: str = "none",
                  planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
-                 paper: bool = False) -> ReportFiles:
+                 paper: bool = False, protocol: dict[str, str] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -173,6 +173,9 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
 
     MC control (:mod:`~ndebench.platform.report.controls`): ``table.md`` and ``summary.json`` (``mc_control``)
     compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
+
+    ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`): which protocol produced the rows, a
+    line of ``table.md`` and ``summary.json``'s ``protocol``.
 
     Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper`): every cell beside the paper's
     cells with the same names and the across-dataset improvement beside Tables 9-11, in ``table.md`` and
@@ -206,7 +209,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     mode, figure_note = figure_mode(figures, pair_count(runs))
     table_md.write_text(markdown(study, everything, tables, across, alpha)
                         + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items())
-                        + f"\n{figure_note}\n")
+                        + f"\n{figure_note}\n" + (f"\n{protocol['rows']}\n" if protocol else ""))
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
@@ -220,7 +223,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         handle.write("".join("\n" + sections.to_markdown(s) for s in compared))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
-               | {"left_out_runs": left_out or []} | compared_json
+               | {"left_out_runs": left_out or []} | compared_json | ({"protocol": protocol} if protocol else {})
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
