@@ -110,3 +110,10 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     assert len(files.paper) == 2
     plain = build_report(_study(), tmp_path / "plain", "s", figures="none")
     assert "paper_comparison" not in json.loads(plain.summary_json.read_text()) and not plain.paper
+
+
+def test_the_report_command_takes_paper():
+    from ndebench.platform.cliargs import build_parser
+
+    args = build_parser().parse_args(["report", "--study", "s", "--paper"])
+    assert args.paper is True and build_parser().parse_args(["report", "--study", "s"]).paper is False
