@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report import paper, selection
+from ndebench.platform.report.analyses import write_analyses
 from ndebench.platform.report.paperdata import paper_cells
 from ndebench.platform.report.report import build_report
 from scipy import stats as sps
@@ -108,6 +109,12 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     assert len(comparison["cells"]) == 7 and comparison["chance_gain"]["k"] == 20
     assert {r["split"] for r in comparison["across_datasets"]} == {"all", "univariate", "multivariate"}
     assert len(files.paper) == 2
+    runs = _study()
+    write_analyses(runs.assign(run_id=range(len(runs)), p=np.nan, m=np.nan, rate=np.nan), runs, files, "s",
+                   alpha=0.05)
+    page = (files.directory / "report.html").read_text()
+    assert "The paper&#x27;s cells beside the study" in page
+    assert "Across datasets beside the paper&#x27;s Tables" in page
     plain = build_report(_study(), tmp_path / "plain", "s", figures="none")
     assert "paper_comparison" not in json.loads(plain.summary_json.read_text()) and not plain.paper
 
