@@ -90,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
-                                          "input, and print the stages, cells and trial counts it implies.")
+                                          "input, and print the stages, cells and trial counts it implies. A setting "
+                                          "that is ndebench's extension of the paper, not its method "
+                                          "(continuum_dropout scope: time), is named as such.")
     validate.add_argument("config")
     _add_overrides(validate)
 

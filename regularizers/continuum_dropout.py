@@ -208,7 +208,8 @@ def _check_scope(value: Any) -> str | None:
 
 @register_regularizer(
     "continuum_dropout",
-    summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test",
+    summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test "
+            "(scope: time on CDEs is ndebench's extension, not the paper's method)",
     hyperparams={
         "p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.dropout_rate, "dropout rate P(inactive at T)"),
         "m": HyperParam((5, 10, 50, 100), checks.expected_renewals, "expected number of renewals in [t0, T]"),
