@@ -5,7 +5,10 @@ Two comparisons, from the paper's numbers shipped as data (:mod:`~ndebench.platf
 - **Per-dataset cells** (Tables 2-7, 12-18): every study cell (model, dataset, regularizer or variant label) on the
   metric the paper reports for it, beside each paper cell with the same names: ``difference = study mean - paper
   mean`` and whether the paper's mean lies inside the study's 95% Student-t interval of the mean
-  (``mean +- t_{0.975, n-1} std / sqrt(n)``). Study cells without a paper cell are listed as not reported.
+  (``mean +- t_{0.975, n-1} std / sqrt(n)``). Study cells without a paper cell are listed as not reported. A paper
+  cell with a ``setting`` matches the variant cell of that label only (Table 5's ``oi=true``/``oi=false`` rows
+  name a dataset option the runs do not carry, so a Sepsis study is listed as not reported); times (Tables 7,
+  15) are not a test metric and are not compared.
 - **Across datasets** (Tables 9-11): per model, the study's Continuum Dropout improvement over ``none`` (mean +- SE
   over datasets, :func:`~ndebench.platform.report.summary.summary_rows`) on all its datasets and split into
   univariate and multivariate ones by their channel count, beside the paper's row for the same split, the number of
