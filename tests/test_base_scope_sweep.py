@@ -1,6 +1,6 @@
 """``base.scope: per_regularizer`` end to end on a local Ray: each regularizer's base search runs with it on at its
 grid's middle point, each row is evaluated on its own base values, a ``model.hidden_size`` variant keeps its size,
-and the report says which protocol produced the rows."""
+the report says which protocol produced the rows, and ``report --paper`` prints the comparison with the paper."""
 import contextlib
 import io
 import json
@@ -40,6 +40,15 @@ def test_each_row_is_evaluated_on_its_own_base(tmp_path):
     finally:
         ray.shutdown()
     assert code == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["report", "--study", "scoped", "--tracking-uri", uri, "--out", str(tmp_path / "paper"),
+                     "--paper", "--figures", "none"]) == 0
+    # `report --paper` prints the comparison: no paper cell for the synthetic set, Table 9's Neural CDE row beside it
+    assert "Not reported by the paper: neural_cde / synthetic / none" in printed.getvalue()
+    assert "| neural_cde | all (Table 9, 30 sets) | 0.709 -> 0.781 | +0.072 ± 0.012 |" in printed.getvalue()
+    assert "paper_comparison" in json.loads((tmp_path / "paper" / "scoped" / "summary.json").read_text())
+    assert "The paper&#x27;s cells beside the study" in (tmp_path / "paper" / "scoped" / "report.html").read_text()
     trials = [r for r in search(uri, "scoped") if r.data.tags.get(f"{TAG}kind") == "trial"]
 
     def of(phase, regularizer):
