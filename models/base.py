@@ -221,8 +221,9 @@ class NDEClassifier(nn.Module):
             raise ValueError(f"{type(self).__name__}: solver method {self.solver.method!r} does not solve "
                              f"{self.family.upper()}s; valid: {', '.join(valid)}")
         if self.regularizer.control_scope != "increment" and self.family != "cde":
-            raise ValueError(f"{type(self).__name__}: regularizer scope={self.regularizer.control_scope!r} applies to "
-                             "CDE models only (it names a control channel); valid here: 'increment'")
+            raise ValueError(f"{type(self).__name__}: regularizer scope={self.regularizer.control_scope!r} (ndebench's "
+                             "extension, not the paper's method) applies to CDE models only (it names a control "
+                             "channel); valid here: 'increment'")
         num_outputs = 1 if data.binary else data.num_classes
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else self.head_dropout
         self.head = ClassifierHead(hidden_size, num_outputs, dropout, self.head_grad_scale)

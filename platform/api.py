@@ -46,11 +46,13 @@ def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) 
 def validate(spec: SweepSpec) -> list[str]:
     """What ``ndebench validate`` checks beyond :func:`load`: every model configuration of the sweep is built
     once on a tiny input (a value a model refuses raises ``ConfigError``). Returns the warnings (e.g. a TPE
-    budget that never leaves Optuna's random start-up phase), ``[]`` when there are none."""
+    budget that never leaves Optuna's random start-up phase, or a setting that is ndebench's extension of the paper,
+    :mod:`~ndebench.platform.spec.extensions`), ``[]`` when there are none."""
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.extensions import extension_warnings
 
     check_models_build(spec)
-    return tpe_warnings(spec)
+    return tpe_warnings(spec) + extension_warnings(spec)
 
 
 def tracking_uri(uri: str | None = None) -> str:
@@ -207,7 +209,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
-           figures: str = "auto", left_out: list[dict[str, Any]] | None = None) -> Report:
+           figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
+           protocol: dict[str, str] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
@@ -224,7 +227,11 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
     analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
     study), and every file logged as an artifact of the study's MLflow run; ``left_out``
-    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again."""
+    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again.
+    ``paper``: the study beside the Continuum Dropout paper's reported numbers
+    (:mod:`~ndebench.platform.report.paper`), in ``table.md``, ``report.html`` and ``summary.json``; ``protocol``
+    (:func:`~ndebench.platform.report.protocol.protocol_note`, read from the study run with ``uri``) says which
+    protocol produced the rows."""
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:
@@ -243,9 +250,10 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
             curves = read_curves(client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
+        protocol = _study_protocol(uri, study) if protocol is None else protocol
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures)
+                         figures=figures, paper=paper, protocol=protocol)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
                                    table=files.tables[0] if files.tables else None)
@@ -258,6 +266,15 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     if uri is not None:
         paths += _analyses(runs, files, study, uri, frame, alpha)
     return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
+
+
+def _study_protocol(uri: str, study: str) -> dict[str, str] | None:
+    """The protocol settings of the study run (``ndebench.kind=study``), None when there is none."""
+    from ndebench.platform.record.tracking import search
+    from ndebench.platform.report.protocol import protocol_note
+
+    found = search(uri, study, "tags.`ndebench.kind` = 'study'")
+    return protocol_note(found[0].data.params) if found else None
 
 
 def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None,
@@ -281,7 +298,7 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
 
 def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",
                  alpha: float = 0.05, correction: str = "none",
-                 failed: Mapping[str, str] | None = None, figures: str = "auto") -> Report | None:
+                 failed: Mapping[str, str] | None = None, figures: str = "auto", paper: bool = False) -> Report | None:
     """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
     variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
     evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
@@ -302,4 +319,4 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
     del found
     return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out)
+                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out, paper=paper)

@@ -58,11 +58,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.spec.describe import describe_spec, total_trials
+    from ndebench.platform.spec.extensions import extension_warnings
 
     spec = api.load(args.config, _overrides(args))
     built = check_models_build(spec)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in tpe_warnings(spec) + resource_warnings(spec) + size_warnings(total_trials(spec)):
+    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
+                    + size_warnings(total_trials(spec))):
         print(f"warning: {warning}")
     print(describe_spec(spec))
     return 0
@@ -155,15 +157,19 @@ def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> st
 
 
 def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
-            failed: dict[str, str] | None = None, figures: str = "auto") -> None:
+            failed: dict[str, str] | None = None, figures: str = "auto", paper: bool = False) -> None:
     from ndebench.platform import api
 
     rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed,
-                           figures=figures)
+                           figures=figures, paper=paper)
     if rep is None:
         print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
         return
     print(rep.console)
+    if paper:
+        from ndebench.platform.report.sections import to_markdown
+
+        print("".join("\n" + to_markdown(s) for s in rep.files.paper))
     print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in rep.paths)}) "
           f"and logged to the study's MLflow run")
 
@@ -175,7 +181,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_study_name(args.study)
     check_alpha(args.alpha)
     _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction,
-            figures=args.figures)
+            figures=args.figures, paper=args.paper)
     return 0
 
 

@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
-                                          "input, and print the stages, cells and trial counts it implies.")
+                                          "input, and print the stages, cells and trial counts it implies. A setting "
+                                          "that is ndebench's extension of the paper, not its method "
+                                          "(continuum_dropout scope: time), is named as such.")
     validate.add_argument("config", help="sweep YAML, or the name of a shipped config (`ndebench configs`)")
     _add_overrides(validate)
 
@@ -126,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--figures", default="auto", choices=FIGURE_MODES,
                         help="figures to draw: all per-(model, dataset) figures, the summary ones (per model, and "
                              "pairs that did not learn) or none (default auto: all below 50 pairs, else summary)")
+    report.add_argument("--paper", action="store_true",
+                        help="set the study beside the Continuum Dropout paper's reported numbers: every cell the "
+                             "paper reports (difference, paper mean inside the study's 95%% interval) and the "
+                             "improvement over datasets beside its Tables 9-11 (table.md, report.html, summary.json)")
 
     reevaluate = sub.add_parser(
         "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",

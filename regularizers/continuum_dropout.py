@@ -202,19 +202,22 @@ def _check_mask(value: Any) -> str | None:
 
 
 def _check_scope(value: Any) -> str | None:
-    return None if value in ("increment", "time") else "must be 'increment' or 'time'"
+    return None if value in ("increment", "time") else ("must be 'increment' (the paper's method) or 'time' "
+                                                        "(ndebench's extension for CDEs)")
 
 
 @register_regularizer(
     "continuum_dropout",
-    summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test",
+    summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test "
+            "(scope: time on CDEs is ndebench's extension, not the paper's method)",
     hyperparams={
         "p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.dropout_rate, "dropout rate P(inactive at T)"),
         "m": HyperParam((5, 10, 50, 100), checks.expected_renewals, "expected number of renewals in [t0, T]"),
         "mask": HyperParam(("left",), _check_mask, "per-step mask for fixed-step solvers"),
         "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time"),
         "scope": HyperParam(("increment",), _check_scope,
-                            "CDEs: pause the whole increment f(z) dX ('increment') or only its time channel ('time')"),
+                            "CDEs: pause the whole increment f(z) dX ('increment', the paper's method) or only its "
+                            "time channel ('time', ndebench's extension, not the paper's method)"),
     },
 )
 class ContinuumDropout(Regularizer):
@@ -237,7 +240,8 @@ class ContinuumDropout(Regularizer):
     On a CDE ``dz = f(z) dX``, ``scope="increment"`` (Eq. 8 read literally) pauses the whole increment, so a
     paused component never receives the data's increments of that period: on univariate sets this erases
     the class signal and the model does not learn (README, "Continuum Dropout on Neural CDEs").
-    ``scope="time"`` pauses only the time channel's ``f_0(z) dt`` and integrates the data channels unmasked.
+    ``scope="time"``, ndebench's extension and not the paper's method (the paper keeps a paused component at its
+    value), pauses only the time channel's ``f_0(z) dt`` and integrates the data channels unmasked.
     """
 
     test_time = "mc"

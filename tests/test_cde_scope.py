@@ -52,10 +52,12 @@ def test_time_scope_pauses_the_time_channel_exactly_as_the_whole_increment_does(
 
 
 def test_scope_is_checked_and_refused_by_models_without_a_control_path():
-    with pytest.raises(ValueError, match="scope='data' must be 'increment' or 'time'"):
+    with pytest.raises(ValueError, match=r"scope='data' must be 'increment' \(the paper's method\) or 'time' "
+                                         r"\(ndebench's extension"):
         ContinuumDropout(scope="data")
     spec = DataSpec(1, 2, times=TIMES)
-    with pytest.raises(ValueError, match="scope='time' applies to CDE models only.*valid here: 'increment'"):
+    with pytest.raises(ValueError, match="scope='time' .ndebench's extension, not the paper's method. applies to "
+                                         "CDE models only.*valid here: 'increment'"):
         create_model("neural_ode", spec, regularizer=ContinuumDropout(scope="time"))
     assert ContinuumDropout(scope="time").describe()["scope"] == "time"
 

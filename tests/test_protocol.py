@@ -60,7 +60,7 @@ def test_paper_protocol_searches_base_then_the_regularizer_on_the_frozen_base():
     base, tune = plan_stages(spec)
     assert [(c.cell.regularizer, c.budget, sorted(c.space)) for c in base.cells] == [("none", 2, ["training.lr"])]
     assert [(c.cell.regularizer, c.budget) for c in tune.cells] == [("none", 0), ("continuum_dropout", 4)]
-    frozen = tune_stage(spec, {("neural_cde", "synthetic"): {"training.lr": 0.005}})
+    frozen = tune_stage(spec, {"neural_cde__synthetic__none": {"training.lr": 0.005}})
     cd = frozen.cells[1]
     assert sorted(cd.space) == ["regularizer.m", "regularizer.p"] and cd.template["training.lr"] == 0.005
 

@@ -23,7 +23,7 @@ from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import full_config, trainable
 from ndebench.platform.record.tracking import close_orphaned_runs, finish_cell
 from ndebench.platform.spec.config import SweepSpec, config_hash
-from ndebench.platform.spec.plan import Cell, cell_template
+from ndebench.platform.spec.plan import Cell, base_key, cell_template, fixed_key
 
 Printer = Callable[[str], None]
 # (the study's evaluate runs, the cells as (model, dataset, regularizer), the test) -> each cell's metrics; the
@@ -178,7 +178,7 @@ class StageContext:
         """The evaluated config of every cell: its template, the base stage's values (paper), its own search."""
         out = {}
         for cell in cells:
-            pair_key = Cell(cell.model, cell.dataset, "none").key
+            pair_key = base_key(self.spec, cell)
             if cell.key in self.failed:
                 continue
             if self.spec.protocol == "paper" and pair_key in self.failed:
@@ -188,5 +188,7 @@ class StageContext:
             if self.spec.protocol == "paper":
                 config.update(base.get(pair_key, {}))
             config.update(tuned.get(cell.key, {}))
+            # a variant's fixed values (e.g. model.hidden_size) win over what the base stage chose
+            config.update({fixed_key(k): v for k, v in cell.fixed})
             out[cell.key] = self.resolve(config)
         return out

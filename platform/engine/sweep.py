@@ -38,7 +38,7 @@ from ndebench.platform.record.tracking import (
     study_run,
 )
 from ndebench.platform.spec.config import SweepSpec
-from ndebench.platform.spec.plan import Cell, base_stage, stage_for_cells, sweep_cells, tune_stage
+from ndebench.platform.spec.plan import base_key, base_stage, stage_for_cells, sweep_cells, tune_stage
 from ndebench.platform.stopping import describe
 
 
@@ -133,7 +133,8 @@ class Sweep:
                   "regularizers": json.dumps(list(spec.regularizers))}
         if spec.protocol == "paper":
             params.update({"base.sampler": spec.base.sampler, "base.num_samples": spec.base.num_samples,
-                           "base.scheduler": spec.base.scheduler, "base.epochs": spec.base_epochs})
+                           "base.scheduler": spec.base.scheduler, "base.epochs": spec.base_epochs,
+                           "base.scope": spec.base_scope})
         return params
 
     def _write_log(self) -> str:
@@ -203,12 +204,9 @@ class Sweep:
         base: dict[str, dict[str, Any]] = {}
         if self.spec.protocol == "paper":
             base = search_stage(self.ctx, base_stage(self.spec))
-        frozen = {(c.model, c.dataset): base[c.key] for c in (Cell(m, d, "none") for m in self.spec.models
-                                                            for d in self.spec.datasets) if c.key in base}
-        stage = tune_stage(self.spec, frozen)
-        failed_pairs = {c.cell.pair for c in stage.cells if Cell(*c.cell.pair, "none").key in self.ctx.failed}
+        stage = tune_stage(self.spec, base)
         tuned = search_stage(self.ctx, stage_for_cells(stage, {c.key for c in stage.cells
-                                                           if c.cell.pair not in failed_pairs}))
+                                                           if base_key(self.spec, c.cell) not in self.ctx.failed}))
         cells = sweep_cells(self.spec)
         self.ctx.evaluated = self.ctx.final_configs(cells, base, tuned)
         evaluated, skipped = evaluate(self.ctx, cells, self.ctx.evaluated)

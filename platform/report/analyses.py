@@ -23,16 +23,29 @@ from ndebench.platform.report import (
     summary,
     timing,
 )
+from ndebench.platform.report.paper import EXTENSION
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (from ``runs.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
     runs that belong to fixed-parameter variant cells (``frame`` from ``runs.runs_frame``), so that each
-    variant is its own row of the per-study tables."""
+    variant is its own row of the per-study tables; a run with ``scope: time`` (ndebench's extension, not the
+    paper's method) gets ``scope=time`` in its label."""
     if frame.empty or "run_id" not in runs:
         return runs
     labels = frame.set_index("run_id")["label"]
+    if "params" in frame:
+        # scope: time (ndebench's extension) is labelled so that no table shows it under the paper's name
+        scoped = frame.set_index("run_id")["params"].map(lambda p: isinstance(p, dict)
+                                                         and p.get("regularizer.scope") == "time")
+        labels = labels.where(~scoped, labels.map(_extension_label))
     return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"], strict=True)])
+
+
+def _extension_label(label: str) -> str:
+    if EXTENSION in label:
+        return label
+    return f"{label[:-1]},{EXTENSION}]" if label.endswith("]") else f"{label}[{EXTENSION}]"
 
 
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
@@ -65,6 +78,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         "Selection audit": ("selection_audit", audit.SKIPPED,
                             [audit.audit_section(selection, primary)] if len(selection) else []),
         "Dropout vs ensembling": ("mc_control", controls.SKIPPED, [] if control is None else [control]),
+        "The paper's numbers beside the study": ("paper_comparison", "not asked for; `ndebench report --paper`",
+                                                 list(files.paper)),
         "Monte-Carlo samples at test time": (
             "mc_samples", "no reevaluate runs; run `ndebench reevaluate`",
             [] if reevaluated is None else

@@ -24,6 +24,7 @@ from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
 from ndebench.platform.report import audit, controls, learning, sections, significance, stats
 from ndebench.platform.report.drawing import figure_mode, pair_count
 from ndebench.platform.report.leftout import left_out_markdown
+from ndebench.platform.report.paper import paper_comparison
 from ndebench.platform.report.studyfigures import pooled_calibration, study_figures
 from ndebench.platform.report.tables import (
     LABELS,
@@ -46,7 +47,8 @@ REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
 @dataclass(frozen=True)
 class ReportFiles:
     """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts).
-    ``tables`` are the table objects ``table.md`` and ``table.tex`` render, for ``report.html`` to render too."""
+    ``tables`` are the table objects ``table.md`` and ``table.tex`` render, for ``report.html`` to render too, and
+    ``paper`` the sections comparing the study with the paper's numbers (``paper=True``)."""
 
     directory: Path
     results_csv: Path
@@ -55,6 +57,7 @@ class ReportFiles:
     summary_json: Path
     figures: tuple[Path, ...]
     tables: tuple[Table, ...] = ()
+    paper: tuple[sections.Section, ...] = ()
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -139,7 +142,8 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
                  test: str = "student", alpha: float = 0.05, correction: str = "none",
                  planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
-                 left_out: list[dict[str, Any]] | None = None, figures: str = "auto") -> ReportFiles:
+                 left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
+                 paper: bool = False, protocol: dict[str, str] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -170,6 +174,13 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     MC control (:mod:`~ndebench.platform.report.controls`): ``table.md`` and ``summary.json`` (``mc_control``)
     compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
 
+    ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`): which protocol produced the rows, a
+    line of ``table.md`` and ``summary.json``'s ``protocol``.
+
+    Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper`): every cell beside the paper's
+    cells with the same names and the across-dataset improvement beside Tables 9-11, in ``table.md`` and
+    ``summary.json`` (``paper_comparison``).
+
     ``left_out`` (:func:`~ndebench.platform.record.completeness.left_out_finished`): finished runs not counted
     (another config, a seed or cell no longer planned, a duplicate), each with why, listed in ``table.md`` and
     ``summary.json`` (``left_out_runs``), with or without results.
@@ -199,7 +210,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     mode, figure_note = figure_mode(figures, pair_count(runs))
     table_md.write_text(markdown(study, everything, tables, across, alpha)
                         + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items())
-                        + f"\n{figure_note}\n")
+                        + f"\n{figure_note}\n" + (f"\n{protocol['rows']}\n" if protocol else ""))
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
@@ -209,14 +220,17 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         if not selection.empty:
             handle.write("\n" + sections.to_markdown(audit.audit_section(selection, primary)))
         handle.write(controls.controls_markdown(control) + left_out_markdown(left_out or []))
+        compared, compared_json = paper_comparison(runs, primary) if paper else ([], {})
+        handle.write("".join("\n" + sections.to_markdown(s) for s in compared))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
-               | {"left_out_runs": left_out or []}
+               | {"left_out_runs": left_out or []} | compared_json | ({"protocol": protocol} if protocol else {})
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
-    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths), tuple(tables))
+    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths), tuple(tables),
+                       tuple(compared))
 
 
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,

@@ -39,6 +39,7 @@ from ndebench.platform.spec.sections import (
     parse_value,
 )
 from ndebench.platform.spec.sweepspec import (
+    BASE_SCOPES,
     PROTOCOLS,
     AshaConfig,
     ConfigError,
@@ -262,6 +263,11 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
     epochs = base_raw.pop("epochs", None)
     _require("base.epochs", epochs, typed.integer(1, null=True))
     base_training = _base_training(base_raw.pop("training", None))
+    base_scope = base_raw.pop("scope", "shared")
+    if base_scope not in BASE_SCOPES:
+        raise ConfigError(f"base.scope={base_scope!r}; valid: {', '.join(BASE_SCOPES)} (shared: one base config per "
+                          "(model, dataset), searched without a regularizer; per_regularizer: one per regularizer, "
+                          "searched with it on at its grid's middle point)")
     searched = sorted(k for k in base_training if isinstance(spec.training.get(k), Space))
     if searched:
         raise ConfigError(f"base.training: {searched} are searched in training:, so the base stage chooses them")
@@ -278,7 +284,7 @@ def _with_protocol(spec: SweepSpec, raw: dict[str, Any]) -> SweepSpec:
                           "use protocol: paper, where variants take the base stage's values")
     overrides = _split_model_section(raw.get("model"), spec.models)[1]
     out = dataclasses.replace(spec, protocol=protocol, base=base, base_epochs=epochs, base_training=base_training,
-                              variants=variants, model_overrides=overrides)
+                              variants=variants, model_overrides=overrides, base_scope=base_scope)
     check_grids(out)
     return out
 
@@ -302,7 +308,8 @@ def _base_training(raw: Any) -> dict[str, Any]:
 def _variant_values(spec: SweepSpec, name: str, how: Any) -> dict[str, tuple[Any, ...]]:
     """``variants.<name>``: ``grid`` (every point of the regularizer's searched lists) or a mapping of its
     hyperparameters to the values its variant cells take (``{n_mc: [5]}``: ``none`` averaged over 5 passes, the
-    control of Continuum Dropout's MC average on SDE models)."""
+    control of Continuum Dropout's MC average on SDE models), which may also fix keys of ``model:``
+    (``{model.hidden_size: [16, 64]}``: one cell per hidden size)."""
     where = f"variants.{name}"
     if name not in spec.regularizers:
         raise ConfigError(f"{where}: not one of the sweep's regularizers {list(spec.regularizers)}")
@@ -315,7 +322,9 @@ def _variant_values(spec: SweepSpec, name: str, how: Any) -> dict[str, tuple[Any
     if not isinstance(how, dict) or not how:
         raise ConfigError(f"{where}={how!r}; valid: {', '.join(VARIANT_MODES)} or a mapping of its "
                           f"hyperparameters to lists of values, e.g. {where}: {{n_mc: [5]}}")
-    _unknown(set(how), set(spec.regularizers[name]), where)
+    model_keys = {k for k in how if k.startswith("model.")}
+    _unknown(model_keys, {f"model.{k}" for k in spec.model}, where)
+    _unknown(set(how) - model_keys, set(spec.regularizers[name]), where)
     missing = sorted(set(spaces) - set(how))
     if missing:
         raise ConfigError(f"{where}: give values of every hyperparameter it searches ({missing}), or use grid")
@@ -323,11 +332,12 @@ def _variant_values(spec: SweepSpec, name: str, how: Any) -> dict[str, tuple[Any
     for key, choices in values.items():
         if not choices or len(set(map(repr, choices))) != len(choices):
             raise ConfigError(f"{where}.{key}={list(choices)!r} must list distinct values")
-        for value in choices:
+        for value in choices if key not in model_keys else ():
             check_hyperparam(name, key, value, f"{where}.{key}")
-    if not spaces and all(choices == (spec.regularizers[name][k],) for k, choices in values.items()):
+    if not spaces and not model_keys and all(choices == (spec.regularizers[name][k],)
+                                             for k, choices in values.items()):
         raise ConfigError(f"{where}={how!r} is the {name} cell itself; give other values")
-    if name == BASELINE and not variant_models(spec, name):
+    if name == BASELINE and not model_keys and not variant_models(spec, name):
         raise ConfigError(f"{where}: {name}'s variants (n_mc > 1 averages passes) differ from {name} only on SDE "
                           f"models, and models {list(spec.models)} have none")
     return values

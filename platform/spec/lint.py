@@ -24,6 +24,7 @@ import yaml
 from ndebench.platform import fields as typed
 from ndebench.platform.spec import names
 from ndebench.platform.spec.sweepspec import (
+    BASE_SCOPES,
     PROTOCOLS,
     AshaConfig,
     ConfigError,
@@ -39,7 +40,7 @@ TOP_KEYS = {
     "solver", "tune", "evaluate", "resources", "report", "data_dir", "protocol", "base", "variants", "plugins",
 }
 BASE_KEYS = {"num_samples", "sampler", "n_startup_trials", "scheduler", "asha", "max_concurrent", "select",
-             "epochs", "training"}
+             "epochs", "training", "scope"}
 SPACE_KINDS = ("choice", "loguniform", "randint", "uniform")
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _NULL = "tag:yaml.org,2002:null"
@@ -204,7 +205,8 @@ def _check_base(node: yaml.Node | None, out: list[Problem]) -> None:
     if not entries:
         return
     _unknown_keys(entries, BASE_KEYS, "base.", "base", out)
-    rules = typed.dataclass_rules(TuneConfig) | {"epochs": typed.integer(1, null=True)}
+    rules = typed.dataclass_rules(TuneConfig) | {"epochs": typed.integer(1, null=True),
+                                                 "scope": typed.one_of(*BASE_SCOPES)}
     for key, (_, value) in entries.items():
         if key == "asha":
             _check_fields(value, AshaConfig, "base.asha", out)

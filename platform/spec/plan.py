@@ -1,11 +1,14 @@
 """The stages of a sweep and the cells each one searches, derived from a :class:`SweepSpec` alone.
 
 ``protocol: paper`` (the paper's Section 4 / App. E): stage ``base`` searches the ``model.*`` and
-``training.*`` hyperparameters per (model, dataset) on the unregularized model; stage ``tune`` (the
+``training.*`` hyperparameters per (model, dataset) on the unregularized model (``base.scope: shared``, the
+paper's frozen base), or per (model, dataset, regularizer) with that regularizer on at its grid's middle point
+(``base.scope: per_regularizer``, :func:`middle_point`); stage ``tune`` (the
 regularizer stage) searches each regularizer's own hyperparameters on that frozen base config; ``evaluate``
 runs the best config of every cell over the seeds. ``protocol: joint``: stage ``tune`` searches everything
-per cell. Fixed-parameter variants (``variants: {name: grid}`` or ``{name: {key: [values]}}``) are cells that
-skip every search. ``base.select``/``tune.select`` ``last_epoch`` and ``base.training`` reach a stage's trials
+per cell. Fixed-parameter variants (``variants: {name: grid}`` or ``{name: {key: [values]}}``, keys the
+regularizer's or ``model.*`` ones, e.g. ``model.hidden_size``) are cells that skip every search.
+``base.select``/``tune.select`` ``last_epoch`` and ``base.training`` reach a stage's trials
 through its cell templates (keys ``select`` and ``training.*``), never the evaluate configs.
 """
 from __future__ import annotations
@@ -80,11 +83,17 @@ def variant_label(regularizer: str, params: dict[str, Any]) -> str:
     return f"{regularizer}[{','.join(f'{k}={v}' for k, v in params.items())}]"
 
 
+def fixed_key(key: str) -> str:
+    """The flat config key a variant fixes: ``p`` -> ``regularizer.p``; ``model.hidden_size`` stays as it is."""
+    return key if key.startswith("model.") else f"regularizer.{key}"
+
+
 def variant_models(spec: SweepSpec, regularizer: str) -> tuple[str, ...]:
     """The models the variant cells of ``regularizer`` are planned on: every model of the sweep, except that the
-    baseline's variants (``none`` with ``n_mc`` > 1, the control of an MC average) go to SDE models only: on a
-    model whose latent is deterministic its passes are identical and the cell would repeat ``none``."""
-    if regularizer != BASELINE:
+    baseline's variants of ``n_mc`` alone (``none`` with ``n_mc`` > 1, the control of an MC average) go to SDE
+    models only: on a model whose latent is deterministic its passes are identical and the cell would repeat
+    ``none``."""
+    if regularizer != BASELINE or any(k.startswith("model.") for k in spec.variants.get(regularizer, {})):
         return spec.models
     return tuple(m for m in spec.models if model_info(m).family == "sde")
 
@@ -103,7 +112,7 @@ def sweep_cells(spec: SweepSpec) -> list[Cell]:
 def cell_template(spec: SweepSpec, cell: Cell) -> dict[str, Any]:
     """The flat trial config of a cell with its variant's fixed regularizer values applied."""
     config = spec.base_config(cell.model, cell.dataset, cell.regularizer)
-    config.update({f"regularizer.{k}": v for k, v in cell.fixed})
+    config.update({fixed_key(k): v for k, v in cell.fixed})
     config["cell"] = cell.key
     if cell.variant:
         config["variant"] = cell.variant
@@ -114,7 +123,7 @@ def chosen_keys(spec: SweepSpec, cell: Cell) -> list[str]:
     """The flat keys the sweep chose a value of for ``cell``: those its config searches (in any stage) and those a
     variant cell fixes, sorted."""
     config = spec.base_config(cell.model, cell.dataset, cell.regularizer)
-    return sorted({k for k, v in config.items() if isinstance(v, Space)} | {f"regularizer.{k}" for k, _ in cell.fixed})
+    return sorted({k for k, v in config.items() if isinstance(v, Space)} | {fixed_key(k) for k, _ in cell.fixed})
 
 
 def budget(space: dict[str, Space], tune: TuneConfig) -> int:
@@ -133,12 +142,44 @@ def _search(cell: Cell, template: dict[str, Any], keys: list[str], tune: TuneCon
     return CellSearch(cell, template, space, budget(space, tune))
 
 
+def middle_point(space: Space) -> Any:
+    """The middle of a searched value: the middle choice (the lower middle of an even count: p in {0.1, ..., 0.5}
+    -> 0.3, m in {5, 10, 50, 100} -> 10), the geometric mean of a ``loguniform``, the arithmetic one of a
+    ``uniform``, the integer middle of a ``randint`` (upper bound exclusive)."""
+    low, high = (space.args + (None, None))[:2]
+    if space.kind == "choice":
+        return space.args[(len(space.args) - 1) // 2]
+    if space.kind == "loguniform":
+        return math.sqrt(low * high)
+    if space.kind == "randint":
+        return (low + high - 1) // 2
+    return (low + high) / 2
+
+
+def base_cells(spec: SweepSpec) -> list[Cell]:
+    """The base stage's cells: ``none`` per (model, dataset) (``base.scope: shared``), or one per (model, dataset,
+    regularizer) of the sweep (``per_regularizer``)."""
+    if spec.base_scope == "shared":
+        return [Cell(m, d, BASELINE) for m, d in itertools.product(spec.models, spec.datasets)]
+    return [Cell(m, d, r) for m, d, r in spec.cells()]
+
+
+def base_key(spec: SweepSpec, cell: Cell) -> str:
+    """The key of the base-stage cell whose chosen values ``cell`` takes (a variant those of its regularizer)."""
+    if spec.base_scope == "per_regularizer" and cell.regularizer in spec.regularizers:
+        return Cell(cell.model, cell.dataset, cell.regularizer).key
+    return Cell(cell.model, cell.dataset, BASELINE).key
+
+
 def base_stage(spec: SweepSpec) -> Stage:
-    """Paper protocol, stage 1: per (model, dataset), ``model.*``/``training.*`` on the unregularized model."""
+    """Paper protocol, stage 1: ``model.*``/``training.*`` per (model, dataset) on the unregularized model, or
+    under ``base.scope: per_regularizer`` per (model, dataset, regularizer) with the regularizer's searched
+    values fixed at their :func:`middle_point`."""
     searches = []
-    for model, dataset in itertools.product(spec.models, spec.datasets):
-        cell = Cell(model, dataset, BASELINE)
+    for cell in base_cells(spec):
         template = cell_template(spec, cell)
+        template.update({k: middle_point(v) for k, v in template.items()
+                         if k.startswith("regularizer.") and isinstance(v, Space)})
         template["cell"] = f"{cell.key}"
         if spec.base_epochs is not None:
             template["training.epochs"] = spec.base_epochs
@@ -148,9 +189,9 @@ def base_stage(spec: SweepSpec) -> Stage:
     return Stage("base", spec.base, searches)
 
 
-def tune_stage(spec: SweepSpec, frozen: dict[tuple[str, str], dict[str, Any]] | None = None) -> Stage:
+def tune_stage(spec: SweepSpec, frozen: dict[str, dict[str, Any]] | None = None) -> Stage:
     """Joint protocol: every searched key per cell. Paper protocol: the regularizer's own keys per cell, on
-    the base stage's chosen values ``frozen[(model, dataset)]`` (left as spaces when planning ahead)."""
+    the base stage's chosen values ``frozen[base_key(spec, cell)]`` (left as spaces when planning ahead)."""
     searches = []
     for cell in sweep_cells(spec):
         if cell.variant:
@@ -159,7 +200,7 @@ def tune_stage(spec: SweepSpec, frozen: dict[tuple[str, str], dict[str, Any]] | 
         if spec.protocol == "joint":
             keys = list(template)
         else:
-            template.update((frozen or {}).get(cell.pair, {}))
+            template.update((frozen or {}).get(base_key(spec, cell), {}))
             keys = [k for k in template if k.startswith("regularizer.")]
         searches.append(_search(cell, template, keys, spec.tune))
     return Stage("tune", spec.tune, searches)

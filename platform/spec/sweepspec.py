@@ -41,6 +41,7 @@ Value = Any  # a fixed scalar or a Space
 
 
 PROTOCOLS = ("paper", "joint")
+BASE_SCOPES = ("shared", "per_regularizer")
 SAMPLERS = ("tpe", "random", "grid")
 SCHEDULERS = ("fifo", "asha")
 SELECTS = ("best_epoch", "last_epoch")
@@ -155,6 +156,7 @@ class SweepSpec:
     base: TuneConfig = TuneConfig()
     base_epochs: int | None = None
     base_training: dict[str, Any] = dataclasses.field(default_factory=dict)
+    base_scope: str = "shared"
     variants: dict[str, dict[str, tuple[Any, ...]]] = dataclasses.field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     overrides: tuple[str, ...] = ()
