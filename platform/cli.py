@@ -193,27 +193,33 @@ def cmd_ui(args: argparse.Namespace) -> int:
     import webbrowser
 
     from ndebench.platform import api
-    from ndebench.platform.engine.server import serve, ui_command
+    from ndebench.platform.engine.auth import check_exposure
+    from ndebench.platform.engine.server import basic_auth_environment, serve, ui_command
 
+    warning = check_exposure("ui", args.host, args.auth, args.insecure)
     uri = _tracking_uri(args)
+    env = basic_auth_environment(args.credentials_file) if args.auth else {}
     base = f"http://{args.host}:{args.port}"
     url = base
     if args.study:
         links = api.study_links(args.study, uri, base)
         url = links.runs
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
     if args.study:
         print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
         print(f"study {args.study!r}, compare its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
               flush=True)
-    return serve(ui_command(uri, args.host, args.port), base_url=base,
+    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
                  on_ready=(lambda: webbrowser.open(url)) if args.open else None)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from ndebench.platform.engine.auth import exposure_warning
+    from ndebench.platform.engine.auth import check_exposure
     from ndebench.platform.engine.server import default_settings, serve, server_command, server_environment
 
+    warning = check_exposure("server", args.host, args.auth, args.insecure)
     backend = _tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
     settings = default_settings(
         backend_store_uri=backend, artifacts_destination=args.artifacts_destination, host=args.host,
@@ -221,12 +227,17 @@ def cmd_server(args: argparse.Namespace) -> int:
         allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None, auth=args.auth,
     )
     env = server_environment(settings, args.credentials_file)
-    if warning := exposure_warning(settings.host, settings.auth):
+    if warning:
         print(warning, file=sys.stderr, flush=True)
     print(f"MLflow tracking server: runs in {settings.backend_store_uri}, artifacts in "
-          f"{settings.artifacts_destination}, listening on {settings.host}:{settings.port}", flush=True)
-    print(f"Workers and the driver must use:  --tracking-uri {settings.tracking_uri}", flush=True)
-    return serve(server_command(settings), env=env)
+          f"{settings.artifacts_destination}, starting on {settings.host}:{settings.port}", flush=True)
+    return serve(server_command(settings), base_url=settings.local_url, on_ready=settings.announce, env=env)
+
+
+def cmd_grant(args: argparse.Namespace) -> int:
+    from ndebench.platform.engine.grant import grant_command
+
+    return grant_command(_tracking_uri(args), args.study, args.user, args.credentials_out)
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
@@ -379,8 +390,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
-            "ui": cmd_ui, "server": cmd_server, "rates": cmd_rates, "datasets": cmd_datasets, "bench": cmd_bench,
-            "list": cmd_list}
+            "ui": cmd_ui, "server": cmd_server, "grant": cmd_grant, "rates": cmd_rates, "datasets": cmd_datasets,
+            "bench": cmd_bench, "list": cmd_list}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # After parsing, so that --help and --version answer without importing torch (config imports the models).
+    from ndebench.platform.credentials import credentials_refused
     from ndebench.platform.diskfull import disk_full, is_disk_full
     from ndebench.platform.outage import outage
     from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
@@ -405,6 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             error = disk_full(exc, os.getcwd(), str(database) if database else None)
             print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
             return exitcodes.INFRASTRUCTURE
+        if refusal := credentials_refused(exc, uri):
+            print(f"ndebench {args.command}: error: {refusal}", file=sys.stderr)
+            return exitcodes.BAD_INPUT
         # Checked before the bad-input types: requests' connection errors are OSErrors.
         if cause := outage(exc, uri):
             print(f"ndebench {args.command}: error: {cause}", file=sys.stderr)
