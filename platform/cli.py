@@ -194,7 +194,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     from ndebench.platform import api
     from ndebench.platform.engine.auth import check_exposure
-    from ndebench.platform.engine.server import basic_auth_environment, exit_now, serve, ui_command
+    from ndebench.platform.engine.server import basic_auth_environment, serve, ui_command
 
     warning = check_exposure("ui", args.host, args.auth, args.insecure)
     uri = _tracking_uri(args)
@@ -211,13 +211,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
         print(f"study {args.study!r}, compare its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
               flush=True)
-    exit_now(serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
-                   on_ready=(lambda: webbrowser.open(url)) if args.open else None))
+    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
+                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
     from ndebench.platform.engine.auth import check_exposure
-    from ndebench.platform.engine.server import default_settings, exit_now, serve, server_command, server_environment
+    from ndebench.platform.engine.server import default_settings, serve, server_command, server_environment
 
     warning = check_exposure("server", args.host, args.auth, args.insecure)
     backend = _tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
@@ -231,7 +231,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr, flush=True)
     print(f"MLflow tracking server: runs in {settings.backend_store_uri}, artifacts in "
           f"{settings.artifacts_destination}, starting on {settings.host}:{settings.port}", flush=True)
-    exit_now(serve(server_command(settings), base_url=settings.local_url, on_ready=settings.announce, env=env))
+    return serve(server_command(settings), base_url=settings.local_url, on_ready=settings.announce, env=env)
 
 
 def cmd_grant(args: argparse.Namespace) -> int:

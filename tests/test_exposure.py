@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -168,7 +169,10 @@ sys.exit(main(["run", "expo.yaml", "--storage-path", {str(tmp_path / "storage")!
     assert len(logs) == 1 and stat.S_IMODE(logs[0].stat().st_mode) == 0o600
     text = logs[0].read_text()
     assert f"MLFLOW_TRACKING_PASSWORD={REDACTED}" in text and "worker sees [redacted]" in text
-    assert "runtime_env_agent" not in text and "raylet" not in text
+    sections = re.findall(r"^===== (\S+) =====$", text, re.MULTILINE)
+    assert "console.log" in sections and any(name.startswith("worker-") for name in sections)
+    assert all(name in ("driver.log", "console.log") or name.startswith(("worker-", "python-core-"))
+               for name in sections), sections
 
 
 def _ndebench(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:

@@ -178,7 +178,8 @@ def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable
     """Run ``command`` in its own process group until it exits or this process gets SIGINT, SIGTERM or SIGHUP;
     then end the whole group (the server and its workers) within :data:`STOP_GRACE_S` + 0.5 s. ``on_ready`` runs
     once ``base_url`` answers on ``/health``. ``env`` adds to this process's environment. Returns the child's exit
-    code, or ``128 + signal`` when stopped by a signal (as a shell reports it)."""
+    code; stopped by a signal, this process exits ``128 + signal`` (as a shell reports it) at once, without the
+    interpreter's teardown of MLflow's modules, which alone takes seconds on a loaded machine."""
     process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV, **(env or {})), start_new_session=True)
     # A SIGKILL of this process runs none of its handlers: a watchdog ends the group once this process is gone.
     watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(process.pid)],
@@ -203,12 +204,12 @@ def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable
             signal.signal(sig, handler)
         watchdog.kill()
         watchdog.wait()
-    return 128 + stopped_by if stopped_by else process.returncode
+    if stopped_by:
+        _exit_now(128 + stopped_by)
+    return process.returncode
 
 
-def exit_now(code: int) -> NoReturn:
-    """End this process with ``code`` once its output is flushed, skipping the interpreter's teardown of MLflow's
-    modules, which alone takes seconds on a loaded machine (after :func:`serve`, nothing is left to clean up)."""
+def _exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
