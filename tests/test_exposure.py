@@ -131,6 +131,16 @@ def test_refused_credentials_exit_2_naming_them_not_3(status, says, tmp_path, mo
     assert SECRET not in err and "Traceback" not in err
 
 
+def test_grant_refuses_a_database_uri_and_the_admins_own_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "lead")
+    assert main(["grant", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", "--study", "s", "--user", "w"]) == 2
+    assert "users exist on a tracking server run with `ndebench server --auth`" in capsys.readouterr().err
+    assert main(["grant", "--tracking-uri", "http://127.0.0.1:9", "--study", "s", "--user", "lead"]) == 2
+    assert "--user 'lead' is the admin account" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def _files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
 
