@@ -49,8 +49,8 @@ def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
 def latest_checkpoint(storage: Storage, study: str, trial_dir: str) -> tuple[dict[str, Any] | None, list[str]]:
     """The newest loadable ``checkpoint_*/trial_state.pt`` under ``trial_dir`` (a run's ``ndebench.trial_dir``
     tag, relative to the storage root) and a line per checkpoint that failed to load. Only tensors and plain
-    data are unpickled; a ``trial_dir`` outside the storage root raises
-    :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before anything is read."""
+    data are unpickled; a ``trial_dir`` outside the storage root, or a checkpoint a symlink takes out of its trial
+    folder, raises :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before it is read."""
     import pyarrow.fs as pafs
     import torch
 
