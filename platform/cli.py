@@ -11,19 +11,11 @@ from pathlib import Path
 
 from ndebench.platform import exitcodes
 from ndebench.platform.cliargs import build_parser
+from ndebench.platform.cliserve import cmd_grant, cmd_server, cmd_ui, tracking_uri
 
 
 class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
-
-
-def _tracking_uri(args: argparse.Namespace) -> str:
-    from ndebench.platform.engine.runchecks import check_tracking_uri
-    from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
-
-    uri = absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
-    check_tracking_uri(uri)
-    return uri
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -94,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         quiet_libraries()
     spec = api.load(args.config, _overrides(args))
     warnings = api.validate(spec)
-    uri = _tracking_uri(args)
+    uri = tracking_uri(args)
     check_tracking_reachable(uri)
     check_out_dir(args.out)
     print(describe_spec(spec), flush=True)
@@ -180,7 +172,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     check_study_name(args.study)
     check_alpha(args.alpha)
-    _report(args.study, _tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction,
+    _report(args.study, tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction,
             figures=args.figures, paper=args.paper)
     return 0
 
@@ -190,51 +182,11 @@ def cmd_reevaluate(args: argparse.Namespace) -> int:
     from ndebench.platform.engine.reevaluate import parse_n_mc
 
     n_mc = parse_n_mc(args.n_mc)
-    uri = _tracking_uri(args)
+    uri = tracking_uri(args)
     created = api.reevaluate(args.study, n_mc, uri, data_dir=args.data_dir, log=lambda line: print(line, flush=True))
     print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
           f"`ndebench report --study {args.study}` adds the MC-samples table")
     return 0
-
-
-def cmd_ui(args: argparse.Namespace) -> int:
-    import webbrowser
-
-    from ndebench.platform import api
-    from ndebench.platform.engine.server import serve, ui_command
-
-    uri = _tracking_uri(args)
-    base = f"http://{args.host}:{args.port}"
-    url = base
-    if args.study:
-        links = api.study_links(args.study, uri, base)
-        url = links.runs
-    print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
-    if args.study:
-        print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
-        print(f"study {args.study!r}, compare its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
-              flush=True)
-    return serve(ui_command(uri, args.host, args.port), base_url=base,
-                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
-
-
-def cmd_server(args: argparse.Namespace) -> int:
-    from ndebench.platform.engine.auth import exposure_warning
-    from ndebench.platform.engine.server import default_settings, serve, server_command, server_environment
-
-    backend = _tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
-    settings = default_settings(
-        backend_store_uri=backend, artifacts_destination=args.artifacts_destination, host=args.host,
-        port=args.port, public_host=args.public_host, workers=args.workers,
-        allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None, auth=args.auth,
-    )
-    env = server_environment(settings, args.credentials_file)
-    if warning := exposure_warning(settings.host, settings.auth):
-        print(warning, file=sys.stderr, flush=True)
-    print(f"MLflow tracking server: runs in {settings.backend_store_uri}, artifacts in "
-          f"{settings.artifacts_destination}, listening on {settings.host}:{settings.port}", flush=True)
-    print(f"Workers and the driver must use:  --tracking-uri {settings.tracking_uri}", flush=True)
-    return serve(server_command(settings), env=env)
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
@@ -395,8 +347,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
-            "ui": cmd_ui, "server": cmd_server, "rates": cmd_rates, "datasets": cmd_datasets, "bench": cmd_bench,
-            "list": cmd_list, "configs": cmd_configs}
+            "ui": cmd_ui, "server": cmd_server, "grant": cmd_grant, "rates": cmd_rates, "datasets": cmd_datasets,
+            "bench": cmd_bench, "list": cmd_list, "configs": cmd_configs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -409,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except Exception as exc:
         # Only here, so that --help, --version and a config with errors answer without torch, Ray or MLflow.
+        from ndebench.platform.credentials import credentials_refused
         from ndebench.platform.diskfull import disk_full, is_disk_full
         from ndebench.platform.outage import outage
         from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
@@ -421,6 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             error = disk_full(exc, os.getcwd(), str(database) if database else None)
             print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
             return exitcodes.INFRASTRUCTURE
+        if refusal := credentials_refused(exc, uri):
+            print(f"ndebench {args.command}: error: {refusal}", file=sys.stderr)
+            return exitcodes.BAD_INPUT
         # Checked before the bad-input types: requests' connection errors are OSErrors.
         if cause := outage(exc, uri):
             print(f"ndebench {args.command}: error: {cause}", file=sys.stderr)

@@ -21,6 +21,14 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
                              "--set training.epochs=2 tune.num_samples=2 'regularizers.continuum_dropout.p=[0.1, 0.3]'")
 
 
+def _add_exposure(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("--auth", action="store_true", help="run MLflow's basic-auth app, as `server --auth` (admin "
+                        "from $MLFLOW_TRACKING_USERNAME/_PASSWORD or --credentials-file)")
+    parser.add_argument("--credentials-file", help="with --auth: the admin's 'username = ...', 'password = ...' file")
+    parser.add_argument("--insecure", action="store_true", help=f"allow `{command} --host` beyond this machine "
+                        "without --auth (a network only trusted machines reach); refused otherwise")
+
+
 def _port(text: str) -> int:
     if not (text.isdigit() and 1 <= int(text) <= 65535):
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
@@ -152,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--study", help="print the URLs of this study's evaluate runs (model-training view) and of "
                     "MLflow's compare page of its evaluate cell runs")
     ui.add_argument("--open", action="store_true", help="open that URL (or the UI) in a web browser once it is up")
+    _add_exposure(ui, "ui")
 
     server = sub.add_parser(
         "server", help="start the MLflow tracking server that a multi-node sweep needs",
@@ -175,8 +184,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "user and password. The admin account comes from $MLFLOW_TRACKING_USERNAME and "
                         "$MLFLOW_TRACKING_PASSWORD (or --credentials-file), never from the command line; sweeps "
                         "and `ndebench report` send the same variables (needs the `cluster` extra)")
+    server.add_argument("--insecure", action="store_true", help="allow a --host beyond this machine without --auth "
+                        "(a network only trusted machines reach); refused otherwise")
     server.add_argument("--credentials-file", help="with --auth: a file of 'username = NAME' and 'password = "
                         "SECRET' lines for the admin account, instead of the environment variables")
+
+    grant = sub.add_parser(
+        "grant", help="create a non-admin MLflow user that may write one study (server with --auth)",
+        description="As the admin of a `ndebench server --auth` ($MLFLOW_TRACKING_USERNAME/_PASSWORD), create the "
+                    "study's experiment and a worker user with EDIT on it only; a new user's random password is "
+                    "written to an owner-only file in MLflow's ~/.mlflow/credentials format, never printed.")
+    _add_tracking(grant)
+    grant.add_argument("--study", required=True, help="the study (the `study:` of its config) the user may write")
+    grant.add_argument("--user", required=True, help="the worker user's name (not the admin's)")
+    grant.add_argument("--credentials-out", help="where a new user's credentials go (default: "
+                       "./mlflow-credentials-USER)")
 
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
                            description="Solve the paper's Corollary 3.2 exactly for the renewal rates.")

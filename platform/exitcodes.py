@@ -3,7 +3,7 @@ from __future__ import annotations
 
 OK = 0
 FAILED = 1  # a sweep ended with failed cells or planned evaluate runs that are not ok
-BAD_INPUT = 2  # config, flags or paths refused before Ray starts
+BAD_INPUT = 2  # config, flags or paths refused before Ray starts; credentials a tracking server refuses (401/403)
 # What the sweep runs on failed (a full disk; a tracking server, database, Ray or storage that cannot be
 # reached or written, before or during the sweep): platform.outage, platform.diskfull
 INFRASTRUCTURE = 3

@@ -5,6 +5,7 @@ told in one line; the command line exits 3 for it (:mod:`ndebench.platform.exitc
 """
 from __future__ import annotations
 
+from ndebench.platform.credentials import refused_status
 from ndebench.platform.diskfull import exception_chain
 
 TRANSPORT_MODULES = ("requests", "urllib3")
@@ -39,6 +40,8 @@ def outage(exc: BaseException, tracking_uri: str) -> str | None:
     """One line naming what failed and why when ``exc``, or an exception it was raised from, is an outage of the
     tracking store at ``tracking_uri``, of Ray, or an :class:`InfrastructureError`; ``None`` otherwise."""
     chain = exception_chain(exc)
+    if any(refused_status(error) for error in chain):
+        return None  # refused credentials: platform.credentials, exit 2
     for error in chain:
         if isinstance(error, InfrastructureError):
             return str(error)

@@ -238,6 +238,16 @@ def wait_healthy(port: int, process: subprocess.Popen, seconds: float = 120) -> 
             time.sleep(0.5)
 
 
+def read_until(process: subprocess.Popen, text: str, lines: int = 500) -> str:
+    """``process``'s text stdout up to and including the first line containing ``text`` (at most ``lines``)."""
+    seen = []
+    for _ in range(lines):
+        seen.append(process.stdout.readline())
+        if text in seen[-1] or not seen[-1]:
+            break
+    return "".join(seen)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,11 +1,12 @@
-"""`ndebench server --auth`: credentials never from the command line, a warning when exposed without auth."""
+"""`ndebench server --auth`: credentials never from the command line; `server` and `ui` beyond this machine refuse
+to start without `--auth` unless `--insecure` opts in."""
 from __future__ import annotations
 
 import configparser
 import stat
 
 import pytest
-from ndebench.platform.engine.auth import AuthError, admin_credentials, auth_environment, exposure_warning
+from ndebench.platform.engine.auth import AuthError, admin_credentials, auth_environment, check_exposure, is_loopback
 from ndebench.platform.engine.server import ServerSettings, server_command
 
 
@@ -42,10 +43,31 @@ def test_auth_config_is_owner_only_and_the_command_line_holds_no_secret(tmp_path
     assert command[-2:] == ["--app-name", "basic-auth"] and "another-long-one" not in " ".join(command)
 
 
-def test_exposure_warning_only_beyond_localhost_without_auth():
-    assert exposure_warning("127.0.0.1", auth=False) is None
-    assert exposure_warning("0.0.0.0", auth=True) is None
-    assert "--auth" in exposure_warning("0.0.0.0", auth=False)
+def test_loopback_hosts():
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.1.1", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.1.2.3", "no-such-host.invalid"))
+
+
+def test_exposure_beyond_localhost_needs_auth_or_insecure():
+    assert check_exposure("server", "127.0.0.1", auth=False, insecure=False) is None
+    assert check_exposure("server", "0.0.0.0", auth=True, insecure=False) is None
+    with pytest.raises(AuthError, match=r"server --host 0\.0\.0\.0 without --auth .*pass --auth .* or --insecure"):
+        check_exposure("server", "0.0.0.0", auth=False, insecure=False)
+    warning = check_exposure("ui", "10.1.2.3", auth=False, insecure=True)
+    assert warning.startswith("warning: --insecure: ui --host 10.1.2.3 without --auth")
+
+
+@pytest.mark.parametrize("command", ["server", "ui"])
+def test_exposed_without_auth_exits_2_in_one_line_before_starting(command, monkeypatch, tmp_path, capsys):
+    from ndebench.platform import cli
+    from ndebench.platform.engine import server
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(server, "serve", lambda *a, **k: pytest.fail("started"))
+    assert cli.main([command, "--host", "0.0.0.0", "--port", "5999"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith(f"ndebench {command}: error: {command} --host 0.0.0.0")
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlflow-auth").exists()
 
 
 def test_server_auth_without_credentials_exits_2_before_starting(monkeypatch, tmp_path, capsys):

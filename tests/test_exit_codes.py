@@ -43,7 +43,10 @@ def _one_line(capsys, code: int, argv: list[str]) -> str:
     return ours[0]
 
 
-def test_an_unreachable_tracking_server_exits_3_before_ray_starts(config, tmp_path, capsys):
+def test_an_unreachable_tracking_server_exits_3_before_ray_starts(config, tmp_path, capsys, monkeypatch):
+    from ndebench.platform.engine import runchecks
+
+    monkeypatch.setattr(runchecks, "SERVER_WAIT_S", 1.0)  # the wait for a starting server: its own test
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     started = time.monotonic()

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,10 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
         job = _submit(dashboard, job_dir, {"MLFLOW_TRACKING_URI": uri, "MLFLOW_TRACKING_USERNAME": USER,
                                            "MLFLOW_TRACKING_PASSWORD": PASSWORD}, str(tmp_path / "shared"), env)
         assert "ndebench-exit=0" in job.stdout, job.stdout + job.stderr
+        # The password in the job's env_vars (which Ray's runtime-env agent logs) reaches no file of the storage.
+        shared = [p for p in (tmp_path / "shared").rglob("*") if p.is_file()]
+        assert [p for p in shared if PASSWORD.encode() in p.read_bytes()] == []
+        assert [stat.S_IMODE(p.stat().st_mode) for p in shared if p.name.startswith("ray-")] == [0o600]
         monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", USER)
         monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PASSWORD)
         trials = [r for r in search(uri, "ray_job") if r.data.tags.get(f"{TAG}kind") == "trial"]

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fakes import free_port, start_server, wait_healthy
+from fakes import free_port, read_until, start_server, wait_healthy
 from ndebench.platform.cli import main
 from ndebench.platform.engine.server import default_settings, server_command, study_url
 
@@ -83,6 +83,8 @@ def test_server_serves_and_stops_with_its_parent(tmp_path):
                 assert process.poll() is None, process.stdout.read()
                 assert time.monotonic() < deadline, "server did not answer within 90 s"
                 time.sleep(0.5)
+        announced = read_until(process, "listening on")
+        assert "starting on 127.0.0.1:" in announced and f"--tracking-uri http://localhost:{port}" in announced
         from mlflow.tracking import MlflowClient
 
         mlflow_client = MlflowClient(f"http://localhost:{port}")
@@ -94,9 +96,7 @@ def test_server_serves_and_stops_with_its_parent(tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)
-    output = process.stdout.read()
     assert code == 128 + signal.SIGTERM
-    assert f"--tracking-uri http://localhost:{port}" in output
     assert not any(_group_alive(pgid) for pgid in server_groups)
 
 
@@ -108,10 +108,10 @@ def test_server_killed_with_sigkill_takes_mlflow_down_and_binds_loopback_by_defa
         wait_healthy(port, process, seconds=90)
         groups = {pid for pid in _children(process.pid) if os.getpgid(pid) == pid}
         assert groups
+        assert "listening on 127.0.0.1:" in read_until(process, "listening on")
     finally:
         process.kill()
         process.wait(timeout=30)
-    assert "listening on 127.0.0.1:" in process.stdout.read()
     deadline = time.monotonic() + 30
     while any(_group_alive(pgid) for pgid in groups):
         assert time.monotonic() < deadline, "the MLflow server outlived `ndebench server` by 30 s"

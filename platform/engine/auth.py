@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import configparser
 import importlib.util
+import ipaddress
 import os
 import secrets
+import socket
 from pathlib import Path
 
 USERNAME_VAR, PASSWORD_VAR = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class AuthError(ValueError):
@@ -75,10 +76,27 @@ def auth_environment(folder: Path, username: str, password: str) -> dict[str, st
             "MLFLOW_AUTH_ADMIN_USERNAME": username, "MLFLOW_AUTH_ADMIN_PASSWORD": password}
 
 
-def exposure_warning(host: str, auth: bool) -> str | None:
-    """The warning for a server listening beyond this machine without authentication, else ``None``."""
-    if auth or host in LOCAL_HOSTS:
+def is_loopback(host: str) -> bool:
+    """``host`` is a loopback address, or a name every address of which is one (``localhost``, ``127.0.1.1``)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def check_exposure(command: str, host: str, auth: bool, insecure: bool) -> str | None:
+    """Refuse (:class:`AuthError`, exit 2) ``ndebench COMMAND --host HOST`` beyond this machine without ``--auth``
+    unless ``--insecure`` opts in; return the warning to print for that opt-in, else ``None``."""
+    if auth or is_loopback(host):
         return None
-    return (f"warning: the tracking server listens on {host} without authentication: anyone who reaches the port "
-            "can read, change and delete every run and upload artifacts. Pass --auth (README, 'A tracking server "
-            "for a team')")
+    exposed = (f"{command} --host {host} without --auth lets anyone who reaches the port read, change and delete "
+               "every run and upload artifacts")
+    if not insecure:
+        raise AuthError(f"{exposed}: pass --auth (README, 'A tracking server for a team'), or --insecure on a "
+                        "network only trusted machines reach")
+    return f"warning: --insecure: {exposed}"

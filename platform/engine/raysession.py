@@ -1,4 +1,4 @@
-"""The sweep's Ray session: starting or joining Ray, and capturing Ray's output in one log file.
+"""The sweep's Ray session: starting or joining Ray, and capturing this driver's Ray output in one log file.
 
 Ray's console output (experiment boxes, result paths, its loggers' handlers) goes to a log file unless
 ``verbose``; only the sweep's own progress lines reach the console.
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.platform.engine.joining import init_arguments
+from ndebench.platform.engine.storage import Storage
+from ndebench.platform.engine.sweeplog import write_private
 from ndebench.platform.outage import InfrastructureError, cause_line
 from ndebench.platform.stopping import reclaim
 
@@ -88,16 +91,30 @@ class RaySession:
             self.say(message)
 
     def log_text(self) -> str:
-        """Ray's full output of this session (driver log and the workers' logs), one section per file."""
+        """Ray's output of this session that belongs to this driver, one section per file: its own log and
+        console capture, and the node's log files of this job (``worker-*-<job id>-*`` and their core worker
+        logs, this driver's core worker log); never other jobs' files or the node's agents' logs (the
+        runtime-env agent prints every job's ``env_vars``)."""
         import ray
 
         logging.getLogger("ray").removeHandler(self._driver_handler)
         self._driver_handler.close()
         node = getattr(ray._private.worker, "_global_node", None)
-        paths = [self._driver_log, self._console_log] + (sorted(Path(node.get_logs_dir_path()).glob("*"))
-                                                         if node is not None else [])
+        paths = [self._driver_log, self._console_log]
+        if node is not None and ray.is_initialized():
+            job = ray.get_runtime_context().get_job_id()
+            logs = Path(node.get_logs_dir_path())
+            workers = sorted(logs.glob(f"worker-*-{job}-*"))
+            # worker-<worker id>-<job id>-<pid>.out: its core worker's log is python-core-worker-<worker id>_<pid>.log
+            cores = {logs / f"python-core-worker-{w.name.split('-')[1]}_{w.stem.rsplit('-', 1)[1]}.log"
+                     for w in workers}
+            paths += [*workers, *sorted(cores), *logs.glob(f"python-core-driver-*_{os.getpid()}.log")]
         chunks = []
         for path in paths:
             if path.exists() and path.suffix in (".out", ".err", ".log") and path.stat().st_size:
                 chunks.append(f"===== {path.name} =====\n{path.read_text(errors='replace')}")
         return "\n".join(chunks)
+
+    def save_log(self, storage: Storage, *parts: str) -> str:
+        """:meth:`log_text`, secrets redacted, in an owner-only file ``parts`` under ``storage``; its URI."""
+        return write_private(storage, self.log_text(), *parts)

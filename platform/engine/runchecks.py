@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,6 +20,8 @@ from ndebench.platform.spec.config import SweepSpec
 SERVER_SCHEMES = ("http", "https")
 LARGE_PLAN = 100_000
 PROBE_TIMEOUT_S = 5.0
+# How long `ndebench run` waits for a tracking server that is starting (refusing connections) before exit 3.
+SERVER_WAIT_S = 60.0
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -44,9 +47,11 @@ def check_tracking_uri(uri: str) -> None:
         raise ValueError(f"--tracking-uri {uri!r} is not a database URL SQLAlchemy reads: {exc}") from None
 
 
-def check_tracking_reachable(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """A tracking server accepts a connection within ``timeout_s`` seconds; a sqlite database's folder exists
-    and takes files (MLflow creates the database, not its folder). Other databases are left to MLflow."""
+def check_tracking_reachable(uri: str, timeout_s: float = PROBE_TIMEOUT_S, wait_s: float | None = None) -> None:
+    """A tracking server accepts a connection within ``timeout_s`` seconds; one that refuses connections (still
+    starting: MLflow binds its port once its workers are up) is waited for up to ``wait_s`` (default
+    :data:`SERVER_WAIT_S`) seconds, announced in one line. A sqlite database's folder exists and takes files
+    (MLflow creates the database, not its folder). Other databases are left to MLflow."""
     database = sqlite_path(uri)
     if database is not None:
         folder = database.parent
@@ -60,11 +65,24 @@ def check_tracking_reachable(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> No
     if parts.scheme.lower() not in SERVER_SCHEMES:
         return
     address = (parts.hostname or "", parts.port or (443 if parts.scheme.lower() == "https" else 80))
-    try:
-        socket.create_connection(address, timeout=timeout_s).close()
-    except OSError as exc:
-        raise InfrastructureError(f"--tracking-uri {uri}: no tracking server answers at {address[0]}:{address[1]} "
-                                  f"({cause_line(exc)})") from None
+    wait_s = SERVER_WAIT_S if wait_s is None else wait_s
+    deadline = None
+    while True:
+        try:
+            socket.create_connection(address, timeout=timeout_s).close()
+            return
+        except ConnectionRefusedError as exc:
+            if deadline is None:
+                deadline = time.monotonic() + wait_s
+                print(f"[ndebench] no tracking server answers at {address[0]}:{address[1]} yet: waiting up to "
+                      f"{wait_s:g} s for it to start", flush=True)
+            if time.monotonic() >= deadline:
+                raise InfrastructureError(f"--tracking-uri {uri}: no tracking server answers at {address[0]}:"
+                                          f"{address[1]} ({cause_line(exc)})") from None
+            time.sleep(0.5)
+        except OSError as exc:
+            raise InfrastructureError(f"--tracking-uri {uri}: no tracking server answers at {address[0]}:{address[1]} "
+                                      f"({cause_line(exc)})") from None
 
 
 def check_out_dir(out: str | Path) -> None:

@@ -31,3 +31,14 @@ def trial_folder(storage: Storage, study: str, relative: str) -> str:
             raise UnsafePathError(f"ndebench.trial_dir={relative!r} resolves to {os.path.realpath(path)!r}, outside "
                                   f"the storage root {root!r}")
     return path
+
+
+def inside_trial(storage: Storage, trial_path: str, path: str) -> str:
+    """``path`` (a checkpoint file under the trial folder ``trial_path``, as :func:`trial_folder` returned it), or
+    :class:`UnsafePathError` when, on a local filesystem, a symlinked ``checkpoint_*`` folder or file takes it
+    outside that trial folder once symlinks are resolved."""
+    if isinstance(storage.fs, pafs.LocalFileSystem):
+        folder, real = os.path.realpath(trial_path), os.path.realpath(path)
+        if os.path.commonpath([folder, real]) != folder:
+            raise UnsafePathError(f"checkpoint {path!r} resolves to {real!r}, outside its trial folder {folder!r}")
+    return path

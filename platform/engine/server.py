@@ -19,9 +19,12 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 # With job execution on, MLflow 3.17 starts worker processes that survive the server's own exit.
 SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+# Seconds the server gets to shut down after SIGTERM before the group is killed: stopping must take under 2 s.
+STOP_GRACE_S = 0.8
 # Run as `python -c WATCHDOG PARENT GROUP`: waits until PARENT is gone (its children are then re-parented),
 # then ends process group GROUP (SIGTERM, SIGKILL after 10 s); quits early once the group is gone.
 WATCHDOG = """
@@ -72,6 +75,18 @@ class ServerSettings:
         """The ``--tracking-uri`` that the driver and every worker node must use."""
         return f"http://{self.reachable_host}:{self.port}"
 
+    @property
+    def local_url(self) -> str:
+        """The server's address as reached from this machine (a wildcard bind address on loopback)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(self.host, self.host)
+        return f"http://{host}:{self.port}"
+
+    def announce(self) -> None:
+        """The line ``ndebench server`` prints once ``/health`` answers."""
+        print(f"listening on {self.host}:{self.port}; workers and the driver must use:  --tracking-uri "
+              f"{self.tracking_uri}" + ("  (with a worker user from `ndebench grant`)" if self.auth else ""),
+              flush=True)
+
     def host_headers(self) -> list[str]:
         """MLflow's default allowed hosts (localhost, private IPs) plus the name workers use: MLflow 3.17
         refuses requests that reach it by a host name it was not told about."""
@@ -107,20 +122,24 @@ def server_command(settings: ServerSettings) -> list[str]:
 
 def server_environment(settings: ServerSettings, credentials_file: str | None = None,
                        cwd: Path | None = None) -> dict[str, str]:
-    """Environment of the server process beyond this one's: with ``auth``, the basic-auth config (admin
-    credentials from the environment or ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``)."""
+    """Environment of the server process beyond this one's: with ``auth``, :func:`basic_auth_environment`."""
+    return basic_auth_environment(credentials_file, cwd) if settings.auth else {}
+
+
+def basic_auth_environment(credentials_file: str | None = None, cwd: Path | None = None) -> dict[str, str]:
+    """The basic-auth config of an MLflow server or UI: admin credentials from the environment or
+    ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``."""
     from ndebench.platform.engine.auth import admin_credentials, auth_environment, check_installed
 
-    if not settings.auth:
-        return {}
     check_installed()
     return auth_environment(Path(cwd or os.getcwd()) / "mlflow-auth", *admin_credentials(credentials_file))
 
 
-def ui_command(tracking_uri: str, host: str, port: int) -> list[str]:
-    """The ``mlflow ui`` command line of ``ndebench ui`` (one worker: a local viewer)."""
+def ui_command(tracking_uri: str, host: str, port: int, auth: bool = False) -> list[str]:
+    """The ``mlflow ui`` command line of ``ndebench ui`` (one worker: a local viewer; ``auth``: MLflow's
+    basic-auth app, as ``server --auth``)."""
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", host,
-            "--port", str(port), "--workers", "1"]
+            "--port", str(port), "--workers", "1"] + (["--app-name", "basic-auth"] if auth else [])
 
 
 def study_url(base_url: str, experiment_id: str, phase: str = "evaluate") -> str:
@@ -149,7 +168,7 @@ def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 12
                     action()
                     return
             except OSError:
-                time.sleep(0.5)
+                time.sleep(0.25)
 
     threading.Thread(target=poll, daemon=True).start()
 
@@ -157,47 +176,60 @@ def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 12
 def serve(command: list[str], *, base_url: str | None = None, on_ready: Callable[[], None] | None = None,
           env: dict[str, str] | None = None) -> int:
     """Run ``command`` in its own process group until it exits or this process gets SIGINT, SIGTERM or SIGHUP;
-    then end the whole group (the server and its workers). ``on_ready`` runs once ``base_url`` answers.
-    ``env`` adds to this process's environment. Returns the child's exit code, or ``128 + signal`` when stopped
-    by a signal (as a shell reports it)."""
+    then end the whole group (the server and its workers) within :data:`STOP_GRACE_S` + 0.5 s. ``on_ready`` runs
+    once ``base_url`` answers on ``/health``. ``env`` adds to this process's environment. Returns the child's exit
+    code; stopped by a signal, this process exits ``128 + signal`` (as a shell reports it) at once, without the
+    interpreter's teardown of MLflow's modules, which alone takes seconds on a loaded machine."""
     process = subprocess.Popen(command, env=dict(os.environ, **SERVER_ENV, **(env or {})), start_new_session=True)
     # A SIGKILL of this process runs none of its handlers: a watchdog ends the group once this process is gone.
     watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(process.pid)],
                                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-    if base_url and on_ready:
-        _when_ready(base_url, on_ready)
     stopped_by = 0
 
     def stop(signum: int, _frame: object) -> None:
+        # Only a flag: the handler runs inside the main thread's wait, where the child cannot be reaped.
         nonlocal stopped_by
         stopped_by = signum
-        _end_group(process)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        code = process.wait()
+        if base_url and on_ready:
+            _when_ready(base_url, on_ready)
+        while not stopped_by and process.poll() is None:
+            time.sleep(0.05)
     finally:
+        _end_group(process)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _end_group(process)
         watchdog.kill()
         watchdog.wait()
-    return 128 + stopped_by if stopped_by else code
+    if stopped_by:
+        _exit_now(128 + stopped_by)
+    return process.returncode
 
 
-def _end_group(process: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM to the group, SIGKILL to whatever is left after ``grace_s``; returns once the group is gone."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _exit_now(code: int) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _end_group(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the group, SIGKILL to whatever is left after ``grace_s``; returns once the group is gone (its
+    leader reaped here, the workers it left by init) or 0.5 s after the SIGKILL."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.5)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
+            process.poll()
             return
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             process.poll()
             try:
                 os.killpg(process.pid, 0)
             except ProcessLookupError:
                 return
-            time.sleep(0.1)
+            time.sleep(0.02)
+    process.poll()

@@ -138,9 +138,8 @@ class Sweep:
         return params
 
     def _write_log(self) -> str:
-        """Ray's full output of this sweep in a file under the storage path."""
-        ctx = self.ctx
-        return ctx.storage.write_bytes(ctx.ray.log_text().encode(), self.spec.study, f"ray-{ctx.stamp}.log")
+        """This driver's Ray output, secrets redacted, in an owner-only file under the storage path."""
+        return self.ctx.ray.save_log(self.ctx.storage, self.spec.study, f"ray-{self.ctx.stamp}.log")
 
     def run(self) -> SweepOutcome:
         """Preflight, start Ray, run the search stages of the protocol, evaluate every cell over the seeds."""

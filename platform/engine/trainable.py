@@ -21,7 +21,7 @@ from typing import Any
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.engine.joining import check_this_node
 from ndebench.platform.engine.provenance import worker_provenance
-from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
+from ndebench.platform.engine.safepaths import UnsafePathError, inside_trial, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
@@ -49,19 +49,20 @@ def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
 def latest_checkpoint(storage: Storage, study: str, trial_dir: str) -> tuple[dict[str, Any] | None, list[str]]:
     """The newest loadable ``checkpoint_*/trial_state.pt`` under ``trial_dir`` (a run's ``ndebench.trial_dir``
     tag, relative to the storage root) and a line per checkpoint that failed to load. Only tensors and plain
-    data are unpickled; a ``trial_dir`` outside the storage root raises
-    :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before anything is read."""
+    data are unpickled; a ``trial_dir`` outside the storage root, or a checkpoint a symlink takes out of its trial
+    folder, raises :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before it is read."""
     import pyarrow.fs as pafs
     import torch
 
-    selector = pafs.FileSelector(trial_folder(storage, study, trial_dir), allow_not_found=True)
+    trial = trial_folder(storage, study, trial_dir)
+    selector = pafs.FileSelector(trial, allow_not_found=True)
     folders = sorted((info.path for info in storage.fs.get_file_info(selector)
                       if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")),
                      reverse=True)
     problems = []
     for folder in folders:
         try:
-            with storage.fs.open_input_file(f"{folder}/{STATE_FILE}") as stream:
+            with storage.fs.open_input_file(inside_trial(storage, trial, f"{folder}/{STATE_FILE}")) as stream:
                 return torch.load(io.BytesIO(stream.read()), map_location="cpu", weights_only=True), problems
         except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
             # A checkpoint cut off while it was written leaves an older, complete one; either way it is said.

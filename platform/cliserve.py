@@ -1,0 +1,66 @@
+"""The commands that serve the tracking store (``ui``, ``server``, ``grant``) and the tracking URI a command uses."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def tracking_uri(args: argparse.Namespace) -> str:
+    """The command's ``--tracking-uri`` made absolute (or the default ``sqlite:///mlflow.db``), checked."""
+    from ndebench.platform.engine.runchecks import check_tracking_uri
+    from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
+
+    uri = absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
+    check_tracking_uri(uri)
+    return uri
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import webbrowser
+
+    from ndebench.platform import api
+    from ndebench.platform.engine.auth import check_exposure
+    from ndebench.platform.engine.server import basic_auth_environment, serve, ui_command
+
+    warning = check_exposure("ui", args.host, args.auth, args.insecure)
+    uri = tracking_uri(args)
+    env = basic_auth_environment(args.credentials_file) if args.auth else {}
+    base = f"http://{args.host}:{args.port}"
+    url = base
+    if args.study:
+        links = api.study_links(args.study, uri, base)
+        url = links.runs
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
+    if args.study:
+        print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
+        print(f"study {args.study!r}, compare its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
+              flush=True)
+    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
+                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from ndebench.platform.engine.auth import check_exposure
+    from ndebench.platform.engine.server import default_settings, serve, server_command, server_environment
+
+    warning = check_exposure("server", args.host, args.auth, args.insecure)
+    backend = tracking_uri(argparse.Namespace(tracking_uri=args.backend_store_uri)) if args.backend_store_uri else None
+    settings = default_settings(
+        backend_store_uri=backend, artifacts_destination=args.artifacts_destination, host=args.host,
+        port=args.port, public_host=args.public_host, workers=args.workers,
+        allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None, auth=args.auth,
+    )
+    env = server_environment(settings, args.credentials_file)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    print(f"MLflow tracking server: runs in {settings.backend_store_uri}, artifacts in "
+          f"{settings.artifacts_destination}, starting on {settings.host}:{settings.port}", flush=True)
+    return serve(server_command(settings), base_url=settings.local_url, on_ready=settings.announce, env=env)
+
+
+def cmd_grant(args: argparse.Namespace) -> int:
+    from ndebench.platform.engine.grant import grant_command
+
+    return grant_command(tracking_uri(args), args.study, args.user, args.credentials_out)
