@@ -130,17 +130,20 @@ class TrialRNG:
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state`; a device generator is created first, then set, so nothing else is drawn."""
-        for key in state["on_device"]:
-            self.regularizer_on(key)
+        generators = {key: self.regularizer_on(key) for key in state["on_device"]}
         for key, value in state["on_device"].items():
-            self._on_device[key].set_state(value)
+            generators[key].set_state(value)
         self.regularizer.set_state(state["regularizer"])
         self.noise.set_state(state["noise"])
         self.shuffle.set_state(state["shuffle"])
 
     def regularizer_on(self, device: torch.device | str) -> torch.Generator:
-        """The regularizer generator for ``device``: ``regularizer`` itself on the CPU."""
-        device = torch.device(device)
+        """The regularizer generator for ``device``: ``regularizer`` itself on the CPU.
+
+        One device has one stream whatever it is called: ``"cuda"``, ``torch.device("cuda")`` and ``"cuda:0"``
+        (while device 0 is current) name the same generator, created and seeded on first use.
+        """
+        device = resolved_device(device)
         if device.type == "cpu":
             return self.regularizer
         key = str(device)
@@ -148,6 +151,16 @@ class TrialRNG:
             seed = int(torch.randint(0, 2**62, (1,), generator=self.regularizer))
             self._on_device[key] = torch.Generator(device=device).manual_seed(seed)
         return self._on_device[key]
+
+
+def resolved_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index made explicit: an accelerator named without one is the current device of
+    its type (``"cuda"`` -> ``cuda:<current>``); the CPU stays ``cpu``."""
+    device = torch.device(device)
+    if device.type == "cpu" or device.index is not None:
+        return device
+    current = getattr(getattr(torch, device.type, None), "current_device", None)
+    return torch.device(device.type, current() if current is not None else 0)
 
 
 def step_grid(t0: torch.Tensor, t1: torch.Tensor, step_size: float) -> torch.Tensor:
