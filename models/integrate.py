@@ -12,6 +12,7 @@ from typing import Any, Literal
 import torch
 import torchdiffeq
 import torchsde
+from ndebench.models.graphs import GRAPH_SETTINGS, GraphCache
 from ndebench.regularizers.base import PassSpec, Regularizer, StepClock
 from torch import nn
 
@@ -39,6 +40,9 @@ class SolverConfig:
     ``step_size=None`` steps on the observation grid (for the UEA protocol, ``1/(L-1)``, i.e. the reference
     pipelines' ``max(min dt, 1e-3)`` for L <= 1001). ``rtol``/``atol`` apply to adaptive ODE solvers only.
 
+    ``cuda_graph`` (``auto`` or ``off``): on a CUDA device, capture a fixed-grid solve as a CUDA graph where
+    :func:`~ndebench.models.graphs.graph_decision` allows it (``auto``), or always solve eagerly (``off``).
+
     ``max_steps`` (adaptive ODE methods only; default none) is torchdiffeq's ``max_num_steps``: the most steps,
     accepted and rejected, that one solve may take between two consecutive output times (so at most
     ``max_steps * (L - 1)`` over ``L`` observation times), in the forward solve and, with ``adjoint``, in each
@@ -52,8 +56,11 @@ class SolverConfig:
     rtol: float = 1e-3
     atol: float = 1e-4
     max_steps: int | None = None
+    cuda_graph: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.cuda_graph not in GRAPH_SETTINGS:
+            raise ValueError(f"cuda_graph={self.cuda_graph!r} is not a setting; valid: {', '.join(GRAPH_SETTINGS)}")
         if self.method not in METHODS:
             raise ValueError(f"method={self.method!r} is not a solver; valid: {', '.join(METHODS)}")
         if self.step_size is not None and not self.step_size > 0:
@@ -336,6 +343,7 @@ def integrate(
     output: Literal["final", "times"] = "final",
     draw: Any = None,
     regularized: slice | None = None,
+    graphs: GraphCache | None = None,
 ) -> torch.Tensor:
     """Solve the latent dynamics from ``z0`` over ``[times[0], times[-1]]``.
 
@@ -349,6 +357,10 @@ def integrate(
     If the regularizer is active it draws once from ``rng.regularizer`` for this call, may move the end
     time (``end_time``), and modulates the drift and diffusion outputs. Fixed-step ODE solvers run with
     torchdiffeq's ``perturb=True`` so each step's stages map to one step index (see ``PassSpec.step_index``).
+
+    ``graphs``: the model's :class:`~ndebench.models.graphs.GraphCache` when :func:`graph_decision` captures its
+    solve; a training pass (gradients on) of an ODE without a control path then replays a CUDA graph of the
+    same steps (:class:`~ndebench.models.graphs.GridSolve`), the mask drawn as in the eager solve.
 
     ``draw``: a draw made by :func:`begin_pass` for a pass that spans several calls; it is used as is (no
     new draw, no end-time move). ``regularized``: a contiguous slice of the state that the regularizer
@@ -370,6 +382,11 @@ def integrate(
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
             control_end = float(t1) if end > float(t1) else None
+    if (graphs is not None and kind == "ode" and control is None and control_end is None and z0.requires_grad
+            and torch.is_grad_enabled()):
+        path = graphs.solve(lambda d: _Field(drift, None, regularizer, d, None, part), z0, graphs.grid(times),
+                            solver.method, draw)
+        return path[-1] if output == "final" else path
     clock = regularizer.step_clock if draw is not None else None
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:
         field: _Field = _SteppedField(drift, control, regularizer, draw, control_end, part, clock=clock,

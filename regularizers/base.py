@@ -136,6 +136,7 @@ class Regularizer(nn.Module):
     n_mc: int = 1
     point_predictor: ClassVar[Literal["mean_latent", "mc_probs"]] = "mean_latent"
     stochastic: ClassVar[bool] = False
+    capturable: ClassVar[bool] = False
     head_dropout: float | None = None
     step_clock: StepClock | None = None
 
@@ -157,6 +158,13 @@ class Regularizer(nn.Module):
 
     def field_layer(self, num_features: int) -> nn.Module | None:
         return None
+
+    def graph_blocker(self) -> str | None:
+        """Why a CUDA graph cannot hold a fixed-grid solve with this regularizer (``None``: it can). Capturable
+        regularizers (``capturable``) draw all of a pass's randomness in ``draw`` as per-step tensors and
+        modulate with tensor ops only; the others (random end times, per-step state updates, hooks in the field
+        layers) run eagerly."""
+        return None if self.capturable else f"regularizer {type(self).__name__} is not capturable"
 
     def describe(self) -> dict[str, Any]:
         """The regularizer's protocol facts and hyperparameters, recorded on every trial run as the MLflow tags

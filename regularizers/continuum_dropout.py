@@ -160,19 +160,16 @@ def sample_grid_states(
         return states
     s = rates.lambda1 + rates.lambda2
     q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
-    keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
-    if device.type == "cpu":  # Python ints: no tensor indexing per interval
-        keep_at, on_below = keep_at.tolist(), on_below.tolist()
-    size = batch_size * latent_size
-    u = random_words(((points.numel() - 1) * size + 1) // 2, generator, scratch=True).view(torch.int32)
-    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool, device=device) for _ in range(2))
-    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
+    keep_at, on_below = _threshold(q).view(-1, 1, 1), _threshold(q * (rates.lambda2 / s)).view(-1, 1, 1)
+    steps, size = points.numel() - 1, batch_size * latent_size
+    u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)[: steps * size]
+    lanes = u.view(steps, batch_size, latent_size)
+    # All intervals' comparisons at once; only the two bitwise ops of the chain's recursion run per interval.
+    keep, on = _words(lanes >= keep_at), _words(lanes < on_below)
+    words = _words(states)
     for k in range(1, points.numel()):
-        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
-        torch.ge(lanes, keep_at[k - 1], out=keep)
-        torch.lt(lanes, on_below[k - 1], out=on)
-        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
-        words[k].bitwise_or_(on_w)
+        torch.bitwise_and(words[k - 1], keep[k - 1], out=words[k])
+        words[k].bitwise_or_(on[k - 1])
     return states
 
 
@@ -242,6 +239,7 @@ class ContinuumDropout(Regularizer):
 
     test_time = "mc"
     stochastic = True
+    capturable = True
 
     def __init__(self, p: float = 0.3, m: float = 10.0, mask: Literal["left", "occupancy"] = "left", n_mc: int = 5,
                  scope: ControlScope = "increment"):

@@ -1,0 +1,137 @@
+"""Fixed-grid solves captured as CUDA graphs: one launch per pass instead of thousands of tiny kernels.
+
+:func:`graph_decision` says, as a pure function of the settings, whether a model's solve is captured
+(``"captured"``) or runs eagerly (``"eager: <reason>"``); the trial records that line on its MLflow run
+(tag ``ndebench.graph``), so a fallback is never silent. :class:`GraphCache` holds the captured solves of one
+model, one per input shape: the solve ``z(t_{k+1}) = z(t_k) + step(f, t_k, dt_k, z(t_k))`` on the data's own
+grid, forward and backward, through ``torch.cuda.make_graphed_callables``. The regularizer's mask is drawn
+eagerly for every pass and copied into the graph's static buffer before the replay, so each pass sees a
+fresh mask from the trial's generator: the same draws, in the same order, as the eager solve.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+GRAPH_METHODS = ("euler", "midpoint", "rk4")
+GRAPH_SETTINGS = ("auto", "off")
+CAPTURED = "captured"
+
+
+def graph_decision(*, setting: str, device: torch.device | str, method: str, adjoint: bool,
+                   step_size: float | None, kind: str, model_blocker: str | None,
+                   regularizer_blocker: str | None) -> str:
+    """``"captured"`` or ``"eager: <reason>"`` for a solve with these settings (the first reason that applies).
+
+    ``setting`` is ``solver.cuda_graph``; ``kind`` ``"ode"`` or ``"sde"``; ``model_blocker`` and
+    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable).
+    """
+    if setting == "off":
+        return "eager: solver.cuda_graph=off"
+    if torch.device(device).type != "cuda":
+        return f"eager: device {torch.device(device).type} (graphs are captured on CUDA only)"
+    if kind == "sde":
+        return "eager: torchsde builds its Brownian interval on the host during the solve"
+    if method not in GRAPH_METHODS:
+        return f"eager: method {method!r} is not captured (captured: {', '.join(GRAPH_METHODS)})"
+    if adjoint:
+        return "eager: the adjoint solves its backward pass step by step on the host"
+    if step_size is not None:
+        return f"eager: solver.step_size={step_size:g} (the capture steps on the data's own grid)"
+    return f"eager: {model_blocker or regularizer_blocker}" if model_blocker or regularizer_blocker else CAPTURED
+
+
+def _step(method: str, f: Callable[[float, torch.Tensor], torch.Tensor], t0: float, dt: float,
+          z: torch.Tensor) -> torch.Tensor:
+    """One step of torchdiffeq's fixed-grid method (its RK4 is the 3/8 rule), from ``z`` ``(B, H)``."""
+    k1 = f(t0, z)
+    if method == "euler":
+        return z + dt * k1
+    if method == "midpoint":
+        return z + dt * f(t0 + 0.5 * dt, z + k1 * (0.5 * dt))
+    k2 = f(t0 + dt / 3, z + dt * k1 / 3)
+    k3 = f(t0 + 2 * dt / 3, z + dt * (k2 - k1 / 3))
+    k4 = f(t0 + dt, z + dt * (k1 - k2 + k3))
+    return z + (k1 + 3 * (k2 + k3) + k4) * dt * 0.125
+
+
+class GridSolve(nn.Module):
+    """``z0`` ``(B, H)`` -> the path ``(S+1, B, H)`` on ``grid`` (Python floats), stepping ``field`` with
+    ``method``; ``clock.step`` is set to ``k`` while step ``k`` evaluates the field, so the mask is looked up by
+    counted step, with no search and no host synchronisation. Everything it does can be captured."""
+
+    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any):
+        super().__init__()
+        self.field, self.grid, self.method, self.clock = field, grid, method, clock
+
+    def forward(self, z0: torch.Tensor) -> torch.Tensor:
+        def f(t: float, y: torch.Tensor) -> torch.Tensor:
+            return self.field(z0.new_full((), t), y)
+
+        path, z = [z0], z0
+        for k in range(len(self.grid) - 1):
+            if self.clock is not None:
+                self.clock.step = k
+            z = _step(self.method, f, self.grid[k], self.grid[k + 1] - self.grid[k], z)
+            path.append(z)
+        if self.clock is not None:
+            self.clock.step = None
+        return torch.stack(path)
+
+
+class CaptureError(RuntimeError):
+    """A solve that :func:`graph_decision` let through could not be captured; the model falls back to eager."""
+
+
+class _Entry:
+    def __init__(self, solve: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor | None):
+        self.solve, self.masks = solve, masks
+
+
+class GraphCache:
+    """The captured solves of one model, keyed by the shape, dtype and grad mode of ``z0``."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, ...], _Entry] = {}
+        self._grids: dict[tuple[int, int], list[float]] = {}
+
+    def grid(self, times: torch.Tensor) -> list[float]:
+        """``times`` as Python floats, read from the device once per buffer (later passes need no sync)."""
+        key = (times.data_ptr(), times.numel())
+        if key not in self._grids:
+            self._grids[key] = times.tolist()
+        return self._grids[key]
+
+    def solve(self, make_field: Callable[[Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
+              draw: Any) -> torch.Tensor:
+        """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw)`` builds the field that reads ``draw``.
+
+        The first call for a shape captures (``draw``'s mask tensor, cloned, becomes the static buffer); later
+        calls copy their fresh ``draw``'s mask into it and replay. Raises what the capture raises.
+        """
+        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None)
+        entry = self.entries.get(key)
+        if entry is None:
+            static = None if draw is None else _static_draw(draw)
+            clock = None if static is None else static.spec.clock
+            module = GridSolve(make_field(static), grid, method, clock)
+            sample = z0.detach().clone().requires_grad_(z0.requires_grad)
+            try:
+                graphed = torch.cuda.make_graphed_callables(module, (sample,))
+            except (RuntimeError, AssertionError, TypeError) as exc:
+                raise CaptureError(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+            entry = _Entry(graphed, None if static is None else static.step_masks)
+            self.entries[key] = entry
+        if entry.masks is not None:
+            entry.masks.copy_(draw.step_masks)
+        return entry.solve(z0)
+
+
+def _static_draw(draw: Any) -> Any:
+    """A copy of a Continuum Dropout draw whose per-step masks live in a buffer of their own."""
+    import dataclasses
+
+    return dataclasses.replace(draw, step_masks=draw.step_masks.clone())

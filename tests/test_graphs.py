@@ -1,0 +1,81 @@
+"""CUDA-graph solves, the parts a CPU can check: which solves are captured and why the others are not (a pure
+decision), and that the captured step loop computes what the eager torchdiffeq solve computes, mask included.
+The capture itself is checked on a GPU in ``test_gpu.py``."""
+from __future__ import annotations
+
+import pytest
+import torch
+from ndebench.models.base import DataSpec
+from ndebench.models.graphs import CAPTURED, GridSolve, graph_decision
+from ndebench.models.integrate import SolverConfig, TrialRNG, _Field, begin_pass, integrate
+from ndebench.models.registry import create_model, list_models, model_info
+from ndebench.regularizers.continuum_dropout import ContinuumDropout
+from ndebench.regularizers.registry import create_regularizer
+
+BASE = dict(setting="auto", device="cuda", method="euler", adjoint=False, step_size=None, kind="ode",
+            model_blocker=None, regularizer_blocker=None)
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({}, None),
+    ({"method": "rk4"}, None),
+    ({"setting": "off"}, "solver.cuda_graph=off"),
+    ({"device": "cpu"}, "device cpu"),
+    ({"kind": "sde"}, "torchsde"),
+    ({"method": "dopri5"}, "method 'dopri5' is not captured"),
+    ({"adjoint": True}, "adjoint"),
+    ({"step_size": 0.1}, "step_size=0.1"),
+    ({"model_blocker": "reads a control"}, "reads a control"),
+    ({"regularizer_blocker": "random end time"}, "random end time"),
+])
+def test_the_decision_captures_fixed_grid_solves_and_names_the_reason_otherwise(change, reason):
+    note = graph_decision(**{**BASE, **change})
+    assert note == CAPTURED if reason is None else (note.startswith("eager: ") and reason in note)
+
+
+@pytest.mark.parametrize("name", [m for m in list_models() if model_info(m).input_kind == "timeseries"])
+def test_every_model_states_its_graph_decision(name):
+    times = torch.linspace(0, 1, 8)
+    model = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
+                         regularizer=create_regularizer("continuum_dropout", p=0.3, m=5))
+    assert model.graph_note("cpu").startswith("eager: device cpu")
+    note = model.graph_note(torch.device("cuda"))
+    expected = name == "neural_ode" and model.solver.method in ("euler", "midpoint", "rk4") and not model.solver.adjoint
+    assert (note == CAPTURED) == expected, note
+    off = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
+                       solver=SolverConfig(model.solver.method, cuda_graph="off"))
+    assert off.graph_note("cuda") == "eager: solver.cuda_graph=off"
+
+
+def test_an_unknown_graph_setting_is_named_with_the_valid_ones():
+    with pytest.raises(ValueError, match="cuda_graph='always'.*valid: auto, off"):
+        SolverConfig(cuda_graph="always")
+
+
+class MatrixField(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.net = torch.nn.Linear(hidden + 1, hidden)
+
+    def forward(self, t, z):
+        return torch.tanh(self.net(torch.cat([t.expand(z.shape[0], 1), z], dim=-1)))
+
+
+@pytest.mark.parametrize("method", ["euler", "midpoint", "rk4"])
+@pytest.mark.parametrize("regularizer", ["none", "continuum_dropout"])
+def test_the_captured_step_loop_is_the_eager_solve_with_the_same_mask(method, regularizer):
+    times = torch.linspace(0, 1, 21, dtype=torch.float64)
+    z0 = torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    field = MatrixField(6).double()
+    reg = create_regularizer(regularizer, **({"p": 0.4, "m": 20} if regularizer != "none" else {}))
+    reg.train()
+    solver = SolverConfig(method)
+    eager = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), regularizer=reg, output="times")
+    draw = begin_pass(reg, z0, times, solver=solver, rng=TrialRNG.from_seed(5))
+    clock = None if draw is None else draw.spec.clock
+    looped = GridSolve(_Field(field, None, reg, draw), times.tolist(), method, clock)(z0)
+    assert torch.allclose(looped, eager, rtol=0, atol=1e-12)
+    if isinstance(reg, ContinuumDropout):
+        plain = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), output="times")
+        assert not torch.allclose(looped, plain)
