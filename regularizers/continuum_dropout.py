@@ -164,13 +164,28 @@ def sample_grid_states(
     steps, size = points.numel() - 1, batch_size * latent_size
     u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)[: steps * size]
     lanes = u.view(steps, batch_size, latent_size)
-    # All intervals' comparisons at once; only the two bitwise ops of the chain's recursion run per interval.
-    keep, on = _words(lanes >= keep_at), _words(lanes < on_below)
-    words = _words(states)
+    keep, on = lanes >= keep_at, lanes < on_below
+    if device.type != "cpu":
+        states[1:] = _last_event_states(keep, on)
+        return states
+    # On the CPU the recursion runs per interval, on 8 packed flags per machine word.
+    words, keep_w, on_w = _words(states), _words(keep), _words(on)
     for k in range(1, points.numel()):
-        torch.bitwise_and(words[k - 1], keep[k - 1], out=words[k])
-        words[k].bitwise_or_(on[k - 1])
+        torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
+        words[k].bitwise_or_(on_w[k - 1])
     return states
+
+
+def _last_event_states(keep: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """The chain's states after each interval ``(S, B, H)`` from its flags ``(S, B, H)``, in a few whole-tensor ops.
+
+    Interval ``k`` keeps the state unless it has an event (``~keep[k]``), which sets it to ``on[k]``; so the
+    state after interval ``k`` is ``on[j]`` of the last event ``j <= k``, or active (the start) without one.
+    The same states as the per-interval recursion, with no launch per interval (for accelerators).
+    """
+    steps = torch.arange(keep.shape[0], dtype=torch.int32, device=keep.device).view(-1, 1, 1)
+    last = torch.where(keep, -1, steps).cummax(0).values
+    return torch.where(last >= 0, on.gather(0, last.clamp(min=0).long()), True)
 
 
 def _words(flags: torch.Tensor) -> torch.Tensor:

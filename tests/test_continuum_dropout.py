@@ -8,6 +8,7 @@ from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.regularizers.base import PassSpec, StepClock
 from ndebench.regularizers.continuum_dropout import (
     ContinuumDropout,
+    _last_event_states,
     random_words,
     sample_grid_states,
     sample_renewal_paths,
@@ -202,6 +203,17 @@ def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
     assert a.dtype == torch.bool and a.shape == (11, 8, 16)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.all(a[0])
+
+
+def test_the_accelerators_whole_tensor_chain_equals_the_per_interval_recursion():
+    # keep: no event in the interval; on: an event that sets the state active (never both, as in the sampler).
+    g = torch.Generator().manual_seed(3)
+    u = torch.rand(60, 9, 11, generator=g)
+    keep, on = u >= 0.4, u < 0.15
+    states = [torch.ones(9, 11, dtype=torch.bool)]
+    for k in range(60):
+        states.append((states[-1] & keep[k]) | on[k])
+    assert torch.equal(_last_event_states(keep, on), torch.stack(states[1:]))
 
 
 class MatrixField(torch.nn.Module):
