@@ -79,3 +79,19 @@ def test_the_captured_step_loop_is_the_eager_solve_with_the_same_mask(method, re
     if isinstance(reg, ContinuumDropout):
         plain = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), output="times")
         assert not torch.allclose(looped, plain)
+
+
+@pytest.mark.parametrize("method,step_size", [("euler", None), ("rk4", None), ("midpoint", 0.013)])
+def test_asking_for_z_at_T_only_steps_the_same_grid_bit_for_bit(method, step_size):
+    times = torch.linspace(0, 1, 30)
+    results = []
+    for output in ("final", "times"):
+        torch.manual_seed(0)
+        field = MatrixField(8)
+        z0 = torch.randn(5, 8, requires_grad=True)
+        path = integrate(field, z0, times, solver=SolverConfig(method, step_size=step_size), rng=TrialRNG.from_seed(1),
+                         regularizer=ContinuumDropout(0.3, 10), output=output)
+        zT = path if output == "final" else path[-1]
+        zT.square().sum().backward()
+        results.append([zT.detach(), z0.grad, *(p.grad for p in field.parameters())])
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
