@@ -150,8 +150,9 @@ def sample_grid_states(
     ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
     integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
     exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
-    generator on a GPU) without host synchronisation; per interval, two comparisons and two bitwise ops
-    on 8 flags per machine word.
+    generator on a GPU) without host synchronisation. On the CPU, per interval, two comparisons and two
+    bitwise ops on 8 flags per machine word; on an accelerator a few whole-tensor ops for all intervals
+    (:func:`_last_event_states`), so a draw costs a handful of launches whatever the grid's length.
     """
     device = generator.device
     states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
@@ -160,19 +161,22 @@ def sample_grid_states(
         return states
     s = rates.lambda1 + rates.lambda2
     q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
-    keep_at, on_below = _threshold(q).view(-1, 1, 1), _threshold(q * (rates.lambda2 / s)).view(-1, 1, 1)
+    keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
     steps, size = points.numel() - 1, batch_size * latent_size
-    u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)[: steps * size]
-    lanes = u.view(steps, batch_size, latent_size)
-    keep, on = lanes >= keep_at, lanes < on_below
+    u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)
     if device.type != "cpu":
-        states[1:] = _last_event_states(keep, on)
+        lanes = u[: steps * size].view(steps, batch_size, latent_size)
+        states[1:] = _last_event_states(lanes >= keep_at.view(-1, 1, 1), lanes < on_below.view(-1, 1, 1))
         return states
-    # On the CPU the recursion runs per interval, on 8 packed flags per machine word.
-    words, keep_w, on_w = _words(states), _words(keep), _words(on)
+    keep_at, on_below = keep_at.tolist(), on_below.tolist()  # Python ints: no tensor indexing per interval
+    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool) for _ in range(2))
+    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
     for k in range(1, points.numel()):
-        torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
-        words[k].bitwise_or_(on_w[k - 1])
+        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
+        torch.ge(lanes, keep_at[k - 1], out=keep)
+        torch.lt(lanes, on_below[k - 1], out=on)
+        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
+        words[k].bitwise_or_(on_w)
     return states
 
 
