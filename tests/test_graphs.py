@@ -95,3 +95,33 @@ def test_asking_for_z_at_T_only_steps_the_same_grid_bit_for_bit(method, step_siz
         zT.square().sum().backward()
         results.append([zT.detach(), z0.grad, *(p.grad for p in field.parameters())])
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+def test_the_graph_cache_draws_a_fresh_mask_into_its_static_buffer_every_pass(monkeypatch):
+    # The capture is stood in for by the eager module (no CUDA here): what is checked is the cache's bookkeeping,
+    # one entry per shape, and each pass's own mask copied into the buffer the captured field reads.
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", lambda module, sample_args: module)
+    times = torch.linspace(0, 1, 20)
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(create_model("neural_ode", DataSpec(3, 4, times=times), hidden_size=8,
+                                   regularizer=create_regularizer("continuum_dropout", p=0.4, m=10)))
+    captured, eager = models
+    captured._graph_notes["cpu"] = CAPTURED
+    inputs = eager.prepare(times, torch.randn(6, 20, 3, generator=torch.Generator().manual_seed(1)))
+    rngs = TrialRNG.from_seed(0), TrialRNG.from_seed(0)
+    outputs = []
+    for _ in range(3):
+        passes = []
+        for model, rng in zip(models, rngs, strict=True):
+            model.train()
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(len(outputs))  # the head's dropout draws from torch's global generator
+            logits = model(inputs, rng)
+            logits.square().sum().backward()
+            passes.append([logits.detach(), *(p.grad for p in model.field.parameters())])
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*passes, strict=True))
+        outputs.append(passes[0][0])
+    assert len(captured._graphs.entries) == 1 and not eager._graphs.entries
+    assert not torch.allclose(outputs[0], outputs[1]) and not torch.allclose(outputs[1], outputs[2])
