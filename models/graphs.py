@@ -10,6 +10,9 @@ fresh mask from the trial's generator: the same draws, in the same order, as the
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -44,18 +47,29 @@ def graph_decision(*, setting: str, device: torch.device | str, method: str, adj
     return f"eager: {model_blocker or regularizer_blocker}" if model_blocker or regularizer_blocker else CAPTURED
 
 
-def _step(method: str, f: Callable[[float, torch.Tensor], torch.Tensor], t0: float, dt: float,
-          z: torch.Tensor) -> torch.Tensor:
-    """One step of torchdiffeq's fixed-grid method (its RK4 is the 3/8 rule), from ``z`` ``(B, H)``."""
-    k1 = f(t0, z)
+def _step(method: str, f: Callable[[float, torch.Tensor], torch.Tensor], t0: float, t1: float,
+          ends: tuple[float, float], z: torch.Tensor) -> torch.Tensor:
+    """One step of torchdiffeq's fixed-grid method (its RK4 is the 3/8 rule) from ``z`` ``(B, H)`` over
+    ``[t0, t1]``; ``ends`` are ``t0`` just after and ``t1`` just before, where torchdiffeq's ``perturb=True``
+    evaluates the first and last stages (so a control path's piece is the step's own, also at its knots)."""
+    dt = t1 - t0
+    k1 = f(ends[0], z)
     if method == "euler":
         return z + dt * k1
     if method == "midpoint":
         return z + dt * f(t0 + 0.5 * dt, z + k1 * (0.5 * dt))
     k2 = f(t0 + dt / 3, z + dt * k1 / 3)
     k3 = f(t0 + 2 * dt / 3, z + dt * (k2 - k1 / 3))
-    k4 = f(t0 + dt, z + dt * (k1 - k2 + k3))
+    k4 = f(ends[1], z + dt * (k1 - k2 + k3))
     return z + (k1 + 3 * (k2 + k3) + k4) * dt * 0.125
+
+
+def _perturbed_ends(grid: list[float], dtype: torch.dtype) -> list[tuple[float, float]]:
+    """Per step ``(nextafter(t_k, +inf), nextafter(t_{k+1}, -inf))`` in ``dtype``, as torchdiffeq perturbs."""
+    points = torch.tensor(grid, dtype=dtype)
+    after = torch.nextafter(points, torch.tensor(math.inf, dtype=dtype)).tolist()
+    before = torch.nextafter(points, torch.tensor(-math.inf, dtype=dtype)).tolist()
+    return list(zip(after[:-1], before[1:], strict=True))
 
 
 class GridSolve(nn.Module):
@@ -72,10 +86,10 @@ class GridSolve(nn.Module):
             return self.field(z0.new_full((), t), y)
 
         path, z = [z0], z0
-        for k in range(len(self.grid) - 1):
+        for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
             if self.clock is not None:
                 self.clock.step = k
-            z = _step(self.method, f, self.grid[k], self.grid[k + 1] - self.grid[k], z)
+            z = _step(self.method, f, self.grid[k], self.grid[k + 1], ends, z)
             path.append(z)
         if self.clock is not None:
             self.clock.step = None
@@ -87,8 +101,18 @@ class CaptureError(RuntimeError):
 
 
 class _Entry:
-    def __init__(self, solve: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor | None):
+    def __init__(self, solve: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor | None,
+                 control: nn.Module | None):
         self.solve, self.masks = solve, masks
+        self.control = None if control is None else dict(control.named_buffers())
+
+    def stage(self, draw: Any, control: nn.Module | None) -> None:
+        """Copy this pass's mask and control path into the buffers the captured graph reads."""
+        if self.masks is not None:
+            self.masks.copy_(draw.step_masks)
+        if self.control is not None:
+            for name, buffer in control.named_buffers():
+                self.control[name].copy_(buffer)
 
 
 class GraphCache:
@@ -105,33 +129,29 @@ class GraphCache:
             self._grids[key] = times.tolist()
         return self._grids[key]
 
-    def solve(self, make_field: Callable[[Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
-              draw: Any) -> torch.Tensor:
-        """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw)`` builds the field that reads ``draw``.
+    def solve(self, make_field: Callable[[Any, Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
+              draw: Any, control: nn.Module | None = None) -> torch.Tensor:
+        """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw, control)`` builds the field that reads them.
 
-        The first call for a shape captures (``draw``'s mask tensor, cloned, becomes the static buffer); later
-        calls copy their fresh ``draw``'s mask into it and replay. Raises what the capture raises.
+        The first call for a shape captures: ``draw``'s mask and the ``control`` path (a torchcde interpolation,
+        whose coefficients are module buffers), cloned, become the graph's static buffers. Later calls copy
+        their own mask and control into those buffers and replay. Raises :class:`CaptureError` when the capture
+        fails.
         """
-        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None)
+        shapes = None if control is None else tuple((n, tuple(b.shape)) for n, b in control.named_buffers())
+        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes)
         entry = self.entries.get(key)
         if entry is None:
-            static = None if draw is None else _static_draw(draw)
+            static = None if draw is None else dataclasses.replace(draw, step_masks=draw.step_masks.clone())
+            static_control = None if control is None else copy.deepcopy(control)
             clock = None if static is None else static.spec.clock
-            module = GridSolve(make_field(static), grid, method, clock)
+            module = GridSolve(make_field(static, static_control), grid, method, clock)
             sample = z0.detach().clone().requires_grad_(z0.requires_grad)
             try:
                 graphed = torch.cuda.make_graphed_callables(module, (sample,))
             except (RuntimeError, AssertionError, TypeError) as exc:
                 raise CaptureError(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
-            entry = _Entry(graphed, None if static is None else static.step_masks)
+            entry = _Entry(graphed, None if static is None else static.step_masks, static_control)
             self.entries[key] = entry
-        if entry.masks is not None:
-            entry.masks.copy_(draw.step_masks)
+        entry.stage(draw, control)
         return entry.solve(z0)
-
-
-def _static_draw(draw: Any) -> Any:
-    """A copy of a Continuum Dropout draw whose per-step masks live in a buffer of their own."""
-    import dataclasses
-
-    return dataclasses.replace(draw, step_masks=draw.step_masks.clone())

@@ -369,8 +369,8 @@ def integrate(
     torchdiffeq's ``perturb=True`` so each step's stages map to one step index (see ``PassSpec.step_index``).
 
     ``graphs``: the model's :class:`~ndebench.models.graphs.GraphCache` when :func:`graph_decision` captures its
-    solve; a training pass (gradients on) of an ODE without a control path then replays a CUDA graph of the
-    same steps (:class:`~ndebench.models.graphs.GridSolve`), the mask drawn as in the eager solve.
+    solve; a training pass (gradients on) of an ODE or CDE then replays a CUDA graph of the same steps
+    (:class:`~ndebench.models.graphs.GridSolve`), the mask drawn and the control built as in the eager solve.
 
     ``draw``: a draw made by :func:`begin_pass` for a pass that spans several calls; it is used as is (no
     new draw, no end-time move). ``regularized``: a contiguous slice of the state that the regularizer
@@ -392,10 +392,10 @@ def integrate(
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
             control_end = float(t1) if end > float(t1) else None
-    if (graphs is not None and kind == "ode" and control is None and control_end is None and z0.requires_grad
-            and torch.is_grad_enabled()):
-        path = graphs.solve(lambda d: _Field(drift, None, regularizer, d, None, part), z0, graphs.grid(times),
-                            solver.method, draw)
+    if (graphs is not None and kind == "ode" and control_end is None and z0.requires_grad and torch.is_grad_enabled()
+            and (control is None or isinstance(control, nn.Module))):
+        path = graphs.solve(lambda d, x: _Field(drift, x, regularizer, d, None, part), z0, graphs.grid(times),
+                            solver.method, draw, control)
         return path[-1] if output == "final" else path
     clock = regularizer.step_clock if draw is not None else None
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:

@@ -163,8 +163,10 @@ class Regularizer(nn.Module):
         """Why a CUDA graph cannot hold a fixed-grid solve with this regularizer (``None``: it can). Capturable
         regularizers (``capturable``) draw all of a pass's randomness in ``draw`` as per-step tensors and
         modulate with tensor ops only; the others (random end times, per-step state updates, hooks in the field
-        layers) run eagerly."""
-        return None if self.capturable else f"regularizer {type(self).__name__} is not capturable"
+        layers) run eagerly. The identity (this class itself) is capturable; a subclass says so itself."""
+        if self.capturable or type(self) is Regularizer:
+            return None
+        return f"regularizer {type(self).__name__} is not capturable"
 
     def describe(self) -> dict[str, Any]:
         """The regularizer's protocol facts and hyperparameters, recorded on every trial run as the MLflow tags

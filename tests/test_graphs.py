@@ -40,8 +40,11 @@ def test_every_model_states_its_graph_decision(name):
                          regularizer=create_regularizer("continuum_dropout", p=0.3, m=5))
     assert model.graph_note("cpu").startswith("eager: device cpu")
     note = model.graph_note(torch.device("cuda"))
-    expected = name == "neural_ode" and model.solver.method in ("euler", "midpoint", "rk4") and not model.solver.adjoint
-    assert (note == CAPTURED) == expected, note
+    capturable = name in ("neural_ode", "neural_cde") and model.solver.method in ("euler", "midpoint", "rk4")
+    assert (note == CAPTURED) == (capturable and not model.solver.adjoint), note
+    direct = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
+                          solver=SolverConfig(model.solver.method, adjoint=False))
+    assert (direct.graph_note("cuda") == CAPTURED) == capturable, direct.graph_note("cuda")
     off = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
                        solver=SolverConfig(model.solver.method, cuda_graph="off"))
     assert off.graph_note("cuda") == "eager: solver.cuda_graph=off"
@@ -97,22 +100,26 @@ def test_asking_for_z_at_T_only_steps_the_same_grid_bit_for_bit(method, step_siz
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
-def test_the_graph_cache_draws_a_fresh_mask_into_its_static_buffer_every_pass(monkeypatch):
+@pytest.mark.parametrize("name,options", [("neural_ode", {}), ("neural_cde", {"interpolation": "linear"}),
+                                          ("neural_cde", {"interpolation": "natural"})])
+@pytest.mark.parametrize("method", ["euler", "rk4"])
+def test_the_graph_cache_stages_a_fresh_mask_and_control_every_pass(monkeypatch, name, options, method):
     # The capture is stood in for by the eager module (no CUDA here): what is checked is the cache's bookkeeping,
-    # one entry per shape, and each pass's own mask copied into the buffer the captured field reads.
+    # one entry per shape, and each pass's own mask and control path (a linear path's slope jumps at the knots:
+    # the perturbed stage times pick the step's own piece) copied into the buffers the captured field reads.
     monkeypatch.setattr(torch.cuda, "make_graphed_callables", lambda module, sample_args: module)
     times = torch.linspace(0, 1, 20)
     models = []
     for _ in range(2):
         torch.manual_seed(0)
-        models.append(create_model("neural_ode", DataSpec(3, 4, times=times), hidden_size=8,
-                                   regularizer=create_regularizer("continuum_dropout", p=0.4, m=10)))
+        models.append(create_model(name, DataSpec(3, 4, times=times), hidden_size=8, solver=SolverConfig(method),
+                                   regularizer=create_regularizer("continuum_dropout", p=0.4, m=10), **options))
     captured, eager = models
     captured._graph_notes["cpu"] = CAPTURED
-    inputs = eager.prepare(times, torch.randn(6, 20, 3, generator=torch.Generator().manual_seed(1)))
+    batches = [eager.prepare(times, torch.randn(6, 20, 3, generator=torch.Generator().manual_seed(i))) for i in (1, 2)]
     rngs = TrialRNG.from_seed(0), TrialRNG.from_seed(0)
     outputs = []
-    for _ in range(3):
+    for inputs in (batches[0], batches[1], batches[0]):
         passes = []
         for model, rng in zip(models, rngs, strict=True):
             model.train()
@@ -121,7 +128,7 @@ def test_the_graph_cache_draws_a_fresh_mask_into_its_static_buffer_every_pass(mo
             logits = model(inputs, rng)
             logits.square().sum().backward()
             passes.append([logits.detach(), *(p.grad for p in model.field.parameters())])
-        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*passes, strict=True))
+        assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(*passes, strict=True))
         outputs.append(passes[0][0])
     assert len(captured._graphs.entries) == 1 and not eager._graphs.entries
-    assert not torch.allclose(outputs[0], outputs[1]) and not torch.allclose(outputs[1], outputs[2])
+    assert not torch.allclose(outputs[0], outputs[2])  # the same batch, another mask
