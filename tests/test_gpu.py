@@ -1,14 +1,14 @@
 """The CUDA branches, each checked against the CPU with the same semantics: random words drawn on the device,
 the grid sampler, the step lookup by time at exact grid times, the per-device regularizer generator, a whole
-trial on the device and CUDA-graph solves. The ``cuda`` cases skip where torch finds no CUDA device (marker
-``gpu``); mask statistics on the device are the CPU tests of ``test_continuum_dropout.py`` run on it, and the
-checkpoint resumed on the device is ``test_checkpoint.py``'s."""
+trial on the device. The ``cuda`` cases skip where torch finds no CUDA device (marker ``gpu``); mask
+statistics on the device are the CPU tests of ``test_continuum_dropout.py`` run on it, the checkpoint resumed
+on the device is ``test_checkpoint.py``'s, and captured CUDA-graph solves against eager ones are
+``test_graphs.py``'s."""
 from __future__ import annotations
 
 import pytest
 import torch
 from fakes import DEVICES
-from ndebench.models.base import DataSpec
 from ndebench.models.integrate import TrialRNG, resolved_device
 from ndebench.regularizers.base import PassSpec
 from ndebench.regularizers.continuum_dropout import random_words, sample_grid_states
@@ -77,49 +77,9 @@ def test_the_regularizer_generator_per_device_is_derived_once_from_the_seed(devi
                        torch.rand(4, generator=again.regularizer_on(device), device=device))
 
 
-def _ode_pair(method: str = "euler"):
-    from ndebench.models.integrate import SolverConfig
-    from ndebench.models.registry import create_model
-    from ndebench.regularizers.registry import create_regularizer
-
-    times = torch.linspace(0, 1, 50)
-    models = []
-    for setting in ("auto", "off"):
-        torch.manual_seed(0)
-        models.append(create_model("neural_ode", DataSpec(3, 4, times=times), hidden_size=32,
-                                   regularizer=create_regularizer("continuum_dropout", p=0.3, m=10),
-                                   solver=SolverConfig(method, cuda_graph=setting)).to(CUDA))
-    values = torch.randn(16, 50, 3, generator=torch.Generator().manual_seed(1))
-    return models, models[0].prepare(times.to(CUDA), values.to(CUDA))
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("method", ["euler", "rk4"])
-def test_a_captured_training_pass_equals_the_eager_one_and_draws_a_fresh_mask_each_time(method):
-    (captured, eager), inputs = _ode_pair(method)
-    assert captured.graph_note(CUDA) == "captured" and eager.graph_note(CUDA).startswith("eager")
-    rngs = TrialRNG.from_seed(0), TrialRNG.from_seed(0)
-    outputs = []
-    for _ in range(3):
-        passes = []
-        for model, rng in zip((captured, eager), rngs, strict=True):
-            model.train()
-            model.zero_grad(set_to_none=True)
-            torch.manual_seed(len(outputs))  # the head's dropout draws from torch's global generator
-            logits = model(inputs, rng)
-            logits.square().sum().backward()
-            passes.append((logits.detach().clone(), [p.grad.clone() for p in model.field.parameters()]))
-        (a, grads_a), (b, grads_b) = passes
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
-        assert all(torch.allclose(x, y, rtol=1e-4, atol=1e-5) for x, y in zip(grads_a, grads_b, strict=True))
-        outputs.append(a)
-    assert captured._graphs.entries and captured.graph_note(CUDA) == "captured"
-    assert not torch.allclose(outputs[0], outputs[1]) and not torch.allclose(outputs[1], outputs[2])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("model", ["neural_cde", "neural_ode"])
-def test_a_whole_trial_trains_validates_and_tests_on_the_device(model):
+@pytest.mark.parametrize("model,adjoint", [("neural_cde", False), ("neural_ode", False), ("neural_cde", True)])
+def test_a_whole_trial_trains_validates_and_tests_on_the_device(model, adjoint):
     from ndebench.models.integrate import SolverConfig
     from ndebench.platform.spec.config import TrainingConfig
     from ndebench.platform.trial import TrialSpec, run_trial
@@ -127,11 +87,11 @@ def test_a_whole_trial_trains_validates_and_tests_on_the_device(model):
     spec = TrialSpec(model=model, dataset="synthetic", regularizer="continuum_dropout",
                      regularizer_params={"p": 0.3, "m": 10, "n_mc": 3}, model_params={"hidden_size": 8},
                      training=TrainingConfig(epochs=2, min_epochs=1, patience=2, lr=0.01),
-                     solver=SolverConfig("euler"), seed=1, device="cuda")
+                     solver=SolverConfig("euler", adjoint=adjoint), seed=1, device="cuda")
     epochs = []
     result = run_trial(spec, on_epoch=epochs.append)
     assert result.status == "ok" and len(epochs) == 2 and result.protocol["n_mc"] == 3
     assert 0.0 <= result.test["test_accuracy"] <= 1.0 and result.test["test_nll"] > 0
     assert all(t.device.type == "cuda" for t in result.weights.values() if torch.is_tensor(t))
-    assert result.protocol["graph"] == "captured" if model == "neural_ode" else (
-        result.protocol["graph"].startswith("eager: its vector field reads per-batch data"))
+    graph = result.protocol["graph"]
+    assert graph.startswith("eager: the adjoint") if adjoint else graph == "captured"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fakes import DEVICES
 from ndebench.models.base import DataSpec
 from ndebench.models.graphs import CAPTURED, GridSolve, graph_decision
 from ndebench.models.integrate import SolverConfig, TrialRNG, _Field, begin_pass, integrate
@@ -100,23 +101,30 @@ def test_asking_for_z_at_T_only_steps_the_same_grid_bit_for_bit(method, step_siz
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,options", [("neural_ode", {}), ("neural_cde", {"interpolation": "linear"}),
                                           ("neural_cde", {"interpolation": "natural"})])
 @pytest.mark.parametrize("method", ["euler", "rk4"])
-def test_the_graph_cache_stages_a_fresh_mask_and_control_every_pass(monkeypatch, name, options, method):
-    # The capture is stood in for by the eager module (no CUDA here): what is checked is the cache's bookkeeping,
-    # one entry per shape, and each pass's own mask and control path (a linear path's slope jumps at the knots:
-    # the perturbed stage times pick the step's own piece) copied into the buffers the captured field reads.
-    monkeypatch.setattr(torch.cuda, "make_graphed_callables", lambda module, sample_args: module)
+def test_a_captured_pass_equals_the_eager_one_with_a_fresh_mask_and_control_each_time(monkeypatch, name, options,
+                                                                                      method, device):
+    # On a GPU the solve is captured and replayed. On the CPU the capture is stood in for by the eager module:
+    # what is checked there is the cache's bookkeeping, one entry per shape, and each pass's own mask and control
+    # path (a linear path's slope jumps at the knots: the perturbed stage times pick the step's own piece)
+    # copied into the buffers the captured field reads.
+    if device == "cpu":
+        monkeypatch.setattr(torch.cuda, "make_graphed_callables", lambda module, sample_args: module)
     times = torch.linspace(0, 1, 20)
     models = []
-    for _ in range(2):
+    for setting in ("auto", "off"):
         torch.manual_seed(0)
-        models.append(create_model(name, DataSpec(3, 4, times=times), hidden_size=8, solver=SolverConfig(method),
-                                   regularizer=create_regularizer("continuum_dropout", p=0.4, m=10), **options))
+        regularizer = create_regularizer("continuum_dropout", p=0.4, m=10)
+        models.append(create_model(name, DataSpec(3, 4, times=times), hidden_size=8, regularizer=regularizer,
+                                   solver=SolverConfig(method, cuda_graph=setting), **options).to(device))
     captured, eager = models
-    captured._graph_notes["cpu"] = CAPTURED
-    batches = [eager.prepare(times, torch.randn(6, 20, 3, generator=torch.Generator().manual_seed(i))) for i in (1, 2)]
+    if device == "cpu":
+        captured._graph_notes["cpu"] = CAPTURED
+    values = [torch.randn(6, 20, 3, generator=torch.Generator().manual_seed(i)).to(device) for i in (1, 2)]
+    batches = [eager.prepare(times.to(device), v) for v in values]
     rngs = TrialRNG.from_seed(0), TrialRNG.from_seed(0)
     outputs = []
     for inputs in (batches[0], batches[1], batches[0]):
@@ -127,8 +135,9 @@ def test_the_graph_cache_stages_a_fresh_mask_and_control_every_pass(monkeypatch,
             torch.manual_seed(len(outputs))  # the head's dropout draws from torch's global generator
             logits = model(inputs, rng)
             logits.square().sum().backward()
-            passes.append([logits.detach(), *(p.grad for p in model.field.parameters())])
+            passes.append([logits.detach().clone(), *(p.grad.clone() for p in model.field.parameters())])
         assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(*passes, strict=True))
         outputs.append(passes[0][0])
+    assert captured.graph_note(device) == CAPTURED and eager.graph_note(device) != CAPTURED
     assert len(captured._graphs.entries) == 1 and not eager._graphs.entries
     assert not torch.allclose(outputs[0], outputs[2])  # the same batch, another mask
