@@ -5,8 +5,9 @@
 (tag ``ndebench.graph``), so a fallback is never silent. :class:`GraphCache` holds the captured solves of one
 model, one per input shape: the solve ``z(t_{k+1}) = z(t_k) + step(f, t_k, dt_k, z(t_k))`` on the data's own
 grid, forward and backward, through ``torch.cuda.make_graphed_callables``. The regularizer's mask is drawn
-eagerly for every pass and copied into the graph's static buffer before the replay, so each pass sees a
-fresh mask from the trial's generator: the same draws, in the same order, as the eager solve.
+eagerly for every pass and, with a CDE's control path, copied into the graph's static buffers before the
+replay, so each pass sees a fresh mask from the trial's generator: the same draws, in the same order, as
+the eager solve. The capture code is :class:`GridSolve` (the steps) and :meth:`GraphCache.solve`.
 """
 from __future__ import annotations
 
