@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
+from ndebench.models.graphs import CAPTURED, CaptureError, GraphCache, graph_decision
 from ndebench.models.integrate import SolverConfig, TrialRNG, family_methods, integrate
 from ndebench.regularizers.base import Regularizer
 from torch import nn
@@ -202,6 +203,7 @@ class NDEClassifier(nn.Module):
     default_solver: ClassVar[SolverConfig] = SolverConfig()
     head_dropout: ClassVar[float] = 0.1
     head_grad_scale: ClassVar[float] = 100.0
+    graph_blocker: ClassVar[str | None] = "only time-series ODE solves are captured"
 
     def __init__(
         self,
@@ -228,9 +230,23 @@ class NDEClassifier(nn.Module):
         dropout = self.regularizer.head_dropout if self.regularizer.head_dropout is not None else self.head_dropout
         self.head = ClassifierHead(hidden_size, num_outputs, dropout, self.head_grad_scale)
         self.mc_chunk: int | None = None
+        self._graph_notes: dict[str, str] = {}
+        self._graphs = GraphCache()
 
     def prepare(self, times: torch.Tensor, values: torch.Tensor, static: torch.Tensor | None = None) -> Inputs:
         raise NotImplementedError
+
+    def graph_note(self, device: torch.device | str) -> str:
+        """``"captured"`` or ``"eager: <reason>"``: whether this model's training solves on ``device`` replay a
+        CUDA graph (:func:`~ndebench.models.graphs.graph_decision`), or why not; a capture that failed says so."""
+        key = torch.device(device).type
+        if key not in self._graph_notes:
+            solver = self.solver
+            self._graph_notes[key] = graph_decision(
+                setting=solver.cuda_graph, device=device, method=solver.method, adjoint=solver.adjoint,
+                step_size=solver.step_size, kind="sde" if self.family == "sde" else "ode",
+                model_blocker=self.graph_blocker, regularizer_blocker=self.regularizer.graph_blocker())
+        return self._graph_notes[key]
 
     def latent(self, inputs: Inputs, rng: TrialRNG) -> torch.Tensor:
         raise NotImplementedError
@@ -293,6 +309,8 @@ class TimeSeriesNDE(NDEClassifier):
     the head in a fixed order (so a seed gives the same initial weights).
     """
 
+    graph_blocker: ClassVar[str | None] = "its vector field reads per-batch data (control path or observations)"
+
     def __init__(self, data: DataSpec, **common: Any):
         if data.times is None:
             raise ValueError(f"{type(self).__name__} is a time-series model: its DataSpec needs the observation "
@@ -306,8 +324,14 @@ class TimeSeriesNDE(NDEClassifier):
         """``z(T)`` ``(B, H)``: :func:`~ndebench.models.integrate.integrate` of ``field`` from ``z0`` ``(B, H)``
         over the model's ``times`` with its solver and regularizer (``options``: ``control``, ``diffusion``,
         ``regularized``), read at each sample's ``final`` index when given (:func:`read_at`)."""
-        path = integrate(field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
-                         output=readout_output(final), **options)
+        note = self.graph_note(z0.device)
+        graphs = self._graphs if note == CAPTURED else None
+        try:
+            path = integrate(field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
+                             output=readout_output(final), graphs=graphs, **options)
+        except CaptureError as exc:
+            self._graph_notes[z0.device.type] = f"eager: capture failed: {exc}"
+            return self.solve(field, z0, final, rng, **options)
         return read_at(path, final)
 
 

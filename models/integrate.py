@@ -12,6 +12,7 @@ from typing import Any, Literal
 import torch
 import torchdiffeq
 import torchsde
+from ndebench.models.graphs import GRAPH_SETTINGS, GraphCache
 from ndebench.regularizers.base import PassSpec, Regularizer, StepClock
 from torch import nn
 
@@ -39,6 +40,9 @@ class SolverConfig:
     ``step_size=None`` steps on the observation grid (for the UEA protocol, ``1/(L-1)``, i.e. the reference
     pipelines' ``max(min dt, 1e-3)`` for L <= 1001). ``rtol``/``atol`` apply to adaptive ODE solvers only.
 
+    ``cuda_graph`` (``auto`` or ``off``): on a CUDA device, capture a fixed-grid solve as a CUDA graph where
+    :func:`~ndebench.models.graphs.graph_decision` allows it (``auto``), or always solve eagerly (``off``).
+
     ``max_steps`` (adaptive ODE methods only; default none) is torchdiffeq's ``max_num_steps``: the most steps,
     accepted and rejected, that one solve may take between two consecutive output times (so at most
     ``max_steps * (L - 1)`` over ``L`` observation times), in the forward solve and, with ``adjoint``, in each
@@ -52,8 +56,11 @@ class SolverConfig:
     rtol: float = 1e-3
     atol: float = 1e-4
     max_steps: int | None = None
+    cuda_graph: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.cuda_graph not in GRAPH_SETTINGS:
+            raise ValueError(f"cuda_graph={self.cuda_graph!r} is not a setting; valid: {', '.join(GRAPH_SETTINGS)}")
         if self.method not in METHODS:
             raise ValueError(f"method={self.method!r} is not a solver; valid: {', '.join(METHODS)}")
         if self.step_size is not None and not self.step_size > 0:
@@ -130,17 +137,20 @@ class TrialRNG:
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state`; a device generator is created first, then set, so nothing else is drawn."""
-        for key in state["on_device"]:
-            self.regularizer_on(key)
+        generators = {key: self.regularizer_on(key) for key in state["on_device"]}
         for key, value in state["on_device"].items():
-            self._on_device[key].set_state(value)
+            generators[key].set_state(value)
         self.regularizer.set_state(state["regularizer"])
         self.noise.set_state(state["noise"])
         self.shuffle.set_state(state["shuffle"])
 
     def regularizer_on(self, device: torch.device | str) -> torch.Generator:
-        """The regularizer generator for ``device``: ``regularizer`` itself on the CPU."""
-        device = torch.device(device)
+        """The regularizer generator for ``device``: ``regularizer`` itself on the CPU.
+
+        One device has one stream whatever it is called: ``"cuda"``, ``torch.device("cuda")`` and ``"cuda:0"``
+        (while device 0 is current) name the same generator, created and seeded on first use.
+        """
+        device = resolved_device(device)
         if device.type == "cpu":
             return self.regularizer
         key = str(device)
@@ -148,6 +158,16 @@ class TrialRNG:
             seed = int(torch.randint(0, 2**62, (1,), generator=self.regularizer))
             self._on_device[key] = torch.Generator(device=device).manual_seed(seed)
         return self._on_device[key]
+
+
+def resolved_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index made explicit: an accelerator named without one is the current device of
+    its type (``"cuda"`` -> ``cuda:<current>``); the CPU stays ``cpu``."""
+    device = torch.device(device)
+    if device.type == "cpu" or device.index is not None:
+        return device
+    current = getattr(getattr(torch, device.type, None), "current_device", None)
+    return torch.device(device.type, current() if current is not None else 0)
 
 
 def step_grid(t0: torch.Tensor, t1: torch.Tensor, step_size: float) -> torch.Tensor:
@@ -295,6 +315,16 @@ class _SteppedField(_Field):
             self.clock.stop()
 
 
+class _ObservationGrid:
+    """torchdiffeq's ``grid_constructor`` that steps on ``times`` whatever output times it is asked for."""
+
+    def __init__(self, times: torch.Tensor):
+        self.times = times
+
+    def __call__(self, func: Any, y0: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.times.to(t)
+
+
 class _SDE(nn.Module):
     noise_type = "diagonal"
     sde_type = "ito"
@@ -323,6 +353,7 @@ def integrate(
     output: Literal["final", "times"] = "final",
     draw: Any = None,
     regularized: slice | None = None,
+    graphs: GraphCache | None = None,
 ) -> torch.Tensor:
     """Solve the latent dynamics from ``z0`` over ``[times[0], times[-1]]``.
 
@@ -336,6 +367,10 @@ def integrate(
     If the regularizer is active it draws once from ``rng.regularizer`` for this call, may move the end
     time (``end_time``), and modulates the drift and diffusion outputs. Fixed-step ODE solvers run with
     torchdiffeq's ``perturb=True`` so each step's stages map to one step index (see ``PassSpec.step_index``).
+
+    ``graphs``: the model's :class:`~ndebench.models.graphs.GraphCache` when :func:`graph_decision` captures its
+    solve; a training pass (gradients on) of an ODE or CDE then replays a CUDA graph of the same steps
+    (:class:`~ndebench.models.graphs.GridSolve`), the mask drawn and the control built as in the eager solve.
 
     ``draw``: a draw made by :func:`begin_pass` for a pass that spans several calls; it is used as is (no
     new draw, no end-time move). ``regularized``: a contiguous slice of the state that the regularizer
@@ -357,6 +392,11 @@ def integrate(
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
             control_end = float(t1) if end > float(t1) else None
+    if (graphs is not None and kind == "ode" and control_end is None and z0.requires_grad and torch.is_grad_enabled()
+            and (control is None or isinstance(control, nn.Module))):
+        path = graphs.solve(lambda d, x: _Field(drift, x, regularizer, d, None, part), z0, graphs.grid(times),
+                            solver.method, draw, control)
+        return path[-1] if output == "final" else path
     clock = regularizer.step_clock if draw is not None else None
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:
         field: _Field = _SteppedField(drift, control, regularizer, draw, control_end, part, clock=clock,
@@ -374,8 +414,15 @@ def integrate(
         elif solver.max_steps is not None:
             options["max_num_steps"] = solver.max_steps  # odeint_adjoint copies it to the backward solves
         odeint = torchdiffeq.odeint_adjoint if solver.adjoint else torchdiffeq.odeint
+        outputs = times
+        if output == "final" and solver.method in ODE_FIXED and not solver.adjoint:
+            # Only z(T) is wanted: ask for the two end points and keep the step grid. The steps are the same,
+            # but the backward pass no longer copies the whole (L, B, H) solution once per stored time.
+            outputs = times[[0, -1]]
+            if solver.step_size is None:
+                options["grid_constructor"] = _ObservationGrid(times)
         try:
-            path = odeint(field, z0, times, method=solver.method, rtol=solver.rtol, atol=solver.atol,
+            path = odeint(field, z0, outputs, method=solver.method, rtol=solver.rtol, atol=solver.atol,
                           options=options)
         except AssertionError as exc:
             limit = step_limit(exc, solver, "forward")

@@ -43,6 +43,7 @@ class NeuralCDE(TimeSeriesNDE):
     """
 
     default_solver: ClassVar[SolverConfig] = SolverConfig(method="euler", adjoint=True)
+    graph_blocker = None  # the field reads only z; the control path is staged into the graph per batch
 
     def __init__(self, data: DataSpec, *, interpolation: Interpolation = "natural", **common: Any):
         super().__init__(data, **common)

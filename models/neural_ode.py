@@ -40,6 +40,8 @@ class NeuralODE(TimeSeriesNDE):
     ``z(0)``; latent ``(B, H)``.
     """
 
+    graph_blocker = None
+
     def __init__(self, data: DataSpec, **common: Any):
         super().__init__(data, **common)
         self.encoder = PathEncoder(self.in_channels, self.hidden_size, self.static_channels)

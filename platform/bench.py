@@ -28,7 +28,7 @@ from ndebench.models.registry import create_model, list_models, model_info
 from ndebench.regularizers.registry import create_regularizer
 
 ROW_KEYS = ("model", "hidden", "batch", "length", "solver", "device", "n_mc", "train_ms_none", "train_ms_cd",
-            "train_ratio", "eval_ms_one", "eval_ms_mc", "mc_ratio", "draw_ms")
+            "train_ratio", "eval_ms_one", "eval_ms_mc", "mc_ratio", "draw_ms", "graph")
 CHANNELS, CLASSES = 3, 10
 
 
@@ -45,6 +45,7 @@ class ModelCase:
     n_mc: int = 5
     p: float = 0.3
     m: float = 10.0
+    cuda_graph: str = "auto"
 
 
 def timeseries_models() -> list[str]:
@@ -88,7 +89,7 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, device: to
 def _build(case: ModelCase, regularizer: str, params: dict[str, Any], times: torch.Tensor, device: torch.device) -> Any:
     torch.manual_seed(0)
     # the model's own solver settings (adjoint or not, as in its reference pipeline) with the asked method
-    solver = dataclasses.replace(model_info(case.model).default_solver, method=case.solver)
+    solver = dataclasses.replace(model_info(case.model).default_solver, method=case.solver, cuda_graph=case.cuda_graph)
     model = create_model(case.model, DataSpec(CHANNELS, CLASSES, times=times), hidden_size=case.hidden,
                          regularizer=create_regularizer(regularizer, **params), solver=solver)
     return model.to(device)
@@ -137,7 +138,7 @@ def bench_model(case: ModelCase, reps: int) -> dict[str, Any]:
     row = {"model": case.model, "hidden": case.hidden, "batch": case.batch, "length": case.length,
            "solver": case.solver, "device": str(device), "n_mc": case.n_mc, **{k: round(v, 3) for k, v in ms.items()},
            "train_ratio": round(ms["train_ms_cd"] / ms["train_ms_none"], 3),
-           "mc_ratio": round(ms["eval_ms_mc"] / ms["eval_ms_one"], 3)}
+           "mc_ratio": round(ms["eval_ms_mc"] / ms["eval_ms_one"], 3), "graph": dropout.graph_note(device)}
     return {key: row[key] for key in ROW_KEYS}
 
 

@@ -324,6 +324,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cases = bench.model_cases(
         args.models.split(","), args.hidden or [16, 128], args.batch or [64, 128], length=args.length or 100,
         solver=args.solver, device=str(bench.check_device(args.device)), n_mc=args.n_mc, p=args.p,
+        cuda_graph=args.cuda_graph,
         m=args.m if args.m is not None else 10.0,
     )
     if not args.json:

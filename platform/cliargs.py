@@ -243,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--horizon", type=float, help="draw: time horizon T of the grid (default: points - 1)")
     bench.add_argument("--solver", default="euler",
                        help="solver method (default: euler; the model's adjoint setting is kept)")
+    bench.add_argument("--cuda-graph", choices=("auto", "off"), default="auto",
+                       help="solver.cuda_graph of the timed models (default: auto; row key 'graph' says what ran)")
     bench.add_argument("--n-mc", type=_positive_int, default=5, help="Monte-Carlo passes at evaluation (default: 5)")
     bench.add_argument("--p", type=float, default=0.3, help="Continuum Dropout rate (default: 0.3)")
     bench.add_argument("--m", type=float, help="expected renewals (default: 10; draw: 100)")

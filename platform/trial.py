@@ -431,7 +431,7 @@ def run_trial(
             raise
         raise limit from exc
     return TrialResult("ok", training.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
-                       protocol, weights=best.weights)
+                       protocol | {"graph": model.graph_note(spec.device)}, weights=best.weights)
 
 
 STATE_FILE = "trial_state.pt"

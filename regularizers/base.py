@@ -82,6 +82,11 @@ class PassSpec:
     def step_index(self, t: torch.Tensor) -> int | torch.Tensor:
         """Index ``k`` of the solver step ``[grid[k], grid[k+1])`` that the evaluation time ``t`` belongs to.
 
+        A step holds the mask of its left endpoint (App. G: ``Z(k+1) = Z(k) + gamma(Z(k)) dt o I_k``), so at
+        an exact grid time ``t == grid[k]`` the index is ``k``: the largest ``k`` with ``grid[k] <= t``. ``t`` is
+        compared in the grid's own dtype on every device (a float64 ``t`` against a float32 grid would otherwise
+        fall just short of ``grid[k]`` on one device and not on the other).
+
         The step counted by ``clock`` (a Python int, free) when known; otherwise found by time: with a Python
         binary search for a CPU ``t``, else as a 0-dim tensor on the grid's device (no host synchronisation).
         torchdiffeq's fixed-grid solvers are run with
@@ -91,9 +96,9 @@ class PassSpec:
         """
         if self.clock.step is not None:
             return self.clock.step
-        if t.device.type == "cpu":
-            return bisect.bisect_right(self._boundary_list, float(t.detach()))
         bounds = self._boundaries
+        if t.device.type == "cpu":
+            return bisect.bisect_right(self._boundary_list, float(t.detach().to(bounds.dtype)))
         return torch.searchsorted(bounds, t.reshape(1).to(bounds.dtype), right=True)[0]
 
 
@@ -131,6 +136,7 @@ class Regularizer(nn.Module):
     n_mc: int = 1
     point_predictor: ClassVar[Literal["mean_latent", "mc_probs"]] = "mean_latent"
     stochastic: ClassVar[bool] = False
+    capturable: ClassVar[bool] = False
     head_dropout: float | None = None
     step_clock: StepClock | None = None
 
@@ -152,6 +158,15 @@ class Regularizer(nn.Module):
 
     def field_layer(self, num_features: int) -> nn.Module | None:
         return None
+
+    def graph_blocker(self) -> str | None:
+        """Why a CUDA graph cannot hold a fixed-grid solve with this regularizer (``None``: it can). Capturable
+        regularizers (``capturable``) draw all of a pass's randomness in ``draw`` as per-step tensors and
+        modulate with tensor ops only; the others (random end times, per-step state updates, hooks in the field
+        layers) run eagerly. The identity (this class itself) is capturable; a subclass says so itself."""
+        if self.capturable or type(self) is Regularizer:
+            return None
+        return f"regularizer {type(self).__name__} is not capturable"
 
     def describe(self) -> dict[str, Any]:
         """The regularizer's protocol facts and hyperparameters, recorded on every trial run as the MLflow tags

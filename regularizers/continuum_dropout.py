@@ -150,8 +150,9 @@ def sample_grid_states(
     ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
     integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
     exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
-    generator on a GPU) without host synchronisation; per interval, two comparisons and two bitwise ops
-    on 8 flags per machine word.
+    generator on a GPU) without host synchronisation. On the CPU, per interval, two comparisons and two
+    bitwise ops on 8 flags per machine word; on an accelerator a few whole-tensor ops for all intervals
+    (:func:`_last_event_states`), so a draw costs a handful of launches whatever the grid's length.
     """
     device = generator.device
     states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
@@ -161,11 +162,14 @@ def sample_grid_states(
     s = rates.lambda1 + rates.lambda2
     q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
     keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
-    if device.type == "cpu":  # Python ints: no tensor indexing per interval
-        keep_at, on_below = keep_at.tolist(), on_below.tolist()
-    size = batch_size * latent_size
-    u = random_words(((points.numel() - 1) * size + 1) // 2, generator, scratch=True).view(torch.int32)
-    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool, device=device) for _ in range(2))
+    steps, size = points.numel() - 1, batch_size * latent_size
+    u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)
+    if device.type != "cpu":
+        lanes = u[: steps * size].view(steps, batch_size, latent_size)
+        states[1:] = _last_event_states(lanes >= keep_at.view(-1, 1, 1), lanes < on_below.view(-1, 1, 1))
+        return states
+    keep_at, on_below = keep_at.tolist(), on_below.tolist()  # Python ints: no tensor indexing per interval
+    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool) for _ in range(2))
     words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
     for k in range(1, points.numel()):
         lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
@@ -174,6 +178,18 @@ def sample_grid_states(
         torch.bitwise_and(words[k - 1], keep_w, out=words[k])
         words[k].bitwise_or_(on_w)
     return states
+
+
+def _last_event_states(keep: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """The chain's states after each interval ``(S, B, H)`` from its flags ``(S, B, H)``, in a few whole-tensor ops.
+
+    Interval ``k`` keeps the state unless it has an event (``~keep[k]``), which sets it to ``on[k]``; so the
+    state after interval ``k`` is ``on[j]`` of the last event ``j <= k``, or active (the start) without one.
+    The same states as the per-interval recursion, with no launch per interval (for accelerators).
+    """
+    steps = torch.arange(keep.shape[0], dtype=torch.int32, device=keep.device).view(-1, 1, 1)
+    last = torch.where(keep, -1, steps).cummax(0).values
+    return torch.where(last >= 0, on.gather(0, last.clamp(min=0).long()), True)
 
 
 def _words(flags: torch.Tensor) -> torch.Tensor:
@@ -246,6 +262,7 @@ class ContinuumDropout(Regularizer):
 
     test_time = "mc"
     stochastic = True
+    capturable = True
 
     def __init__(self, p: float = 0.3, m: float = 10.0, mask: Literal["left", "occupancy"] = "left", n_mc: int = 5,
                  scope: ControlScope = "increment"):

@@ -30,6 +30,8 @@ class NoRegularizer(Regularizer):
     itself stays off at test time (``test_time = "deterministic"``): only the model's own noise varies.
     """
 
+    capturable = True
+
     def __init__(self, n_mc: int = 1):
         super().__init__()
         self.n_mc = int(n_mc)

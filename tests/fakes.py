@@ -15,8 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import scipy.io
 from scipy.io import wavfile
+
+# Devices a device-dependent test runs on: the CPU always, CUDA as a ``gpu`` test (skipped without a device).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu, id="cuda")]
 
 # UEA/UCR
 

@@ -26,6 +26,7 @@ def test_bench_json_rows_have_the_documented_schema(capsys):
             assert math.isfinite(row[key]) and row[key] > 0
         assert row["train_ratio"] == pytest.approx(row["train_ms_cd"] / row["train_ms_none"], rel=1e-2)
         assert row["mc_ratio"] == pytest.approx(row["eval_ms_mc"] / row["eval_ms_one"], rel=1e-2)
+        assert row["graph"].startswith("eager: device cpu")
 
 
 def test_bench_draw_reports_the_asked_shape(capsys):

@@ -1,5 +1,6 @@
 """A trial resumed from its epoch checkpoint ends exactly like an uninterrupted one."""
 import pytest
+from fakes import DEVICES
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.trial import TrialSpec, load_trial_state, run_trial, save_trial_state
@@ -7,17 +8,21 @@ from ndebench.platform.trial import TrialSpec, load_trial_state, run_trial, save
 TRAINING = TrainingConfig(epochs=5, min_epochs=1, patience=2, lr=0.01, threads=1)
 
 
-def _spec(model: str, regularizer: str, params: dict) -> TrialSpec:
+def _spec(model: str, regularizer: str, params: dict, device: str = "cpu") -> TrialSpec:
     return TrialSpec(model=model, dataset="synthetic", regularizer=regularizer, regularizer_params=params,
-                     model_params={"hidden_size": 8}, training=TRAINING, solver=SolverConfig("euler"), seed=3)
+                     model_params={"hidden_size": 8}, training=TRAINING, solver=SolverConfig("euler"), seed=3,
+                     device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("model,regularizer,params", [
     ("neural_cde", "continuum_dropout", {"p": 0.3, "m": 10}),
     ("neural_sde", "continuum_dropout", {"p": 0.2, "m": 5}),
+    ("neural_ode", "continuum_dropout", {"p": 0.3, "m": 10}),
 ])
-def test_resume_from_checkpoint_is_exact(tmp_path, model, regularizer, params):
-    spec = _spec(model, regularizer, params)
+def test_resume_from_checkpoint_is_exact(tmp_path, model, regularizer, params, device):
+    # On a GPU the checkpoint is written from the device and read back onto the CPU (load_trial_state).
+    spec = _spec(model, regularizer, params, device)
     records, saved = [], {}
 
     def keep(epoch, snapshot):

@@ -3,10 +3,12 @@ import math
 
 import pytest
 import torch
+from fakes import DEVICES
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
 from ndebench.regularizers.base import PassSpec, StepClock
 from ndebench.regularizers.continuum_dropout import (
     ContinuumDropout,
+    _last_event_states,
     random_words,
     sample_grid_states,
     sample_renewal_paths,
@@ -17,13 +19,14 @@ from ndebench.regularizers.registry import create_regularizer
 N_SIGMA = 5.0
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("p,m,T", [(0.3, 10, 1.0), (0.1, 5, 1.0), (0.5, 50, 2.0), (0.2, 1, 0.5), (0.4, 100, 160.0)])
-def test_sampled_process_matches_theory(p, m, T):
+def test_sampled_process_matches_theory(p, m, T, device):
     rates = solve_rates(p, m, T)
-    g = torch.Generator().manual_seed(1234)
-    paths = sample_renewal_paths(200, 100, rates, 0.0, T, g, dtype=torch.float64)
+    g = torch.Generator(device=device).manual_seed(1234)
+    paths = sample_renewal_paths(200, 100, rates, 0.0, T, g, device=device, dtype=torch.float64)
     n = 200 * 100
-    end = torch.tensor(T, dtype=torch.float64)
+    end = torch.tensor(T, dtype=torch.float64, device=device)
 
     inactive = 1.0 - paths.indicator(end)
     se = math.sqrt(p * (1 - p) / n)
@@ -136,12 +139,13 @@ def _grid_chain_moments(rates, grid):
     return active, offs, ons
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("p,m,T,points", [(0.3, 10, 1.0, 101), (0.5, 100, 160.0, 161), (0.1, 5, 2.0, 7),
                                           (0.4, 50, 1.0, 1001)])
-def test_grid_sampler_matches_the_markov_chain_on_the_grid(p, m, T, points):
+def test_grid_sampler_matches_the_markov_chain_on_the_grid(p, m, T, points, device):
     rates = solve_rates(p, m, T)
     grid = torch.linspace(0.0, T, points, dtype=torch.float64)
-    states = sample_grid_states(grid, 100, 100, rates, torch.Generator().manual_seed(11)).double()
+    states = sample_grid_states(grid, 100, 100, rates, torch.Generator(device=device).manual_seed(11)).double().cpu()
     n = states.shape[1] * states.shape[2]
     active, offs, ons = _grid_chain_moments(rates, grid)
     assert torch.all(states[0] == 1)
@@ -172,13 +176,14 @@ def test_grid_renewal_count_tends_to_m_and_expected_active_time_to_the_integral(
         expected_active_time(rates.lambda1, rates.lambda2, T), rel=1e-3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("p,m,T", [(0.3, 10, 1.0), (0.5, 100, 160.0)])
-def test_grid_sampler_agrees_with_the_switching_time_sampler_on_the_grid(p, m, T):
+def test_grid_sampler_agrees_with_the_switching_time_sampler_on_the_grid(p, m, T, device):
     rates = solve_rates(p, m, T)
     grid = torch.linspace(0.0, T, 41, dtype=torch.float64)
-    fast = sample_grid_states(grid, 100, 100, rates, torch.Generator().manual_seed(1)).double()
-    slow = sample_renewal_paths(100, 100, rates, 0.0, T, torch.Generator().manual_seed(2),
-                                dtype=torch.float64).indicator(grid)
+    fast = sample_grid_states(grid, 100, 100, rates, torch.Generator(device=device).manual_seed(1)).double().cpu()
+    slow = sample_renewal_paths(100, 100, rates, 0.0, T, torch.Generator(device=device).manual_seed(2),
+                                dtype=torch.float64).indicator(grid.to(device)).cpu()
     n = 100 * 100
     pooled = (fast.mean((1, 2)) + slow.mean((1, 2))) / 2
     se = torch.sqrt(2 * pooled * (1 - pooled) / n).clamp(min=1e-12)
@@ -198,6 +203,17 @@ def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
     assert a.dtype == torch.bool and a.shape == (11, 8, 16)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.all(a[0])
+
+
+def test_the_accelerators_whole_tensor_chain_equals_the_per_interval_recursion():
+    # keep: no event in the interval; on: an event that sets the state active (never both, as in the sampler).
+    g = torch.Generator().manual_seed(3)
+    u = torch.rand(60, 9, 11, generator=g)
+    keep, on = u >= 0.4, u < 0.15
+    states = [torch.ones(9, 11, dtype=torch.bool)]
+    for k in range(60):
+        states.append((states[-1] & keep[k]) | on[k])
+    assert torch.equal(_last_event_states(keep, on), torch.stack(states[1:]))
 
 
 class MatrixField(torch.nn.Module):

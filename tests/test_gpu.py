@@ -1,26 +1,30 @@
-"""The CUDA branches: random words drawn on the device, the grid sampler, the step lookup by time, and the
-per-device regularizer generator. Skipped where torch finds no CUDA device (marker ``gpu``)."""
+"""The CUDA branches, each checked against the CPU with the same semantics: random words drawn on the device,
+the grid sampler, the step lookup by time at exact grid times, the per-device regularizer generator, a whole
+trial on the device. The ``cuda`` cases skip where torch finds no CUDA device (marker ``gpu``); mask
+statistics on the device are the CPU tests of ``test_continuum_dropout.py`` run on it, the checkpoint resumed
+on the device is ``test_checkpoint.py``'s, and captured CUDA-graph solves against eager ones are
+``test_graphs.py``'s."""
 from __future__ import annotations
-
-import bisect
 
 import pytest
 import torch
-from ndebench.models.integrate import TrialRNG
+from fakes import DEVICES
+from ndebench.models.integrate import TrialRNG, resolved_device
 from ndebench.regularizers.base import PassSpec
 from ndebench.regularizers.continuum_dropout import random_words, sample_grid_states
 from ndebench.regularizers.rates import solve_rates
 
-pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
 
 
+@pytest.mark.gpu
 def test_random_words_stay_on_the_device_and_follow_the_seed():
     draw = [random_words(1 << 20, torch.Generator(device=CUDA).manual_seed(seed)) for seed in (0, 0, 1)]
     assert draw[0].device.type == "cuda" and draw[0].dtype == torch.int64 and draw[0].numel() == 1 << 20
     assert torch.equal(draw[0], draw[1]) and not torch.equal(draw[0], draw[2])
 
 
+@pytest.mark.gpu
 def test_grid_states_on_the_device_start_active_and_end_inactive_with_probability_p():
     rates = solve_rates(0.3, 10.0, 1.0)
     grid = torch.linspace(0, 1, 201)
@@ -29,17 +33,65 @@ def test_grid_states_on_the_device_start_active_and_end_inactive_with_probabilit
     assert abs(1 - states[-1].double().mean().item() - 0.3) < 0.01
 
 
-def test_step_index_by_time_on_the_device_matches_the_host_search():
-    grid = torch.linspace(0, 1, 11, device=CUDA)
-    spec = PassSpec(1, 1, 0.0, 1.0, grid, torch.Generator(device=CUDA), CUDA, torch.float32)
-    bounds = grid[1:-1].tolist()
-    for t in (0.0, 0.05, 0.1, 0.55, 0.99):
-        assert int(spec.step_index(torch.tensor(t, device=CUDA))) == bisect.bisect_right(bounds, t)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grid_dtype", [torch.float32, torch.float64])
+def test_step_index_at_a_grid_time_is_the_step_that_starts_there(device, grid_dtype):
+    # A step holds its left endpoint's mask (App. G: Z(k+1) = Z(k) + gamma dt o I_k), so t == grid[k] is step k,
+    # and a time inside [grid[k], grid[k+1]) is step k too, whatever the dtype of t or the device.
+    grid = torch.linspace(0, 1, 11, dtype=grid_dtype, device=device)
+    spec = PassSpec(1, 1, 0.0, 1.0, grid, torch.Generator(device=device), torch.device(device), torch.float32)
+    for k in range(10):
+        for t in (grid[k], (grid[k] + grid[k + 1]) / 2):
+            assert int(spec.step_index(t)) == int(spec.step_index(t.double())) == k, (k, float(t))
+    # 0.1 is grid[1] read in the grid's dtype: step 1 whether it comes as a float32 or a float64 tensor.
+    assert grid[1] == torch.tensor(0.1, dtype=grid_dtype, device=device)
+    for t_dtype in (torch.float32, torch.float64):
+        assert int(spec.step_index(torch.tensor(0.1, dtype=t_dtype, device=device))) == 1, t_dtype
 
 
-def test_the_regularizer_generator_per_device_is_derived_once_from_the_seed():
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_index_by_time_agrees_on_the_host_and_the_device(device):
+    grid = torch.linspace(0, 1, 11, device=device)
+    host = PassSpec(1, 1, 0.0, 1.0, grid.cpu(), torch.Generator(), torch.device("cpu"), torch.float32)
+    here = PassSpec(1, 1, 0.0, 1.0, grid, torch.Generator(device=device), torch.device(device), torch.float32)
+    for t in torch.tensor([0.0, 0.05, 0.1, 0.3, 0.55, 0.7, 0.99, 1.0], dtype=torch.float64):
+        assert int(here.step_index(t.to(device))) == int(host.step_index(t))
+
+
+def test_a_device_named_without_an_index_is_the_current_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolved_device("cuda") == resolved_device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert resolved_device("cuda:0") == torch.device("cuda", 0)
+    assert resolved_device(torch.device("cpu")) == resolved_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_regularizer_generator_per_device_is_derived_once_from_the_seed(device):
     first, again = TrialRNG.from_seed(5), TrialRNG.from_seed(5)
-    device = first.regularizer_on(CUDA)
-    assert device.device.type == "cuda" and first.regularizer_on("cuda:0") is device
-    assert torch.equal(torch.rand(4, generator=device, device=CUDA),
-                       torch.rand(4, generator=again.regularizer_on(CUDA), device=CUDA))
+    generator = first.regularizer_on(torch.device(device))
+    indexed = f"{device}:{torch.cuda.current_device()}" if device == "cuda" else device
+    assert generator.device.type == device
+    assert first.regularizer_on(device) is generator and first.regularizer_on(indexed) is generator
+    assert len(first.state()["on_device"]) == (device != "cpu")
+    assert torch.equal(torch.rand(4, generator=generator, device=device),
+                       torch.rand(4, generator=again.regularizer_on(device), device=device))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model,adjoint", [("neural_cde", False), ("neural_ode", False), ("neural_cde", True)])
+def test_a_whole_trial_trains_validates_and_tests_on_the_device(model, adjoint):
+    from ndebench.models.integrate import SolverConfig
+    from ndebench.platform.spec.config import TrainingConfig
+    from ndebench.platform.trial import TrialSpec, run_trial
+
+    spec = TrialSpec(model=model, dataset="synthetic", regularizer="continuum_dropout",
+                     regularizer_params={"p": 0.3, "m": 10, "n_mc": 3}, model_params={"hidden_size": 8},
+                     training=TrainingConfig(epochs=2, min_epochs=1, patience=2, lr=0.01),
+                     solver=SolverConfig("euler", adjoint=adjoint), seed=1, device="cuda")
+    epochs = []
+    result = run_trial(spec, on_epoch=epochs.append)
+    assert result.status == "ok" and len(epochs) == 2 and result.protocol["n_mc"] == 3
+    assert 0.0 <= result.test["test_accuracy"] <= 1.0 and result.test["test_nll"] > 0
+    assert all(t.device.type == "cuda" for t in result.weights.values() if torch.is_tensor(t))
+    graph = result.protocol["graph"]
+    assert graph.startswith("eager: the adjoint") if adjoint else graph == "captured"

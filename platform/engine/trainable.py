@@ -201,7 +201,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     protocol = result.protocol
     tags = {"test_protocol": protocol["test_protocol"], "n_mc": protocol["n_mc"],
             "point_predictor": protocol["point_predictor"], "num_classes": protocol["num_classes"],
-            "epochs": result.epochs, "best_epoch": result.best_epoch,
+            "epochs": result.epochs, "best_epoch": result.best_epoch, "graph": protocol.get("graph", ""),
             **{f"regularizer.{key}": value for key, value in protocol["regularizer"].items()}}
     if result.message:
         tags["message"] = result.message

@@ -116,7 +116,8 @@ class EvaluateConfig:
 @dataclass(frozen=True)
 class Resources:
     cpu: float = typed.checked(1.0, typed.number(0, low_open=True))
-    gpu: float = typed.checked(0.0, typed.number(0))
+    # Ray packs trials on a GPU by fractions (0.25: four per GPU) or gives whole GPUs; 1.5 it refuses.
+    gpu: float = typed.checked(0.0, typed.either(typed.number(0, 1), typed.integer(1)))
     system_metrics: bool = True
 
 

@@ -1,0 +1,158 @@
+"""Fixed-grid solves captured as CUDA graphs: one launch per pass instead of thousands of tiny kernels.
+
+:func:`graph_decision` says, as a pure function of the settings, whether a model's solve is captured
+(``"captured"``) or runs eagerly (``"eager: <reason>"``); the trial records that line on its MLflow run
+(tag ``ndebench.graph``), so a fallback is never silent. :class:`GraphCache` holds the captured solves of one
+model, one per input shape: the solve ``z(t_{k+1}) = z(t_k) + step(f, t_k, dt_k, z(t_k))`` on the data's own
+grid, forward and backward, through ``torch.cuda.make_graphed_callables``. The regularizer's mask is drawn
+eagerly for every pass and, with a CDE's control path, copied into the graph's static buffers before the
+replay, so each pass sees a fresh mask from the trial's generator: the same draws, in the same order, as
+the eager solve. The capture code is :class:`GridSolve` (the steps) and :meth:`GraphCache.solve`.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+GRAPH_METHODS = ("euler", "midpoint", "rk4")
+GRAPH_SETTINGS = ("auto", "off")
+CAPTURED = "captured"
+
+
+def graph_decision(*, setting: str, device: torch.device | str, method: str, adjoint: bool,
+                   step_size: float | None, kind: str, model_blocker: str | None,
+                   regularizer_blocker: str | None) -> str:
+    """``"captured"`` or ``"eager: <reason>"`` for a solve with these settings (the first reason that applies).
+
+    ``setting`` is ``solver.cuda_graph``; ``kind`` ``"ode"`` or ``"sde"``; ``model_blocker`` and
+    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable).
+    """
+    if setting == "off":
+        return "eager: solver.cuda_graph=off"
+    if torch.device(device).type != "cuda":
+        return f"eager: device {torch.device(device).type} (graphs are captured on CUDA only)"
+    if kind == "sde":
+        return "eager: torchsde builds its Brownian interval on the host during the solve"
+    if method not in GRAPH_METHODS:
+        return f"eager: method {method!r} is not captured (captured: {', '.join(GRAPH_METHODS)})"
+    if adjoint:
+        return "eager: the adjoint solves its backward pass step by step on the host"
+    if step_size is not None:
+        return f"eager: solver.step_size={step_size:g} (the capture steps on the data's own grid)"
+    return f"eager: {model_blocker or regularizer_blocker}" if model_blocker or regularizer_blocker else CAPTURED
+
+
+def _step(method: str, f: Callable[[float, torch.Tensor], torch.Tensor], t0: float, t1: float,
+          ends: tuple[float, float], z: torch.Tensor) -> torch.Tensor:
+    """One step of torchdiffeq's fixed-grid method (its RK4 is the 3/8 rule) from ``z`` ``(B, H)`` over
+    ``[t0, t1]``; ``ends`` are ``t0`` just after and ``t1`` just before, where torchdiffeq's ``perturb=True``
+    evaluates the first and last stages (so a control path's piece is the step's own, also at its knots)."""
+    dt = t1 - t0
+    k1 = f(ends[0], z)
+    if method == "euler":
+        return z + dt * k1
+    if method == "midpoint":
+        return z + dt * f(t0 + 0.5 * dt, z + k1 * (0.5 * dt))
+    k2 = f(t0 + dt / 3, z + dt * k1 / 3)
+    k3 = f(t0 + 2 * dt / 3, z + dt * (k2 - k1 / 3))
+    k4 = f(ends[1], z + dt * (k1 - k2 + k3))
+    return z + (k1 + 3 * (k2 + k3) + k4) * dt * 0.125
+
+
+def _perturbed_ends(grid: list[float], dtype: torch.dtype) -> list[tuple[float, float]]:
+    """Per step ``(nextafter(t_k, +inf), nextafter(t_{k+1}, -inf))`` in ``dtype``, as torchdiffeq perturbs."""
+    points = torch.tensor(grid, dtype=dtype)
+    after = torch.nextafter(points, torch.tensor(math.inf, dtype=dtype)).tolist()
+    before = torch.nextafter(points, torch.tensor(-math.inf, dtype=dtype)).tolist()
+    return list(zip(after[:-1], before[1:], strict=True))
+
+
+class GridSolve(nn.Module):
+    """``z0`` ``(B, H)`` -> the path ``(S+1, B, H)`` on ``grid`` (Python floats), stepping ``field`` with
+    ``method``; ``clock.step`` is set to ``k`` while step ``k`` evaluates the field, so the mask is looked up by
+    counted step, with no search and no host synchronisation. Everything it does can be captured."""
+
+    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any):
+        super().__init__()
+        self.field, self.grid, self.method, self.clock = field, grid, method, clock
+
+    def forward(self, z0: torch.Tensor) -> torch.Tensor:
+        def f(t: float, y: torch.Tensor) -> torch.Tensor:
+            return self.field(z0.new_full((), t), y)
+
+        path, z = [z0], z0
+        for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
+            if self.clock is not None:
+                self.clock.step = k
+            z = _step(self.method, f, self.grid[k], self.grid[k + 1], ends, z)
+            path.append(z)
+        if self.clock is not None:
+            self.clock.step = None
+        return torch.stack(path)
+
+
+class CaptureError(RuntimeError):
+    """A solve that :func:`graph_decision` let through could not be captured; the model falls back to eager."""
+
+
+class _Entry:
+    def __init__(self, solve: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor | None,
+                 control: nn.Module | None):
+        self.solve, self.masks = solve, masks
+        self.control = None if control is None else dict(control.named_buffers())
+
+    def stage(self, draw: Any, control: nn.Module | None) -> None:
+        """Copy this pass's mask and control path into the buffers the captured graph reads."""
+        if self.masks is not None:
+            self.masks.copy_(draw.step_masks)
+        if self.control is not None:
+            for name, buffer in control.named_buffers():
+                self.control[name].copy_(buffer)
+
+
+class GraphCache:
+    """The captured solves of one model, keyed by the shape, dtype and grad mode of ``z0``."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, ...], _Entry] = {}
+        self._grids: dict[tuple[int, int], list[float]] = {}
+
+    def grid(self, times: torch.Tensor) -> list[float]:
+        """``times`` as Python floats, read from the device once per buffer (later passes need no sync)."""
+        key = (times.data_ptr(), times.numel())
+        if key not in self._grids:
+            self._grids[key] = times.tolist()
+        return self._grids[key]
+
+    def solve(self, make_field: Callable[[Any, Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
+              draw: Any, control: nn.Module | None = None) -> torch.Tensor:
+        """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw, control)`` builds the field that reads them.
+
+        The first call for a shape captures: ``draw``'s mask and the ``control`` path (a torchcde interpolation,
+        whose coefficients are module buffers), cloned, become the graph's static buffers. Later calls copy
+        their own mask and control into those buffers and replay. Raises :class:`CaptureError` when the capture
+        fails.
+        """
+        shapes = None if control is None else tuple((n, tuple(b.shape)) for n, b in control.named_buffers())
+        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes)
+        entry = self.entries.get(key)
+        if entry is None:
+            static = None if draw is None else dataclasses.replace(draw, step_masks=draw.step_masks.clone())
+            static_control = None if control is None else copy.deepcopy(control)
+            clock = None if static is None else static.spec.clock
+            module = GridSolve(make_field(static, static_control), grid, method, clock)
+            sample = z0.detach().clone().requires_grad_(z0.requires_grad)
+            try:
+                graphed = torch.cuda.make_graphed_callables(module, (sample,))
+            except (RuntimeError, AssertionError, TypeError) as exc:
+                raise CaptureError(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+            entry = _Entry(graphed, None if static is None else static.step_masks, static_control)
+            self.entries[key] = entry
+        entry.stage(draw, control)
+        return entry.solve(z0)

@@ -1,0 +1,143 @@
+"""CUDA-graph solves, the parts a CPU can check: which solves are captured and why the others are not (a pure
+decision), and that the captured step loop computes what the eager torchdiffeq solve computes, mask included.
+The capture itself is checked on a GPU in ``test_gpu.py``."""
+from __future__ import annotations
+
+import pytest
+import torch
+from fakes import DEVICES
+from ndebench.models.base import DataSpec
+from ndebench.models.graphs import CAPTURED, GridSolve, graph_decision
+from ndebench.models.integrate import SolverConfig, TrialRNG, _Field, begin_pass, integrate
+from ndebench.models.registry import create_model, list_models, model_info
+from ndebench.regularizers.continuum_dropout import ContinuumDropout
+from ndebench.regularizers.registry import create_regularizer
+
+BASE = dict(setting="auto", device="cuda", method="euler", adjoint=False, step_size=None, kind="ode",
+            model_blocker=None, regularizer_blocker=None)
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({}, None),
+    ({"method": "rk4"}, None),
+    ({"setting": "off"}, "solver.cuda_graph=off"),
+    ({"device": "cpu"}, "device cpu"),
+    ({"kind": "sde"}, "torchsde"),
+    ({"method": "dopri5"}, "method 'dopri5' is not captured"),
+    ({"adjoint": True}, "adjoint"),
+    ({"step_size": 0.1}, "step_size=0.1"),
+    ({"model_blocker": "reads a control"}, "reads a control"),
+    ({"regularizer_blocker": "random end time"}, "random end time"),
+])
+def test_the_decision_captures_fixed_grid_solves_and_names_the_reason_otherwise(change, reason):
+    note = graph_decision(**{**BASE, **change})
+    assert note == CAPTURED if reason is None else (note.startswith("eager: ") and reason in note)
+
+
+@pytest.mark.parametrize("name", [m for m in list_models() if model_info(m).input_kind == "timeseries"])
+def test_every_model_states_its_graph_decision(name):
+    times = torch.linspace(0, 1, 8)
+    model = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
+                         regularizer=create_regularizer("continuum_dropout", p=0.3, m=5))
+    assert model.graph_note("cpu").startswith("eager: device cpu")
+    note = model.graph_note(torch.device("cuda"))
+    capturable = name in ("neural_ode", "neural_cde") and model.solver.method in ("euler", "midpoint", "rk4")
+    assert (note == CAPTURED) == (capturable and not model.solver.adjoint), note
+    direct = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
+                          solver=SolverConfig(model.solver.method, adjoint=False))
+    assert (direct.graph_note("cuda") == CAPTURED) == capturable, direct.graph_note("cuda")
+    off = create_model(name, DataSpec(2, 3, times=times), hidden_size=4,
+                       solver=SolverConfig(model.solver.method, cuda_graph="off"))
+    assert off.graph_note("cuda") == "eager: solver.cuda_graph=off"
+
+
+def test_an_unknown_graph_setting_is_named_with_the_valid_ones():
+    with pytest.raises(ValueError, match="cuda_graph='always'.*valid: auto, off"):
+        SolverConfig(cuda_graph="always")
+
+
+class MatrixField(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.net = torch.nn.Linear(hidden + 1, hidden)
+
+    def forward(self, t, z):
+        return torch.tanh(self.net(torch.cat([t.expand(z.shape[0], 1), z], dim=-1)))
+
+
+@pytest.mark.parametrize("method", ["euler", "midpoint", "rk4"])
+@pytest.mark.parametrize("regularizer", ["none", "continuum_dropout"])
+def test_the_captured_step_loop_is_the_eager_solve_with_the_same_mask(method, regularizer):
+    times = torch.linspace(0, 1, 21, dtype=torch.float64)
+    z0 = torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    field = MatrixField(6).double()
+    reg = create_regularizer(regularizer, **({"p": 0.4, "m": 20} if regularizer != "none" else {}))
+    reg.train()
+    solver = SolverConfig(method)
+    eager = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), regularizer=reg, output="times")
+    draw = begin_pass(reg, z0, times, solver=solver, rng=TrialRNG.from_seed(5))
+    clock = None if draw is None else draw.spec.clock
+    looped = GridSolve(_Field(field, None, reg, draw), times.tolist(), method, clock)(z0)
+    assert torch.allclose(looped, eager, rtol=0, atol=1e-12)
+    if isinstance(reg, ContinuumDropout):
+        plain = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), output="times")
+        assert not torch.allclose(looped, plain)
+
+
+@pytest.mark.parametrize("method,step_size", [("euler", None), ("rk4", None), ("midpoint", 0.013)])
+def test_asking_for_z_at_T_only_steps_the_same_grid_bit_for_bit(method, step_size):
+    times = torch.linspace(0, 1, 30)
+    results = []
+    for output in ("final", "times"):
+        torch.manual_seed(0)
+        field = MatrixField(8)
+        z0 = torch.randn(5, 8, requires_grad=True)
+        path = integrate(field, z0, times, solver=SolverConfig(method, step_size=step_size), rng=TrialRNG.from_seed(1),
+                         regularizer=ContinuumDropout(0.3, 10), output=output)
+        zT = path if output == "final" else path[-1]
+        zT.square().sum().backward()
+        results.append([zT.detach(), z0.grad, *(p.grad for p in field.parameters())])
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,options", [("neural_ode", {}), ("neural_cde", {"interpolation": "linear"}),
+                                          ("neural_cde", {"interpolation": "natural"})])
+@pytest.mark.parametrize("method", ["euler", "rk4"])
+def test_a_captured_pass_equals_the_eager_one_with_a_fresh_mask_and_control_each_time(monkeypatch, name, options,
+                                                                                      method, device):
+    # On a GPU the solve is captured and replayed. On the CPU the capture is stood in for by the eager module:
+    # what is checked there is the cache's bookkeeping, one entry per shape, and each pass's own mask and control
+    # path (a linear path's slope jumps at the knots: the perturbed stage times pick the step's own piece)
+    # copied into the buffers the captured field reads.
+    if device == "cpu":
+        monkeypatch.setattr(torch.cuda, "make_graphed_callables", lambda module, sample_args: module)
+    times = torch.linspace(0, 1, 20)
+    models = []
+    for setting in ("auto", "off"):
+        torch.manual_seed(0)
+        regularizer = create_regularizer("continuum_dropout", p=0.4, m=10)
+        models.append(create_model(name, DataSpec(3, 4, times=times), hidden_size=8, regularizer=regularizer,
+                                   solver=SolverConfig(method, cuda_graph=setting), **options).to(device))
+    captured, eager = models
+    if device == "cpu":
+        captured._graph_notes["cpu"] = CAPTURED
+    values = [torch.randn(6, 20, 3, generator=torch.Generator().manual_seed(i)).to(device) for i in (1, 2)]
+    batches = [eager.prepare(times.to(device), v) for v in values]
+    rngs = TrialRNG.from_seed(0), TrialRNG.from_seed(0)
+    outputs = []
+    for inputs in (batches[0], batches[1], batches[0]):
+        passes = []
+        for model, rng in zip(models, rngs, strict=True):
+            model.train()
+            model.zero_grad(set_to_none=True)
+            torch.manual_seed(len(outputs))  # the head's dropout draws from torch's global generator
+            logits = model(inputs, rng)
+            logits.square().sum().backward()
+            passes.append([logits.detach().clone(), *(p.grad.clone() for p in model.field.parameters())])
+        assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(*passes, strict=True))
+        outputs.append(passes[0][0])
+    assert captured.graph_note(device) == CAPTURED and eager.graph_note(device) != CAPTURED
+    assert len(captured._graphs.entries) == 1 and not eager._graphs.entries
+    assert not torch.allclose(outputs[0], outputs[2])  # the same batch, another mask
