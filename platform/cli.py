@@ -389,6 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # After parsing, so that --help and --version answer without importing torch (config imports the models).
     from ndebench.platform.diskfull import disk_full, is_disk_full
+    from ndebench.platform.infrastructure import infrastructure_failure
     from ndebench.platform.outage import outage
     from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
     from ndebench.platform.registry import UnknownNameError
@@ -406,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
             return exitcodes.INFRASTRUCTURE
         # Checked before the bad-input types: requests' connection errors are OSErrors.
-        if cause := outage(exc, uri):
+        if cause := outage(exc, uri) or infrastructure_failure(exc, uri, os.getcwd()):
             print(f"ndebench {args.command}: error: {cause}", file=sys.stderr)
             return exitcodes.INFRASTRUCTURE
         if not isinstance(exc, (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError)):

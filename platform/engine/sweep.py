@@ -219,5 +219,9 @@ class Sweep:
                 raise
             infrastructure = str(disk_full(exc, self.ctx.storage.display(self.spec.study)))
             self.ctx.say(f"Ray's log not written: {infrastructure}")
+        if self.ctx.infrastructure:
+            cut_off = (f"{len(self.ctx.infrastructure)} trial(s) stopped by an infrastructure failure after their "
+                       f"retries (--resume continues them): {self.ctx.infrastructure[0]}")
+            infrastructure = "; ".join(filter(None, [cut_off, infrastructure]))
         return SweepOutcome(self.spec.study, self.ctx.evaluated, evaluated, skipped, len(failed), failed, log_file,
                             infrastructure)

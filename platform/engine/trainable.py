@@ -10,6 +10,7 @@ run already logged are not logged again: a resumed trial recomputes them bit for
 """
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import sys
@@ -23,6 +24,7 @@ from ndebench.platform.engine.joining import check_this_node
 from ndebench.platform.engine.provenance import worker_provenance
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
+from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
@@ -110,6 +112,27 @@ def for_tune(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k.startswith("val_")}
 
 
+def infrastructure_retried(fn: Any) -> Any:
+    """``fn`` (the trainable) raising :class:`~ndebench.platform.infrastructure.TrialInfrastructureError` for a
+    failure of the tracking store, storage or disk wherever it happens, so that Ray retries the trial from its
+    checkpoint into the same run instead of the run being recorded as the method's failure."""
+
+    @functools.wraps(fn)
+    def run(config: dict[str, Any], **kwargs: Any) -> None:
+        try:
+            return fn(config, **kwargs)
+        except TrialInfrastructureError:
+            raise
+        except Exception as exc:
+            cause = infrastructure_failure(exc, kwargs["tracking_uri"], kwargs.get("storage_uri") or "the trial folder")
+            if cause is None:
+                raise
+            raise TrialInfrastructureError(cause) from exc
+
+    return run
+
+
+@infrastructure_retried
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
               evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
               templates: dict[str, dict[str, Any]] | None = None,
@@ -192,6 +215,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
             result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
                                evaluate_test=phase == "evaluate", timeout_s=trial_timeout_s)
     except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
+        if cause := infrastructure_failure(exc, tracking_uri, f"{storage_uri or 'storage'}/{trial_dir}"):
+            raise TrialInfrastructureError(f"{cause} (run {recorder.run_id})") from exc
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"[:4000]
         recorder.finish("error", summaries(), {"error": message}, {})
