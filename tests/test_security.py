@@ -3,19 +3,21 @@ data, and a checkpoint path read from a tag stays inside the storage root. The a
 (N111) is played on loopback against `ndebench server` and a routine `--resume`."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from fakes import start_server, wait_healthy
+from fakes import start_server, wait_healthy, write_fault_plugin
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import latest_checkpoint
@@ -140,3 +142,46 @@ def test_the_worker_refuses_an_unsafe_tag_on_its_own(tmp_path):
     state, note = _resume_state(Storage(tmp_path / "root"), "sec", {f"{TAG}trial_dir": "../mlartifacts/evil"})
     assert state is None and not (tmp_path / "pwned").exists()
     assert note.startswith("refused: ndebench.trial_dir='../mlartifacts/evil'") and "from scratch" in note
+
+
+def _plant(study: Path, marker: Path, stop: threading.Event, planted: set[str]) -> None:
+    """Someone who can write the shared storage, all through a sweep: every pickle Ray Tune or ndebench writes
+    there (``error.pkl`` of every trial, searcher and callback states, checkpoints) becomes the payload, and every
+    JSON state file embeds it the way Ray's own JSON embeds cloudpickled objects."""
+    raw = _payload(marker)
+    embedded = json.dumps({"_type": "CLOUDPICKLE_FALLBACK", "value": raw.hex()}).encode()
+    while not stop.is_set():
+        for experiment in (p for p in study.glob("*-*") if p.is_dir()):
+            for trial in (p for p in experiment.iterdir() if p.is_dir()):
+                targets = [trial / "error.pkl", *trial.glob("checkpoint_*/trial_state.pt")]
+                for path in targets + [*experiment.glob("*.pkl"), *experiment.glob("*.json")]:
+                    with contextlib.suppress(OSError):
+                        path.write_bytes(embedded if path.suffix == ".json" else raw)
+                        planted.add(path.name)
+        stop.wait(0.05)
+
+
+@pytest.mark.system
+def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path):
+    """A real sweep whose trial fails (an I/O error on every checkpoint write, retries spent) while every file of
+    the storage that could hold a pickle is replaced by one: the driver reads the error as text, Ray's ResultGrid
+    finds no pickled error to load, the retried worker refuses the planted checkpoint (tensors only)."""
+    config = dict(CONFIG, plugins=["faultplugin"], tune={"max_failures": 1},
+                  training={"epochs": 4, "min_epochs": 4, "patience": 4, "lr": 0.01})
+    (tmp_path / "sec.yaml").write_text(yaml.safe_dump(config))
+    write_fault_plugin(tmp_path, "eio", epoch=2, forever=True)
+    marker, stop, planted = tmp_path / "PWNED", threading.Event(), set()
+    attacker = threading.Thread(target=_plant, args=(tmp_path / "ray_results" / "sec", marker, stop, planted))
+    attacker.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "sec.yaml"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    finally:
+        stop.set()
+        attacker.join()
+    assert {"error.pkl", "trial_state.pt"} <= planted and any(name.endswith(".json") for name in planted), planted
+    assert not marker.exists(), done.stdout + done.stderr
+    assert done.returncode in (1, 3), done.stdout + done.stderr
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert [r.data.tags[f"{TAG}status"] for r in search(uri, "sec", f"tags.`{TAG}kind` = 'trial'")] != ["ok"]
