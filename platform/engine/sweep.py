@@ -11,6 +11,7 @@ live in :mod:`.searchstage` and :mod:`.evaluatestage`, what they share in :mod:`
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from dataclasses import dataclass, field
@@ -29,7 +30,6 @@ from ndebench.platform.engine.stages import CellStatistics, Printer, StageContex
 from ndebench.platform.record.heartbeat import STALE_S, Heartbeat, recorded_driver
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.tracking import (
-    close_running_runs,
     ensure_experiment,
     finish_cell,
     search,
@@ -166,8 +166,11 @@ class Sweep:
                 raise
             uri = self.ctx.tracking_uri
             error = disk_full(exc, self.ctx.storage.display(), str(sqlite_path(uri) or uri))
-            closed = close_running_runs(self.ctx.tracking_uri, self.spec.study, str(error))
-            self.ctx.say(f"{error}; {closed} open run(s) closed as error/failed")
+            closed = 0
+            # Best effort, since the store may be what is full; the runs are the infrastructure's, not the methods'.
+            with contextlib.suppress(Exception):
+                closed = mark_interrupted(uri, self.spec.study, str(error))
+            self.ctx.say(f"{error}; {closed} open run(s) closed as interrupted (--resume continues them)")
             raise error from exc
         finally:
             if self._heartbeat is not None:
