@@ -85,3 +85,29 @@ def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_ru
     assert again.data.tags[f"{TAG}status"] == "ok"
     assert (state / "attempts").read_text().split() == ["0", "2", "0"]  # a fresh trial: the run's checkpoint tag
     _steps_once(uri, run.info.run_id)
+
+
+def test_an_outage_in_a_search_stage_spends_no_budget_and_resume_finishes_the_search(tmp_path):
+    """Both grid points of the base search hit a storm on every attempt: the sweep exits 3, its trial runs are
+    interrupted (not spent), the cell is not done; `--resume` continues both runs and the search ends with them."""
+    config = dict(CONFIG, training=dict(CONFIG["training"], lr=[0.01, 0.02]), base={"sampler": "grid"})
+    (tmp_path / "outage.yaml").write_text(yaml.safe_dump(config))
+    state = write_fault_plugin(tmp_path, "storm", epoch=3, forever=True)
+    failed = _run(tmp_path)
+    assert failed.returncode == 3, failed.stdout + failed.stderr
+    assert "2 trial(s) stopped by an infrastructure failure" in failed.stdout.strip().splitlines()[-1]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    base = f"tags.`{TAG}phase` = 'base' and tags.`{TAG}kind` = 'trial'"
+    cut = {r.info.run_id: r.data.tags[f"{TAG}status"] for r in search(uri, "outage", base)}
+    assert sorted(cut.values()) == ["interrupted", "interrupted"]
+    cell = search(uri, "outage", f"tags.`{TAG}phase` = 'base' and tags.`{TAG}kind` = 'cell'")[0]
+    assert cell.data.tags[f"{TAG}status"] == "interrupted"
+    assert "search incomplete: 0 of 2 trial(s) ended" in cell.data.tags[f"{TAG}error"]
+    assert not search(uri, "outage", f"tags.`{TAG}status` = 'error'")
+
+    (state / "off").touch()
+    resumed = _run(tmp_path, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = {r.info.run_id: r.data.tags[f"{TAG}status"] for r in search(uri, "outage", base)}
+    assert after == dict.fromkeys(cut, "ok")  # the same two runs, continued; no third trial
+    assert _evaluate_run(uri).data.tags[f"{TAG}status"] == "ok"
