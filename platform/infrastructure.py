@@ -10,7 +10,10 @@ MLflow run (``tune.max_failures``); once the retries are spent, the driver close
 from __future__ import annotations
 
 import errno
+import functools
 import re
+from collections.abc import Callable
+from typing import Any
 
 from ndebench.platform.diskfull import disk_full, exception_chain, is_disk_full
 from ndebench.platform.outage import InfrastructureError, cause_line, outage
@@ -78,3 +81,23 @@ def raised_in_trial(error_text: str) -> tuple[str, str | None] | None:
     line = found[-1].strip()
     run = RUN_SUFFIX.search(line)
     return (line[:run.start()], run.group(1)) if run else (line, None)
+
+
+def infrastructure_retried(trainable: Callable[..., Any]) -> Callable[..., Any]:
+    """``trainable`` (called as ``trainable(config, tracking_uri=..., storage_uri=..., ...)``) raising
+    :class:`TrialInfrastructureError` for an infrastructure failure wherever it happens in the trial (starting its
+    run, training, logging its final artifacts), so that Ray retries the trial from its checkpoint."""
+
+    @functools.wraps(trainable)
+    def run(config: dict[str, Any], **kwargs: Any) -> Any:
+        try:
+            return trainable(config, **kwargs)
+        except TrialInfrastructureError:
+            raise
+        except Exception as exc:
+            cause = infrastructure_failure(exc, kwargs["tracking_uri"], kwargs.get("storage_uri") or "the trial folder")
+            if cause is None:
+                raise
+            raise TrialInfrastructureError(cause) from exc
+
+    return run

@@ -10,7 +10,6 @@ run already logged are not logged again: a resumed trial recomputes them bit for
 """
 from __future__ import annotations
 
-import functools
 import io
 import pickle
 import sys
@@ -24,7 +23,7 @@ from ndebench.platform.engine.joining import check_this_node
 from ndebench.platform.engine.provenance import worker_provenance
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
-from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure
+from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, infrastructure_retried
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
@@ -112,26 +111,6 @@ def for_tune(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k.startswith("val_")}
 
 
-def infrastructure_retried(fn: Any) -> Any:
-    """``fn`` (the trainable) raising :class:`~ndebench.platform.infrastructure.TrialInfrastructureError` for a
-    failure of the tracking store, storage or disk wherever it happens, so that Ray retries the trial from its
-    checkpoint into the same run instead of the run being recorded as the method's failure."""
-
-    @functools.wraps(fn)
-    def run(config: dict[str, Any], **kwargs: Any) -> None:
-        try:
-            return fn(config, **kwargs)
-        except TrialInfrastructureError:
-            raise
-        except Exception as exc:
-            cause = infrastructure_failure(exc, kwargs["tracking_uri"], kwargs.get("storage_uri") or "the trial folder")
-            if cause is None:
-                raise
-            raise TrialInfrastructureError(cause) from exc
-
-    return run
-
-
 @infrastructure_retried
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
               evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
@@ -154,6 +133,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     GPU use into the run.
     A trial still running ``trial_timeout_s`` seconds after this worker started it (or restarted it from a
     checkpoint) ends with status ``timeout`` (run FAILED, ``ndebench.message`` naming ``tune.trial_timeout_s``).
+    A failure of the tracking store, storage or disk is not the method's: it leaves the run open and goes to Ray,
+    which retries the trial from its checkpoint (:mod:`ndebench.platform.infrastructure`).
     """
     from ray import tune
 
