@@ -364,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Only here, so that --help, --version and a config with errors answer without torch, Ray or MLflow.
         from ndebench.platform.credentials import credentials_refused
         from ndebench.platform.diskfull import disk_full, is_disk_full
+        from ndebench.platform.infrastructure import infrastructure_failure
         from ndebench.platform.outage import outage
         from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
         from ndebench.platform.registry import UnknownNameError
@@ -379,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ndebench {args.command}: error: {refusal}", file=sys.stderr)
             return exitcodes.BAD_INPUT
         # Checked before the bad-input types: requests' connection errors are OSErrors.
-        if cause := outage(exc, uri):
+        if cause := outage(exc, uri) or infrastructure_failure(exc, uri, os.getcwd()):
             print(f"ndebench {args.command}: error: {cause}", file=sys.stderr)
             return exitcodes.INFRASTRUCTURE
         if not isinstance(exc, (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError)):

@@ -332,3 +332,77 @@ def cell_study(uri: str, study: str) -> dict[str, dict]:
         finish_cell(uri, run_id, "done", params=params, metrics=metrics | {"n": 5.0})
         cells[key] = {"run_id": run_id, "params": params, "metrics": metrics}
     return cells
+
+
+# Infrastructure failures inside a trial, injected in the Ray worker through a `plugins:` module
+
+FAULT_PLUGIN = '''
+import errno, os, pathlib
+
+import ndebench.platform.engine.trainable as trainable_module
+import torch
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+STATE = pathlib.Path({state!r})
+FAULT, EPOCH = {fault!r}, {epoch!r}
+STORM = ("API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch failed with exception "
+         "HTTPConnectionPool(host='127.0.0.1', port=5000): Max retries exceeded (Caused by ResponseError('too many "
+         "503 error responses'))")
+
+
+def _fire():
+    """Whether this attempt fails: every attempt while STATE/forever exists, else the first one only."""
+    if (STATE / "off").exists():
+        return False
+    if (STATE / "forever").exists():
+        return True
+    try:
+        os.close(os.open(STATE / "fired", os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
+restored = trainable_module._restored
+
+
+def _restored():
+    state, run_id = restored()
+    with open(STATE / "attempts", "a") as log:
+        log.write(f"{{state['epoch'] if state else 0}}\\n")
+    return state, run_id
+
+
+logged, saved = MlflowClient.log_batch, torch.save
+
+
+def log_batch(self, run_id, metrics=(), *args, **kwargs):
+    if FAULT == "storm" and any(m.step == EPOCH for m in metrics) and _fire():
+        raise MlflowException(STORM)
+    return logged(self, run_id, metrics, *args, **kwargs)
+
+
+def save(obj, path, *args, **kwargs):
+    if FAULT in ("enospc", "eio") and str(path).endswith("trial_state.pt") and obj["epoch"] == EPOCH and _fire():
+        code = errno.ENOSPC if FAULT == "enospc" else errno.EIO
+        raise OSError(code, os.strerror(code), str(path))
+    return saved(obj, path, *args, **kwargs)
+
+
+trainable_module._restored, MlflowClient.log_batch, torch.save = _restored, log_batch, save
+'''
+
+
+def write_fault_plugin(root: Path, fault: str, epoch: int, forever: bool = False) -> Path:
+    """Module ``faultplugin`` in ``root`` (a sweep's working folder; list it under ``plugins:``): in the trial's
+    worker, ``fault`` (``storm``: MLflow's client failing as after its retries on 503 answers; ``enospc``/``eio``:
+    the checkpoint write failing) hits at epoch ``epoch`` of the first attempt, or of every attempt while
+    ``forever`` (the file ``<state>/forever``); ``<state>/off`` turns it off. Each attempt appends the epoch it
+    restored (0: none) to ``<state>/attempts``. Returns the state folder."""
+    state = root / "faultstate"
+    state.mkdir()
+    if forever:
+        (state / "forever").touch()
+    (root / "faultplugin.py").write_text(FAULT_PLUGIN.format(state=str(state), fault=fault, epoch=epoch))
+    return state

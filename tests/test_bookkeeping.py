@@ -42,19 +42,8 @@ def test_an_errored_evaluate_attempt_is_superseded_not_continued(tmp_path):
     assert search(uri, "s", f"tags.`{TAG}status` = 'error'")[0].info.run_id == failed.run_id
 
 
-class _Trial:
-    def __init__(self, error: str):
-        self.error = error
-
-    def get_pickled_error(self):
-        return None
-
-    def get_error(self):
-        return self.error
-
-
 def test_a_killed_worker_is_worker_lost_and_an_exception_is_itself():
     died = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."
-    assert _error_line(_Trial(died)).startswith("worker lost: ray.exceptions.ActorDiedError")
-    assert _error_line(_Trial("")) == "worker lost (see the log file)"
-    assert _error_line(_Trial("Traceback ...\nValueError: bad lr")) == "ValueError: bad lr"
+    assert _error_line(died).startswith("worker lost: ray.exceptions.ActorDiedError")
+    assert _error_line("") == "worker lost (see the log file)"
+    assert _error_line("Traceback ...\nValueError: bad lr") == "ValueError: bad lr"

@@ -32,7 +32,8 @@ def test_a_trial_is_named_by_its_cell_and_its_seed_or_sampled_values():
 
 def _trial(trial_id, config, result=None):
     return SimpleNamespace(trial_id=trial_id, config=config, last_result=result or {},
-                           get_pickled_error=lambda: None, get_error=lambda: "ValueError: boom")
+                           run_metadata=SimpleNamespace(pickled_error_filename="error.pkl"),
+                           error_file=None, get_error=lambda: "ValueError: boom")
 
 
 def test_stage_progress_prints_each_trial_and_a_view_with_both_etas(monkeypatch):

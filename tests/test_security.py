@@ -3,19 +3,22 @@ data, and a checkpoint path read from a tag stays inside the storage root. The a
 (N111) is played on loopback against `ndebench server` and a routine `--resume`."""
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from fakes import start_server, wait_healthy
+from fakes import start_server, wait_healthy, write_fault_plugin
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import latest_checkpoint
@@ -44,12 +47,68 @@ def test_the_payload_is_real(tmp_path):
     assert (tmp_path / "probe").exists()
 
 
-def test_no_code_loads_with_weights_only_false():
-    offenders = [f"{path.relative_to(PACKAGE)}:{number}"
+# Modules whose load/loads (and Unpickler) run code named in the data; library calls that unpickle on our behalf.
+PICKLERS = {"pickle", "_pickle", "cPickle", "cloudpickle", "ray_pickle", "dill", "joblib", "marshal", "shelve"}
+UNPICKLING = {"get_pickled_error", "_loads_with_cloudpickle", "restore_from_dir", "from_path", "read_pickle",
+              "Unpickler", "load_newest_checkpoint", "ExperimentAnalysis", "load_model"}
+
+
+def _dotted(node: ast.AST) -> str:
+    return f"{_dotted(node.value)}.{node.attr}" if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _true(call: ast.Call, keyword: str) -> bool:
+    return any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
+
+
+def unpickling_calls(source: str) -> list[str]:
+    """``line: call`` for every call in ``source`` that can unpickle what it reads: ``load``/``loads``/``Unpickler``
+    of a pickling module (however imported), ``torch.load`` without ``weights_only=True``, ``numpy.load`` with
+    ``allow_pickle=True``, Ray's and MLflow's loaders of pickled state (``get_pickled_error``, ``Tuner.restore``
+    and the like), and any ``TuneFunctionDecoder(allow_cloudpickle=True)``."""
+    tree = ast.parse(source)
+    aliases = {a.asname or a.name: a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for a in node.names}
+    imported = {a.asname or a.name: f"{node.module}.{a.name}" for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module for a in node.names}
+    found = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        name = _dotted(call.func)
+        head, _, rest = name.partition(".")
+        full = ".".join(filter(None, [imported.get(head) or aliases.get(head, head), rest]))
+        module, _, function = full.rpartition(".")
+        leaf = module.rpartition(".")[2]
+        bad = ((leaf in PICKLERS and function in ("load", "loads", "Unpickler"))
+               or (function == "load" and leaf == "torch" and not _true(call, "weights_only"))
+               or (function == "load" and leaf in ("numpy", "np") and _true(call, "allow_pickle"))
+               or function in UNPICKLING or (function == "restore" and "Tuner" in full)
+               or (function == "TuneFunctionDecoder" and _true(call, "allow_cloudpickle")))
+        if bad:
+            found.append(f"{call.lineno}: {name}")
+    return found
+
+
+def test_the_unpickling_scan_finds_each_kind_of_call():
+    source = """
+import pickle, torch, numpy as np
+import ray.cloudpickle as cp
+from joblib import load
+from dill import loads as undill
+from ray.tune import Tuner
+pickle.loads(b""); cp.load(f); load(f); undill(b""); torch.load(p); torch.load(p, weights_only=False)
+np.load(p, allow_pickle=True); trial.get_pickled_error(); Tuner.restore(p, fn); pd.read_pickle(p)
+torch.load(p, weights_only=True); np.load(p); json.loads(s); yaml.safe_load(s)
+"""
+    assert unpickling_calls(source) == [
+        "7: pickle.loads", "7: cp.load", "7: load", "7: undill", "7: torch.load", "7: torch.load", "8: np.load",
+        "8: trial.get_pickled_error", "8: Tuner.restore", "8: pd.read_pickle"]
+
+
+def test_no_code_of_the_package_unpickles():
+    offenders = [f"{path.relative_to(PACKAGE)}:{call}"
                  for folder in ("platform", "models", "regularizers", "datasets")
                  for path in sorted((PACKAGE / folder).rglob("*.py"))
-                 for number, line in enumerate(path.read_text().splitlines(), 1)
-                 if "weights_only=False" in line.replace(" ", "") or "pickle.load" in line]
+                 for call in unpickling_calls(path.read_text())]
     assert offenders == []
 
 
@@ -140,3 +199,71 @@ def test_the_worker_refuses_an_unsafe_tag_on_its_own(tmp_path):
     state, note = _resume_state(Storage(tmp_path / "root"), "sec", {f"{TAG}trial_dir": "../mlartifacts/evil"})
     assert state is None and not (tmp_path / "pwned").exists()
     assert note.startswith("refused: ndebench.trial_dir='../mlartifacts/evil'") and "from scratch" in note
+
+
+def _plant(study: Path, marker: Path, stop: threading.Event, planted: set[str]) -> None:
+    """Someone who can write the shared storage, all through a sweep: every pickle Ray Tune or ndebench writes
+    there (``error.pkl`` of every trial, searcher and callback states, checkpoints) becomes the payload, and every
+    JSON state file embeds it the way Ray's own JSON embeds cloudpickled objects."""
+    raw = _payload(marker)
+    embedded = json.dumps({"_type": "CLOUDPICKLE_FALLBACK", "value": raw.hex()}).encode()
+    while not stop.is_set():
+        for experiment in (p for p in study.glob("*-*") if p.is_dir()):
+            for trial in (p for p in experiment.iterdir() if p.is_dir()):
+                targets = [trial / "error.pkl", *trial.glob("checkpoint_*/trial_state.pt")]
+                for path in targets + [*experiment.glob("*.pkl"), *experiment.glob("*.json")]:
+                    with contextlib.suppress(OSError):
+                        path.write_bytes(embedded if path.suffix == ".json" else raw)
+                        planted.add(path.name)
+        stop.wait(0.05)
+
+
+@pytest.mark.system
+def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path):
+    """A real sweep whose trial fails (an I/O error on every checkpoint write, retries spent) while every file of
+    the storage that could hold a pickle is replaced by one: the driver reads the error as text, Ray's ResultGrid
+    finds no pickled error to load, the retried worker refuses the planted checkpoint (tensors only)."""
+    config = dict(CONFIG, plugins=["faultplugin"], tune={"max_failures": 1},
+                  training={"epochs": 4, "min_epochs": 4, "patience": 4, "lr": 0.01})
+    (tmp_path / "sec.yaml").write_text(yaml.safe_dump(config))
+    write_fault_plugin(tmp_path, "eio", epoch=2, forever=True)
+    marker, stop, planted = tmp_path / "PWNED", threading.Event(), set()
+    attacker = threading.Thread(target=_plant, args=(tmp_path / "ray_results" / "sec", marker, stop, planted))
+    attacker.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "sec.yaml"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    finally:
+        stop.set()
+        attacker.join()
+    assert {"error.pkl", "trial_state.pt"} <= planted and any(name.endswith(".json") for name in planted), planted
+    assert not marker.exists(), done.stdout + done.stderr
+    assert done.returncode in (1, 3), done.stdout + done.stderr
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert [r.data.tags[f"{TAG}status"] for r in search(uri, "sec", f"tags.`{TAG}kind` = 'trial'")] != ["ok"]
+
+
+@pytest.mark.parametrize("defended", [False, True])
+def test_rays_result_grid_finds_no_pickled_error_to_load_after_the_stage_callback(tmp_path, defended):
+    """``Tuner.fit`` builds a ResultGrid, which unpickles ``<trial>/error.pkl`` from storage for each errored trial
+    that names one; the stage's progress callback leaves none named, so the text ``error.txt`` is read instead.
+    Undefended (Ray as it is), the payload runs: the scenario is real."""
+    from ndebench.platform.engine.progress import StageProgress
+    from ray.train._internal.storage import StorageContext
+    from ray.tune import ResultGrid
+    from ray.tune.analysis import ExperimentAnalysis
+    from ray.tune.experiment.trial import Trial
+
+    storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="sec/evaluate-1", trial_dir_name="t1")
+    trial = Trial("trainable", stub=True, config={"cell": "c"}, storage=storage, trial_id="t1")
+    trial.status = Trial.ERROR
+    (tmp_path / "sec/evaluate-1/t1").mkdir(parents=True)
+    (tmp_path / "sec/evaluate-1/t1/error.pkl").write_bytes(_payload(tmp_path / "pwned"))
+    (tmp_path / "sec/evaluate-1/t1/error.txt").write_text("Failure # 1 (occurred at x)\nValueError: boom\n")
+    trial.run_metadata.error_filename, trial.run_metadata.pickled_error_filename = "error.txt", "error.pkl"
+    if defended:
+        StageProgress("evaluate", {"c": 1}, {"c": "c"}, None, "min", print).on_experiment_end([trial])
+    grid = ResultGrid(ExperimentAnalysis(str(tmp_path / "sec/evaluate-1/experiment_state-x.json"), trials=[trial]))
+    assert (tmp_path / "pwned").exists() is not defended
+    assert grid.errors == ["Failure # 1 (occurred at x)\nValueError: boom\n"]

@@ -6,11 +6,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from ndebench.platform.infrastructure import raised_in_trial
 from ndebench.platform.record.tracking import mark_stopped
 from ray.tune import Callback
 
@@ -19,6 +22,7 @@ OUTCOME_KEYS = ("status", "message", "run_id", "resume_note")
 # Ray's words for a trial whose process or node died, as opposed to an exception the trial raised.
 WORKER_LOST = ("ActorDiedError", "RayActorError", "actor died", "WorkerCrashedError", "NodeDiedError",
                "worker died", "OutOfMemoryError")
+FAILURE_HEADER = re.compile(r"^Failure # \d+ \(occurred at [^)]*\)$", re.MULTILINE)
 
 
 def _duration(seconds: float) -> str:
@@ -26,14 +30,25 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def _error_line(trial: Any) -> str:
-    """The last line of a trial's error (``ValueError: ...``): the message a user acts on; ``worker lost: ...``
-    when Ray reports the trial's process or node dead rather than an exception."""
+def _error_text(trial: Any) -> str:
+    """Ray's text of a trial's latest error: from the ``error.txt`` the driver just wrote in its own staging folder,
+    else from the copy in storage. Never ``error.pkl``: unpickling a file of the shared storage runs whatever code
+    its writer put there."""
     try:
-        error = trial.get_pickled_error() or trial.get_error()
+        local = Path(trial.error_file) if trial.error_file else None
+        text = local.read_text(errors="replace") if local is not None and local.is_file() else trial.get_error()
     except Exception:  # noqa: BLE001 - an unreadable error file still leaves the trial failed
-        error = None
-    text = str(error or "")
+        return ""
+    # error.txt holds every failure of the trial, each under a "Failure # N (occurred at ...)" line.
+    return FAILURE_HEADER.split(str(text or ""))[-1]
+
+
+def _error_line(text: str) -> str:
+    """The last line of Ray's ``text`` of a trial's error (``ValueError: ...``): the message a user acts on;
+    ``worker lost: ...`` when Ray reports the trial's process or node dead rather than an exception; the failure
+    itself for an infrastructure failure that spent the trial's retries."""
+    if infrastructure := raised_in_trial(text):
+        return infrastructure[0]
     lines = text.strip().splitlines()
     last = lines[-1].strip() if lines else ""
     if not last or any(mark in text for mark in WORKER_LOST):
@@ -101,6 +116,12 @@ def eta_seconds(durations: Sequence[float], running_ages: Sequence[float], pendi
     return stage, stage + later * mean / c
 
 
+def _forget_pickled_error(trial: Any) -> None:
+    # Ray's ResultGrid (built by Tuner.fit) unpickles error.pkl from storage for each trial that names one; without
+    # a name it reads error.txt as text.
+    trial.run_metadata.pickled_error_filename = None
+
+
 class StageProgress(Callback):
     """Prints a line per finished trial and per finished cell and, every ``every_s`` seconds (the first after
     at most :data:`FIRST_VIEW_S`), the stage view with the stage's and the sweep's ETA (:func:`eta_seconds`;
@@ -146,7 +167,7 @@ class StageProgress(Callback):
         self.begun[trial.trial_id] = time.monotonic()
         self.peak = max(self.peak, len(self.begun))
 
-    def _end(self, trial: Any, error: str = "") -> None:
+    def _end(self, trial: Any, error: str = "", infrastructure: tuple[str, str | None] | None = None) -> None:
         key = self._key(trial)
         self.finished[key] += 1
         now = time.monotonic()
@@ -163,8 +184,12 @@ class StageProgress(Callback):
             self.bar.update(1)
             self.bar.set_postfix_str(self._eta_text(now), refresh=True)
         # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run).
-        self.outcomes[key].append({"config": dict(trial.config) if error else {"cell": key},
-                                   "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error})
+        outcome = {"config": dict(trial.config) if error else {"cell": key},
+                   "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error}
+        if infrastructure is not None:
+            cause, run_id = infrastructure
+            outcome["infrastructure"] = {"cause": cause, "run_id": run_id or result.get("run_id")}
+        self.outcomes[key].append(outcome)
         value = result.get(self.metric) if self.metric else None
         if result.get("status") == "ok" and value is not None and math.isfinite(value):
             better = min if self.mode == "min" else max
@@ -177,7 +202,12 @@ class StageProgress(Callback):
         self._end(trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._end(trial, _error_line(trial))
+        _forget_pickled_error(trial)
+        text = _error_text(trial)
+        self._end(trial, _error_line(text), raised_in_trial(text))
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        _forget_pickled_error(trial)
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         now = time.monotonic()
@@ -187,6 +217,8 @@ class StageProgress(Callback):
                 self._say(line)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        for trial in trials:
+            _forget_pickled_error(trial)
         if self.bar is not None:
             self.bar.close()
             self.bar = None

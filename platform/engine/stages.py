@@ -21,6 +21,7 @@ from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.raysession import RaySession
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import full_config, trainable
+from ndebench.platform.record.interruption import interrupt_run
 from ndebench.platform.record.tracking import close_orphaned_runs, finish_cell
 from ndebench.platform.spec.config import SweepSpec, config_hash
 from ndebench.platform.spec.plan import Cell, base_key, cell_template, fixed_key
@@ -62,6 +63,7 @@ class StageContext:
         self.cell_statistics = cell_statistics
         self.stamp = time.strftime("%Y%m%d-%H%M%S")
         self.failed: dict[str, str] = {}
+        self.infrastructure: list[str] = []  # failures of trials that spent their retries on the infrastructure
         self.evaluated: dict[str, dict[str, Any]] = {}
         self.study_run_id = ""
 
@@ -127,7 +129,22 @@ class StageContext:
         # Tune's automatic CSV, JSON and TensorBoard loggers write every result of every trial again, beside
         # MLflow, and the driver pays for them (about 8 ms a trial) and reads them all back when the run ends.
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-        return self.ray.fit(tuner)
+        grid = self.ray.fit(tuner)
+        for callback in callbacks:
+            self._cut_off(stage, getattr(callback, "outcomes", {}))
+        return grid
+
+    def _cut_off(self, stage: str, outcomes: dict[str, list[dict[str, Any]]]) -> None:
+        """Trials whose retries an infrastructure failure spent: their runs closed ``interrupted`` (``--resume``
+        continues them), never ``error``, and the failure kept for the sweep's exit code (3)."""
+        failures = [o["infrastructure"] for group in outcomes.values() for o in group if o.get("infrastructure")]
+        for failure in failures:
+            if failure["run_id"]:
+                interrupt_run(self.tracking_uri, failure["run_id"], f"infrastructure failure: {failure['cause']}")
+        if failures:
+            self.infrastructure += [failure["cause"] for failure in failures]
+            self.say(f"stage {stage}: {len(failures)} trial(s) stopped by an infrastructure failure after their "
+                     f"retries, their runs closed as interrupted: {failures[0]['cause']}")
 
     def cell_tags(self, cell: Cell) -> dict[str, str]:
         """Identity, the dataset's primary metric and the driver's provenance (a cell run is written by the driver)."""

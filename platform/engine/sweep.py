@@ -11,6 +11,7 @@ live in :mod:`.searchstage` and :mod:`.evaluatestage`, what they share in :mod:`
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from dataclasses import dataclass, field
@@ -30,7 +31,6 @@ from ndebench.platform.record.deletions import check_not_deleted, deleted_error
 from ndebench.platform.record.heartbeat import STALE_S, Heartbeat, recorded_driver
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.tracking import (
-    close_running_runs,
     ensure_experiment,
     finish_cell,
     search,
@@ -170,8 +170,11 @@ class Sweep:
                 raise
             uri = self.ctx.tracking_uri
             error = disk_full(exc, self.ctx.storage.display(), str(sqlite_path(uri) or uri))
-            closed = close_running_runs(self.ctx.tracking_uri, self.spec.study, str(error))
-            self.ctx.say(f"{error}; {closed} open run(s) closed as error/failed")
+            closed = 0
+            # Best effort, since the store may be what is full; the runs are the infrastructure's, not the methods'.
+            with contextlib.suppress(Exception):
+                closed = mark_interrupted(uri, self.spec.study, str(error))
+            self.ctx.say(f"{error}; {closed} open run(s) closed as interrupted (--resume continues them)")
             raise error from exc
         finally:
             if self._heartbeat is not None:
@@ -220,5 +223,9 @@ class Sweep:
                 raise
             infrastructure = str(disk_full(exc, self.ctx.storage.display(self.spec.study)))
             self.ctx.say(f"Ray's log not written: {infrastructure}")
+        if self.ctx.infrastructure:
+            cut_off = (f"{len(self.ctx.infrastructure)} trial(s) stopped by an infrastructure failure after their "
+                       f"retries (--resume continues them): {self.ctx.infrastructure[0]}")
+            infrastructure = "; ".join(filter(None, [cut_off, infrastructure]))
         return SweepOutcome(self.spec.study, self.ctx.evaluated, evaluated, skipped, len(failed), failed, log_file,
                             infrastructure)

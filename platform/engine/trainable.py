@@ -23,6 +23,7 @@ from ndebench.platform.engine.joining import check_this_node
 from ndebench.platform.engine.provenance import worker_provenance
 from ndebench.platform.engine.safepaths import UnsafePathError, inside_trial, trial_folder
 from ndebench.platform.engine.storage import Storage
+from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, infrastructure_retried
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
@@ -111,6 +112,7 @@ def for_tune(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k.startswith("val_")}
 
 
+@infrastructure_retried
 def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
               evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
               templates: dict[str, dict[str, Any]] | None = None,
@@ -132,6 +134,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     GPU use into the run.
     A trial still running ``trial_timeout_s`` seconds after this worker started it (or restarted it from a
     checkpoint) ends with status ``timeout`` (run FAILED, ``ndebench.message`` naming ``tune.trial_timeout_s``).
+    A failure of the tracking store, storage or disk is not the method's: it leaves the run open and goes to Ray,
+    which retries the trial from its checkpoint (:mod:`ndebench.platform.infrastructure`).
     """
     from ray import tune
 
@@ -193,6 +197,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
             result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
                                evaluate_test=phase == "evaluate", timeout_s=trial_timeout_s)
     except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
+        if cause := infrastructure_failure(exc, tracking_uri, f"{storage_uri or 'storage'}/{trial_dir}"):
+            raise TrialInfrastructureError(f"{cause} (run {recorder.run_id})") from exc
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"[:4000]
         recorder.finish("error", summaries(), {"error": message}, {})

@@ -28,3 +28,18 @@ def mark_interrupted(uri: str, study: str, cause: str) -> int:
         retry(lambda run_id=run_id: mlflow_client.set_terminated(run_id, "KILLED"))
         closed += 1
     return closed
+
+
+def interrupt_run(uri: str, run_id: str, cause: str) -> bool:
+    """Close one run as ``interrupted`` by ``cause`` if it is still running (a trial whose retries an
+    infrastructure failure spent: ``--resume`` continues it from its checkpoint); whether it was."""
+    from mlflow.entities import RunTag
+
+    mlflow_client = client(uri)
+    run = retry(lambda: mlflow_client.get_run(run_id))
+    if run_status(run) != "running" and run.info.status != "RUNNING":
+        return False
+    tags = [RunTag(f"{TAG}status", "interrupted"), RunTag(INTERRUPTION, cause[:500])]
+    retry(lambda: mlflow_client.log_batch(run_id, tags=tags))
+    retry(lambda: mlflow_client.set_terminated(run_id, "KILLED"))
+    return True

@@ -304,28 +304,6 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
     return closed
 
 
-def close_running_runs(uri: str, study: str, message: str) -> int:
-    """After the sweep itself failed (a full disk): close every run of ``study`` still running, trials as
-    ``error``, cell and study runs as ``failed``, each with ``message``; best effort, since the store may be
-    what failed. Returns how many were closed."""
-    from mlflow.entities import RunTag
-
-    closed = 0
-    try:
-        mlflow_client = client(uri)
-        for run in search(uri, study):
-            if run_status(run) != "running" and run.info.status != "RUNNING":
-                continue
-            status = "error" if run.data.tags.get(f"{TAG}kind") == "trial" else "failed"
-            tags = [RunTag(f"{TAG}status", status), RunTag(f"{TAG}error", message[:4000])]
-            mlflow_client.log_batch(run.info.run_id, tags=tags)
-            mlflow_client.set_terminated(run.info.run_id, "FAILED")
-            closed += 1
-    except Exception:  # noqa: BLE001 - a store that cannot take writes keeps its runs open; the caller says why
-        pass
-    return closed
-
-
 def _first_line(reason: Any) -> str:
     text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else str(reason or "")
     return text.strip().splitlines()[0] if text.strip() else ""
