@@ -1,6 +1,6 @@
 """The Ray Tune function trainable: one trial, one MLflow run, checkpoints that survive a lost worker or driver.
 
-Every ``checkpoint_every`` epochs the full training state (:func:`ndebench.platform.trial.run_trial`'s
+Every ``checkpoint_every`` epochs the full training state (:func:`ndebench.platform.worker.loop.run_trial`'s
 snapshot) and the trial's MLflow run id go to ``tune.report(..., checkpoint=...)``; Ray keeps the last two per
 trial under ``<storage>/<experiment>/<trial id>/checkpoint_NNNNNN``. A retried trial (``tune.max_failures``)
 resumes from ``tune.get_checkpoint()`` into the same MLflow run. After the driver itself died, the evaluate
@@ -29,7 +29,9 @@ from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics
 from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TAG, TrialRecorder, epoch_values, last_logged_step
 from ndebench.platform.spec.config import config_hash
-from ndebench.platform.trial import STATE_FILE, TrialSpec, load_trial_state, run_trial, save_trial_state
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
+from ndebench.platform.worker.state import STATE_FILE, load_trial_state, save_trial_state
 
 RUN_ID_FILE = "mlflow_run_id"
 
