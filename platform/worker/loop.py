@@ -54,6 +54,10 @@ class Training:
         self.best = BestState(math.inf, 0, copy.deepcopy(self.model.state_dict()), {})
         self.last_val: dict[str, float] = {}  # the latest epoch's validation values, for select last_epoch
         self.epoch, self.stop = 0, False
+        regularizer = self.model.regularizer
+        self.protocol = {"regularizer": regularizer.describe(), "n_mc": self.model.n_mc(),
+                         "test_protocol": protocol_tag(self.model), "point_predictor": regularizer.point_predictor,
+                         "num_classes": built.num_classes}
 
     def snapshot(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "stop": self.stop, "model": self.model.state_dict(),
@@ -94,6 +98,37 @@ class Training:
             total += loss.item() * targets.shape[0]
             count += targets.shape[0]
         return total / count
+
+    def validate(self, seed: int) -> dict[str, float]:
+        """This epoch's metrics on the validation split (the MC draws seeded by ``seed``)."""
+        built = self.built
+        return evaluate(self.model, built.feeds["val"], built.batch_size, seed, top5=built.top5)[0]
+
+    def epoch_record(self, train_loss: float, val: dict[str, float], start: float, train_time: float
+                     ) -> dict[str, float]:
+        """What ``on_epoch`` receives for an epoch that began at ``start`` (``time.perf_counter``)."""
+        return {"train_loss": train_loss, "val_loss": val["nll"],
+                f"val_{self.built.metric_name}": val[self.built.metric_name],
+                "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time}
+
+    def ended(self, status: str, message: str) -> TrialResult:
+        """The result of a trial cut short (``diverged``, ``timeout``): its best epoch so far, no test."""
+        best = self.best
+        return TrialResult(status, self.epoch, best.epoch, best.val, {}, None, self.protocol, message)
+
+    def finish(self, spec: TrialSpec, evaluate_test: bool) -> TrialResult:
+        """The ``ok`` result: the selected epoch's weights loaded, the test split evaluated when asked."""
+        best = self.selected(spec.select)
+        self.model.load_state_dict(best.weights)
+        test: dict[str, float] = {}
+        calibration = None
+        if evaluate_test:
+            built = self.built
+            metrics, calibration = evaluate(self.model, built.feeds["test"], built.batch_size, spec.seed,
+                                            top5=built.top5)
+            test = {f"test_{k}": v for k, v in metrics.items()}
+        return TrialResult("ok", self.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
+                           self.protocol, weights=best.weights)
 
     def end_epoch(self, val: dict[str, float]) -> None:
         """Step the scheduler, keep the best weights by validation NLL and decide on early stopping."""
@@ -145,52 +180,30 @@ def run_trial(
     built = build_trial(spec)
     for feed in built.feeds.values():
         feed.deadline = deadline
-    model = built.model
     training = Training(built, spec.training, spec.seed)
-    regularizer = model.regularizer
-    protocol = {"regularizer": regularizer.describe(), "n_mc": model.n_mc(), "test_protocol": protocol_tag(model),
-                "point_predictor": regularizer.point_predictor, "num_classes": built.num_classes}
     if resume_state is not None:
         training.restore(resume_state)
-
-    def diverged(what: str) -> TrialResult:
-        best = training.best
-        return TrialResult("diverged", training.epoch, best.epoch, best.val, {}, None, protocol,
-                           f"non-finite {what} loss at epoch {training.epoch}")
-
     try:
         while not training.stop and training.epoch < spec.training.epochs:
             training.epoch += 1
             start = time.perf_counter()
             train_loss = training.train_epoch()
             if train_loss is None:
-                return diverged("training")
+                return training.ended("diverged", f"non-finite training loss at epoch {training.epoch}")
             train_time = time.perf_counter() - start
-            val, _ = evaluate(model, built.feeds["val"], built.batch_size, spec.seed, top5=built.top5)
+            val = training.validate(spec.seed)
             if on_epoch is not None:
-                on_epoch({"train_loss": train_loss, "val_loss": val["nll"],
-                          f"val_{built.metric_name}": val[built.metric_name],
-                          "epoch_time_s": time.perf_counter() - start, "train_time_s": train_time})
+                on_epoch(training.epoch_record(train_loss, val, start, train_time))
             if not math.isfinite(val["nll"]):
-                return diverged("validation")
+                return training.ended("diverged", f"non-finite validation loss at epoch {training.epoch}")
             training.end_epoch(val)
             if on_checkpoint is not None:
                 on_checkpoint(training.epoch, training.snapshot)
-        best = training.selected(spec.select)
-        model.load_state_dict(best.weights)
-        test: dict[str, float] = {}
-        calibration = None
-        if evaluate_test:
-            metrics, calibration = evaluate(model, built.feeds["test"], built.batch_size, spec.seed, top5=built.top5)
-            test = {f"test_{k}": v for k, v in metrics.items()}
+        return training.finish(spec, evaluate_test)
     except TrialTimeout as exc:
-        best = training.best
-        return TrialResult("timeout", training.epoch, best.epoch, best.val, {}, None, protocol,
-                           f"{exc}, in epoch {training.epoch}")
+        return training.ended("timeout", f"{exc}, in epoch {training.epoch}")
     except AssertionError as exc:
         limit = step_limit(exc, spec.solver, "adjoint backward")  # the forward solve raises it itself
         if limit is None:
             raise
         raise limit from exc
-    return TrialResult("ok", training.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
-                       protocol, weights=best.weights)
