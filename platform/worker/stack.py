@@ -1,0 +1,349 @@
+"""Stacked trials: K trials that share every shape (the seeds of an evaluate cell) trained in one process, with
+one batched solve per mini-batch instead of K.
+
+Each member is a whole trial of its own (:class:`~ndebench.platform.worker.loop.Training`): its seed, data split,
+initial weights, batch order, regularizer generator, head-dropout stream (the torch global generator it would
+have had alone), optimizer, scheduler, early stopping, checkpoints and result. Only the latent solve is shared:
+a copy of the first member's model whose ``nn.Linear`` layers outside the head are :class:`StackedLinear`
+(member k's rows through member k's layer) and whose regularizer is :class:`StackedRegularizer`
+(member k's draw from member k's generator, its ``modulate`` on member k's rows). The mini-batches of the
+members are concatenated member-major, ``(K * B, ...)``; the head, the loss, gradient clipping and the optimizer
+step stay per member, and validation and test run on each member's own model, exactly as alone.
+
+A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
+latent such as an SDE's Brownian motion), or members that differ in a shape, train one after another in this
+process (:func:`run_trial`), with the reason in ``note`` of every member's result.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from ndebench.models.base import Inputs, NDEClassifier, TimedInputs
+from ndebench.models.integrate import TrialRNG, step_limit
+from ndebench.platform.deadline import Deadline, TrialTimeout
+from ndebench.platform.worker.build import BuiltTrial, build_trial
+from ndebench.platform.worker.evaluation import trial_loss
+from ndebench.platform.worker.loop import Training, run_trial
+from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.regularizers.base import PassSpec, Regularizer
+from torch import nn
+
+EpochHook = Callable[[dict[str, float]], None]
+CheckpointHook = Callable[[int, Callable[[], dict[str, Any]]], None]
+
+
+class StackedLinear(nn.Module):
+    """K members' ``nn.Linear(in, out)`` on a member-major input ``(K * B, ..., in)``: member k's rows through
+    member k's layer ``W_k x + b_k``, so each member's gradient reaches its own parameters.
+
+    On the CPU, one ``F.linear`` per member (the same kernel, hence the same bits, as the member alone; the
+    stack's gain there is the solver's per-step work done once for all members, not the matrix products). On
+    an accelerator, one ``torch.baddbmm`` of ``(K, B * ..., in)`` by the stacked ``(K, in, out)``: one kernel
+    launch for all members, at the price of another summation order."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        self.layers: list[nn.Linear] = []
+
+    def gather(self, models: Sequence[nn.Module]) -> None:
+        self.layers = [m.get_submodule(self.name) for m in models]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cpu":
+            return torch.cat([F.linear(rows, layer.weight, layer.bias)
+                              for rows, layer in zip(x.chunk(len(self.layers)), self.layers, strict=True)])
+        weight = torch.stack([layer.weight for layer in self.layers]).transpose(1, 2)
+        bias = torch.stack([layer.bias for layer in self.layers]).unsqueeze(1)
+        rows = x.reshape(len(self.layers), -1, x.shape[-1])
+        return torch.baddbmm(bias, rows, weight).reshape(*x.shape[:-1], weight.shape[-1])
+
+
+class StackedRegularizer(Regularizer):
+    """The members' regularizers on a member-major batch: each draws its own pass from its own generator
+    (``PassSpec`` of ``B = batch / K`` rows) and modulates its own rows."""
+
+    def __init__(self, first: Regularizer):
+        super().__init__()
+        self.test_time, self.stochastic = first.test_time, first.stochastic  # type: ignore[misc]
+        self.control_scope, self.n_mc, self.head_dropout = first.control_scope, first.n_mc, first.head_dropout
+        self.members: list[tuple[Regularizer, TrialRNG]] = []
+
+    def active(self) -> bool:
+        return self.members[0][0].active()
+
+    def draw(self, spec: PassSpec) -> Any:
+        size = spec.batch_size // len(self.members)
+        draws = []
+        for regularizer, rng in self.members:
+            regularizer.step_clock = spec.clock
+            own = dataclasses.replace(spec, batch_size=size, generator=rng.regularizer_on(spec.device),
+                                      clock=spec.clock)
+            draws.append(regularizer.draw(own))
+        return draws
+
+    def modulate(self, draw: Any, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Any) -> torch.Tensor:
+        k = len(self.members)
+        return torch.cat([regularizer.modulate(d, t, zk, ok, role) for (regularizer, _), d, zk, ok
+                          in zip(self.members, draw, z.chunk(k), out.chunk(k), strict=True)])
+
+    def end_time(self, draw: Any, t0: float, t1: float) -> float:
+        ends = {regularizer.end_time(d, t0, t1) for (regularizer, _), d in zip(self.members, draw, strict=True)}
+        if len(ends) > 1:
+            raise RuntimeError(f"stacked members end their passes at different times {sorted(ends)}")
+        return ends.pop()
+
+
+def unstackable(model: NDEClassifier) -> str | None:
+    """Why ``model``'s latent solve cannot be stacked (``None``: it can): every module outside the head and the
+    regularizer must be an ``nn.Linear`` or hold no parameters or buffers of its own (the root's ``times``
+    aside), and the latent must be deterministic given the regularizer's draws."""
+    if model.stochastic_latent:
+        return f"{type(model).__name__} has a stochastic latent (its Brownian noise is one stream per solve)"
+    for name, module in model.named_modules():
+        if name.split(".")[0] in {"head", "regularizer"} or isinstance(module, nn.Linear):
+            continue
+        own = [n for n, _ in module.named_parameters(recurse=False)]
+        own += [n for n, _ in module.named_buffers(recurse=False) if not (name == "" and n == "times")]
+        if own:
+            return f"module {name or type(model).__name__} ({type(module).__name__}) holds {', '.join(own)}"
+    return None
+
+
+def cat_inputs(parts: Sequence[Inputs]) -> Inputs:
+    """The members' batches concatenated along the batch dimension, member-major."""
+    first = parts[0]
+    if isinstance(first, TimedInputs):
+        return TimedInputs(cat_inputs([p.inputs for p in parts]), torch.cat([p.final_index for p in parts]))
+    if isinstance(first, tuple):
+        return tuple(cat_inputs([p[i] for p in parts]) for i in range(len(first)))
+    return torch.cat(list(parts))
+
+
+def _shape(built: BuiltTrial) -> tuple[Any, ...]:
+    return (built.batch_size, built.num_classes, tuple(len(f) for f in built.feeds.values()),
+            tuple((n, tuple(p.shape)) for n, p in built.model.named_parameters()))
+
+
+@dataclass
+class Member:
+    """One trial of a stack: its spec, model and data, training state, own global-generator state (what its
+    head's dropout draws from) and result once it ended."""
+
+    spec: TrialSpec
+    built: BuiltTrial
+    training: Training
+    torch_state: torch.Tensor
+    result: TrialResult | None = None
+
+    @contextlib.contextmanager
+    def own_generator(self) -> Iterator[None]:
+        """The torch global generator set to this member's stream for the duration (and its advance kept)."""
+        saved = torch.get_rng_state()
+        torch.set_rng_state(self.torch_state)
+        try:
+            yield
+        finally:
+            self.torch_state = torch.get_rng_state()
+            torch.set_rng_state(saved)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.own_generator():
+            return self.training.snapshot()
+
+    @property
+    def running(self) -> bool:
+        return self.result is None and not self.training.stop and self.training.epoch < self.spec.training.epochs
+
+
+class Stack:
+    """The shared latent solve of a stack's running members (see the module docstring)."""
+
+    def __init__(self, first: NDEClassifier):
+        self.model = copy.deepcopy(first)
+        self.model.head = nn.Identity()
+        self.linears: list[StackedLinear] = []
+        for name, module in list(self.model.named_modules()):
+            if isinstance(module, nn.Linear) and not name.startswith("regularizer"):
+                parent, _, attr = name.rpartition(".")
+                stacked = StackedLinear(name)
+                setattr(self.model.get_submodule(parent), attr, stacked)
+                self.linears.append(stacked)
+        self.regularizer = StackedRegularizer(first.regularizer)
+        self.model.regularizer = self.regularizer
+        self.rng = TrialRNG.from_seed(0)  # nothing draws from it: the regularizer draws from the members'
+
+    def latent(self, members: Sequence[Member], inputs: Inputs, rngs: Sequence[TrialRNG] | None = None
+               ) -> torch.Tensor:
+        """``z(T)`` of every member's batch, ``(K * B, H)``, member-major; the regularizer draws from ``rngs``
+        (default: each member's training generators)."""
+        models = [m.built.model for m in members]
+        for linear in self.linears:
+            linear.gather(models)
+        rngs = rngs or [m.training.rng for m in members]
+        self.regularizer.members = [(m.regularizer, rng) for m, rng in zip(models, rngs, strict=True)]
+        self.model.train(models[0].training)
+        return self.model.latent(inputs, self.rng)
+
+    @torch.no_grad()
+    def reproduces(self, members: Sequence[Member]) -> bool:
+        """Whether the stacked solve gives each member's own ``z(T)`` on its first validation batch (evaluation
+        mode, fresh evaluation generators on both sides): a layer fed a tensor whose first dimension is not the
+        batch would mix members' rows, and this catches it before training."""
+        batches = [next(m.built.feeds["val"].batches(m.built.batch_size, None)) for m in members]
+        for m in members:
+            m.built.model.eval()
+        stacked = self.latent(members, cat_inputs([b[0] for b in batches]),
+                              [TrialRNG.for_evaluation(m.spec.seed) for m in members])
+        alone = torch.cat([m.built.model.latent(b[0], TrialRNG.for_evaluation(m.spec.seed))
+                           for m, b in zip(members, batches, strict=True)])
+        return stacked.shape == alone.shape and torch.allclose(stacked, alone, rtol=1e-4, atol=1e-6)
+
+
+def _train_epoch(stack: Stack, members: list[Member]) -> dict[int, float | None]:
+    """One pass of every running member over its own training batches; member index -> mean loss, or ``None``
+    for a member whose batch loss became non-finite (it takes no further step, as a trial alone would stop)."""
+    feeds = {id(m): m.built.feeds["train"].batches(m.built.batch_size, m.training.rng.shuffle) for m in members}
+    sums = {id(m): [0.0, 0] for m in members}
+    losses: dict[int, float | None] = {}
+    alive = list(members)
+    for m in alive:
+        m.built.model.train()
+    while alive:
+        batches = [next(feeds[id(m)], None) for m in alive]
+        if batches[0] is None:
+            break
+        z = stack.latent(alive, cat_inputs([b[0] for b in batches]))
+        terms = []
+        for m, zk, (_, targets) in zip(alive, z.chunk(len(alive)), batches, strict=True):
+            m.training.optimizer.zero_grad(set_to_none=True)
+            with m.own_generator():
+                logits = m.built.model.head(zk)
+            terms.append(trial_loss(logits, targets, m.built.pos_weight) + m.built.model.penalty().to(z.device))
+        finite = [bool(torch.isfinite(t)) for t in terms]
+        for m, ok in zip(alive, finite, strict=True):
+            if not ok:
+                losses[id(m)] = None
+        if any(finite):
+            torch.stack([t for t, ok in zip(terms, finite, strict=True) if ok]).sum().backward()
+        kept = []
+        for m, loss, ok, (_, targets) in zip(alive, terms, finite, batches, strict=True):
+            if not ok:
+                continue
+            if m.training.cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(m.built.model.parameters(), m.training.cfg.grad_clip)
+            m.training.optimizer.step()
+            sums[id(m)][0] += loss.item() * targets.shape[0]
+            sums[id(m)][1] += targets.shape[0]
+            kept.append(m)
+        alive = kept
+    for m in alive:
+        losses[id(m)] = sums[id(m)][0] / sums[id(m)][1]
+    return losses
+
+
+def _members(specs: Sequence[TrialSpec], resume: Sequence[dict[str, Any] | None], deadline: Deadline) -> list[Member]:
+    members = []
+    for spec, state in zip(specs, resume, strict=True):
+        built = build_trial(spec)  # seeds the global generators from spec.seed, as a trial alone
+        for feed in built.feeds.values():
+            feed.deadline = deadline
+        training = Training(built, spec.training, spec.seed)
+        if state is not None:
+            training.restore(state)
+        members.append(Member(spec, built, training, torch.get_rng_state()))
+    return members
+
+
+def run_stack(
+    specs: Sequence[TrialSpec],
+    *,
+    on_epoch: Sequence[EpochHook | None] | None = None,
+    on_checkpoint: Sequence[CheckpointHook | None] | None = None,
+    resume_states: Sequence[dict[str, Any] | None] | None = None,
+    evaluate_test: bool = True,
+    timeout_s: float | None = None,
+    note: Callable[[str], None] | None = None,
+) -> list[TrialResult]:
+    """Train and evaluate the trials ``specs`` as one stack; the results in the order of ``specs``.
+
+    Every member behaves as :func:`~ndebench.platform.worker.loop.run_trial` of its spec, with its own
+    ``on_epoch[k]``, ``on_checkpoint[k]`` and ``resume_states[k]``; a member that stops early, diverges or
+    finishes leaves the stack and the others go on. ``epoch_time_s`` and ``train_time_s`` are the stack's (all
+    running members train in the same batched passes). ``timeout_s`` bounds the whole stack: at the deadline
+    every unfinished member ends with status ``timeout``. ``note`` receives one line when the stack falls back
+    to training its members one after another (see the module docstring).
+
+    On the CPU a member's result is bit for bit that of its trial alone (the same kernels on the same rows, the
+    same generators). On an accelerator the batched matrix products (:class:`StackedLinear`) sum in another
+    order: a few float32 ulps per step, the same metrics in law.
+    """
+    k = len(specs)
+    hooks = list(on_epoch or [None] * k), list(on_checkpoint or [None] * k), list(resume_states or [None] * k)
+    if not all(len(h) == k for h in hooks):
+        raise ValueError(f"run_stack: {k} specs need {k} on_epoch, on_checkpoint and resume_states entries")
+    deadline = Deadline(timeout_s)
+    members = _members(specs, hooks[2], deadline)
+    why = unstackable(members[0].built.model) if k > 1 else "one member"
+    if why is None and len({_shape(m.built) for m in members}) > 1:
+        why = "the members differ in a shape (data split sizes, batch size or parameters)"
+
+    def fallback(why: str) -> list[TrialResult]:
+        if k > 1 and note is not None:
+            note(f"stack of {k} trained one after another: {why}")
+        return [run_trial(spec, on_epoch=e, on_checkpoint=c, resume_state=r, evaluate_test=evaluate_test,
+                          timeout_s=timeout_s) for spec, e, c, r in zip(specs, *hooks, strict=True)]
+
+    if why is not None:
+        return fallback(why)
+    try:
+        stack = Stack(members[0].built.model)
+        if not stack.reproduces(members):
+            return fallback("the stacked solve does not reproduce the members' own (a layer sees a tensor whose "
+                            "first dimension is not the batch)")
+        _train(stack, members, hooks[0], hooks[1])
+        return [m.result or m.training.finish(m.spec, evaluate_test) for m in members]
+    except TrialTimeout as exc:
+        return [m.result or m.training.ended("timeout", f"{exc}, in epoch {m.training.epoch}") for m in members]
+    except AssertionError as exc:
+        limit = step_limit(exc, specs[0].solver, "adjoint backward")  # the forward solve raises it itself
+        if limit is None:
+            raise
+        raise limit from exc
+
+
+def _train(stack: Stack, members: list[Member], on_epoch: list[EpochHook | None],
+           on_checkpoint: list[CheckpointHook | None]) -> None:
+    hooks = {id(m): (e, c) for m, e, c in zip(members, on_epoch, on_checkpoint, strict=True)}
+    running = [m for m in members if m.running]
+    while running:
+        start = time.perf_counter()
+        for m in running:
+            m.training.epoch += 1
+        losses = _train_epoch(stack, running)
+        train_time = time.perf_counter() - start
+        for m in running:
+            epoch_hook, checkpoint_hook = hooks[id(m)]
+            loss = losses[id(m)]
+            if loss is None:
+                m.result = m.training.ended("diverged", f"non-finite training loss at epoch {m.training.epoch}")
+                continue
+            val = m.training.validate(m.spec.seed)
+            if epoch_hook is not None:
+                epoch_hook(m.training.epoch_record(loss, val, start, train_time))
+            if not math.isfinite(val["nll"]):
+                m.result = m.training.ended("diverged", f"non-finite validation loss at epoch {m.training.epoch}")
+                continue
+            m.training.end_epoch(val)
+            if checkpoint_hook is not None:
+                checkpoint_hook(m.training.epoch, m.snapshot)
+        running = [m for m in running if m.running]
