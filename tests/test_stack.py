@@ -117,7 +117,15 @@ def test_which_models_stack():
     assert "GRUCell" in unstackable(rnn)
 
 
-@pytest.mark.parametrize("model", ["gru_ode", "neural_ode", "ancde"])
+def test_a_model_that_reads_a_layer_s_weight_itself_falls_back_and_says_so():
+    specs = [_spec(seed, model="ancde", training=dataclasses.replace(TRAINING, epochs=2)) for seed in (0, 1)]
+    notes = []
+    for a, b in zip([run_trial(s) for s in specs], run_stack(specs, note=notes.append), strict=True):
+        _same(a, b)
+    assert len(notes) == 1 and "AttributeError" in notes[0]
+
+
+@pytest.mark.parametrize("model", ["gru_ode", "neural_ode"])
 def test_other_stackable_models_end_as_alone_up_to_elementwise_rounding(model):
     """Bit-identity needs every elementwise kernel to round each element alike; torch's vectorised sigmoid and
     tanh take a scalar path for the tail of a tensor, so an element can round one ulp apart when the tensor's

@@ -195,18 +195,24 @@ class Stack:
         return self.model.latent(inputs, self.rng)
 
     @torch.no_grad()
-    def reproduces(self, members: Sequence[Member]) -> bool:
-        """Whether the stacked solve gives each member's own ``z(T)`` on its first validation batch (evaluation
-        mode, fresh evaluation generators on both sides): a layer fed a tensor whose first dimension is not the
-        batch would mix members' rows, and this catches it before training."""
+    def mismatch(self, members: Sequence[Member]) -> str | None:
+        """Why the stacked solve does not give each member's own ``z(T)`` on its first validation batch
+        (evaluation mode, fresh evaluation generators on both sides), or ``None`` when it does. A layer fed a
+        tensor whose first dimension is not the batch would mix members' rows, a model that reads a layer's
+        ``weight`` itself finds none: this catches both before training."""
         batches = [next(m.built.feeds["val"].batches(m.built.batch_size, None)) for m in members]
         for m in members:
             m.built.model.eval()
-        stacked = self.latent(members, cat_inputs([b[0] for b in batches]),
-                              [TrialRNG.for_evaluation(m.spec.seed) for m in members])
         alone = torch.cat([m.built.model.latent(b[0], TrialRNG.for_evaluation(m.spec.seed))
                            for m, b in zip(members, batches, strict=True)])
-        return stacked.shape == alone.shape and torch.allclose(stacked, alone, rtol=1e-4, atol=1e-6)
+        try:
+            stacked = self.latent(members, cat_inputs([b[0] for b in batches]),
+                                  [TrialRNG.for_evaluation(m.spec.seed) for m in members])
+        except (AttributeError, RuntimeError, TypeError) as exc:
+            return f"the stacked solve fails ({type(exc).__name__}: {exc})"
+        if stacked.shape != alone.shape or not torch.allclose(stacked, alone, rtol=1e-4, atol=1e-6):
+            return "the stacked solve does not reproduce the members' own (a layer mixes members' rows)"
+        return None
 
 
 def _train_epoch(stack: Stack, members: list[Member]) -> dict[int, float | None]:
@@ -307,9 +313,9 @@ def run_stack(
         return fallback(why)
     try:
         stack = Stack(members[0].built.model)
-        if not stack.reproduces(members):
-            return fallback("the stacked solve does not reproduce the members' own (a layer sees a tensor whose "
-                            "first dimension is not the batch)")
+        why = stack.mismatch(members)
+        if why is not None:
+            return fallback(why)
         _train(stack, members, hooks[0], hooks[1])
         return [m.result or m.training.finish(m.spec, evaluate_test) for m in members]
     except TrialTimeout as exc:
