@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLATFORM = ROOT / "platform"
 PREFIX = "ndebench.platform."
 
-ENTRY = {"api", "cli", "cliargs", "bench", "benchtrials", "__main__"}
+ENTRY = {"api", "cli", "cliargs", "bench", "benchtrials", "benchthroughput", "__main__"}
 # What each layer may import besides itself and the shared leaves (registry, plugins, fields, metrics, weights).
 ALLOWED = {
     "entry": {"engine", "worker", "spec", "record", "report"},

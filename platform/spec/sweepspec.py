@@ -43,6 +43,7 @@ SAMPLERS = ("tpe", "random", "grid")
 SCHEDULERS = ("fifo", "asha")
 SELECTS = ("best_epoch", "last_epoch")
 MAX_SEED = 2**32 - 1  # NumPy's and Optuna's seeds are 32-bit
+MAX_STACK = 64
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class Resources:
     cpu: float = typed.checked(1.0, typed.number(0, low_open=True))
     gpu: float = typed.checked(0.0, typed.number(0))
     system_metrics: bool = True
+    # Trials that share every shape (an evaluate cell's seeds) train as one stacked model, up to this many.
+    stack: int = typed.checked(1, typed.integer(1, MAX_STACK))
 
 
 @dataclass(frozen=True)
