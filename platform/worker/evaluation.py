@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ndebench.models.base import NDEClassifier
+from ndebench.models.base import NDEClassifier, Prediction
 from ndebench.models.integrate import TrialRNG
 from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
 from ndebench.platform.worker.build import Feed
@@ -49,10 +49,17 @@ def evaluate(model: NDEClassifier, feed: Feed, batch_size: int, seed: int, *,
     """
     model.eval()
     rng = TrialRNG.for_evaluation(seed)
+    return score(model, [(model.predict(inputs, rng, n_mc), y) for inputs, y in feed.batches(batch_size, None)],
+                 top5=top5)
+
+
+def score(model: NDEClassifier, predictions: list[tuple[Prediction, torch.Tensor]], *, top5: bool = False
+          ) -> tuple[dict[str, float], dict[str, Any]]:
+    """The metrics and calibration bins of :func:`evaluate` from a split's predictions, batch by batch
+    (``Prediction`` and targets ``(B,)``)."""
     from_probs = model.regularizer.point_predictor == "mc_probs"
     probs, scores, z_var, targets = [], [], [], []
-    for inputs, y in feed.batches(batch_size, None):
-        pred = model.predict(inputs, rng, n_mc)
+    for pred, y in predictions:
         probs.append(pred.probs.cpu())
         scores.append((pred.probs if from_probs else pred.logits).cpu())
         z_var.append(pred.z_var.cpu())

@@ -116,16 +116,23 @@ class Training:
         best = self.best
         return TrialResult(status, self.epoch, best.epoch, best.val, {}, None, self.protocol, message)
 
-    def finish(self, spec: TrialSpec, evaluate_test: bool) -> TrialResult:
-        """The ``ok`` result: the selected epoch's weights loaded, the test split evaluated when asked."""
+    def load_selected(self, spec: TrialSpec) -> BestState:
+        """Load the weights of the epoch the result carries (:meth:`selected`) into the model."""
         best = self.selected(spec.select)
         self.model.load_state_dict(best.weights)
+        return best
+
+    def finish(self, spec: TrialSpec, evaluate_test: bool,
+               tested: tuple[dict[str, float], dict[str, Any]] | None = None) -> TrialResult:
+        """The ``ok`` result: the selected epoch's weights loaded, the test split evaluated when asked (``tested``:
+        its metrics and calibration already computed with those weights)."""
+        best = self.load_selected(spec)
         test: dict[str, float] = {}
         calibration = None
         if evaluate_test:
             built = self.built
-            metrics, calibration = evaluate(self.model, built.feeds["test"], built.batch_size, spec.seed,
-                                            top5=built.top5)
+            metrics, calibration = tested or evaluate(self.model, built.feeds["test"], built.batch_size, spec.seed,
+                                                      top5=built.top5)
             test = {f"test_{k}": v for k, v in metrics.items()}
         return TrialResult("ok", self.epoch, best.epoch, {**best.val, "val_loss": best.val_loss}, test, calibration,
                            self.protocol, weights=best.weights)

@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ndebench.models.base import Inputs, NDEClassifier, TimedInputs
+from ndebench.models.base import Inputs, NDEClassifier, Prediction, TimedInputs, repeat_batch
 from ndebench.models.integrate import TrialRNG, step_limit
 from ndebench.platform.deadline import Deadline, TrialTimeout
 from ndebench.platform.worker.build import BuiltTrial, build_trial
-from ndebench.platform.worker.evaluation import trial_loss
+from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
 from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.regularizers.base import PassSpec, Regularizer
@@ -195,6 +195,27 @@ class Stack:
         return self.model.latent(inputs, self.rng)
 
     @torch.no_grad()
+    def evaluate(self, members: Sequence[Member], split: str) -> list[tuple[dict[str, float], dict[str, Any]]]:
+        """:func:`~ndebench.platform.worker.evaluation.evaluate` of every member on ``split``, the N passes of each
+        member's batch (its ``n_mc``, the same for all) solved at once for all members: member k's rows are its
+        N passes pass-major, as its :meth:`~ndebench.models.base.NDEClassifier.predict` stacks them, and its
+        regularizer draws from its own evaluation generator."""
+        n = members[0].built.model.n_mc()
+        if any(m.built.model.n_mc() != n for m in members):
+            return [evaluate(m.built.model, m.built.feeds[split], m.built.batch_size, m.spec.seed, top5=m.built.top5)
+                    for m in members]
+        for m in members:
+            m.built.model.eval()
+        rngs = [TrialRNG.for_evaluation(m.spec.seed) for m in members]
+        feeds = [m.built.feeds[split].batches(m.built.batch_size, None) for m in members]
+        predictions: list[list[tuple[Prediction, torch.Tensor]]] = [[] for _ in members]
+        for batches in zip(*feeds, strict=True):
+            z = self.latent(members, cat_inputs([repeat_batch(inputs, n) for inputs, _ in batches]), rngs)
+            for mine, m, zk, (_, targets) in zip(predictions, members, z.chunk(len(members)), batches, strict=True):
+                mine.append((m.built.model.predict_from(zk.view(n, targets.shape[0], -1)), targets))
+        return [score(m.built.model, mine, top5=m.built.top5) for m, mine in zip(members, predictions, strict=True)]
+
+    @torch.no_grad()
     def mismatch(self, members: Sequence[Member]) -> str | None:
         """Why the stacked solve does not give each member's own ``z(T)`` on its first validation batch
         (evaluation mode, fresh evaluation generators on both sides), or ``None`` when it does. A layer fed a
@@ -317,7 +338,11 @@ def run_stack(
         if why is not None:
             return fallback(why)
         _train(stack, members, hooks[0], hooks[1])
-        return [m.result or m.training.finish(m.spec, evaluate_test) for m in members]
+        done = [m for m in members if m.result is None]
+        for m in done:
+            m.training.load_selected(m.spec)
+        tested = dict(zip(map(id, done), stack.evaluate(done, "test"), strict=True)) if done and evaluate_test else {}
+        return [m.result or m.training.finish(m.spec, evaluate_test, tested.get(id(m))) for m in members]
     except TrialTimeout as exc:
         return [m.result or m.training.ended("timeout", f"{exc}, in epoch {m.training.epoch}") for m in members]
     except AssertionError as exc:
@@ -338,12 +363,13 @@ def _train(stack: Stack, members: list[Member], on_epoch: list[EpochHook | None]
         losses = _train_epoch(stack, running)
         train_time = time.perf_counter() - start
         for m in running:
-            epoch_hook, checkpoint_hook = hooks[id(m)]
-            loss = losses[id(m)]
-            if loss is None:
+            if losses[id(m)] is None:
                 m.result = m.training.ended("diverged", f"non-finite training loss at epoch {m.training.epoch}")
-                continue
-            val = m.training.validate(m.spec.seed)
+        validated = [m for m in running if m.result is None]
+        vals = dict(zip(map(id, validated), stack.evaluate(validated, "val"), strict=True)) if validated else {}
+        for m in validated:
+            epoch_hook, checkpoint_hook = hooks[id(m)]
+            loss, val = losses[id(m)], vals[id(m)][0]
             if epoch_hook is not None:
                 epoch_hook(m.training.epoch_record(loss, val, start, train_time))
             if not math.isfinite(val["nll"]):
