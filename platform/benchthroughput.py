@@ -65,6 +65,7 @@ def _work(configs: list[dict[str, Any]], stack: int, threads: int, barrier: Any,
     from ndebench.platform.worker.stack import run_stack
 
     torch.set_num_threads(threads)
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # a process's first optimizer imports torch._dynamo (s)
     specs = [TrialSpec.from_flat(config) for config in configs]
     notes: list[str] = []
     if barrier is not None:

@@ -45,7 +45,7 @@ def test_each_member_of_a_stack_ends_bit_for_bit_as_its_trial_alone(regularizer,
     alone_records, stacked_records = [[] for _ in specs], [[] for _ in specs]
     alone = [run_trial(s, on_epoch=r.append) for s, r in zip(specs, alone_records, strict=True)]
     notes = []
-    stacked = run_stack(specs, on_epoch=[r.append for r in stacked_records], note=notes.append)
+    stacked = run_stack(specs, on_epoch=[r.append for r in stacked_records], note=notes.append, exact=True)
     assert notes == []
     for a, b in zip(alone, stacked, strict=True):
         _same(a, b)
@@ -56,8 +56,8 @@ def test_each_member_of_a_stack_ends_bit_for_bit_as_its_trial_alone(regularizer,
 def test_grid_points_of_a_tune_stage_stack_as_well():
     specs = [_spec(0, regularizer_params={"p": p, "m": m}, phase="tune", select="last_epoch")
              for p, m in ((0.1, 5), (0.3, 10), (0.5, 50))]
-    for a, b in zip([run_trial(s, evaluate_test=False) for s in specs], run_stack(specs, evaluate_test=False),
-                    strict=True):
+    stacked = run_stack(specs, evaluate_test=False, exact=True)
+    for a, b in zip([run_trial(s, evaluate_test=False) for s in specs], stacked, strict=True):
         _same(a, b)
         assert b.test == {}
 
@@ -73,7 +73,7 @@ def test_a_diverging_member_leaves_the_stack_and_the_others_go_on(monkeypatch):
     specs = [_spec(0), _spec(1), _spec(2)]
     alone = [run_trial(s) for s in specs]
     assert alone[1].status == "diverged" and alone[0].status == alone[2].status == "ok"
-    for a, b in zip(alone, run_stack(specs), strict=True):
+    for a, b in zip(alone, run_stack(specs, exact=True), strict=True):
         _same(a, b)
 
 
@@ -91,9 +91,20 @@ def test_a_stack_resumed_from_its_members_checkpoints_ends_as_an_uninterrupted_o
 
     full = run_stack(specs, on_checkpoint=[keep(f) for f in folders])
     resumed = run_stack(specs, resume_states=[load_trial_state(f) for f in folders])
-    for a, b, spec in zip(full, resumed, specs, strict=True):
+    for a, b in zip(full, resumed, strict=True):
         _same(a, b)
-        _same(run_trial(spec), b)
+
+
+def test_batched_members_end_as_alone_up_to_the_summation_order_of_the_batched_products():
+    """The default (batched) stack sums each member's matrix products in another order than its trial alone:
+    float32 ulps per step. With early stopping out of play (min_epochs = epochs) nothing can flip a decision, and
+    three epochs keep the drift far below 1e-4 relative in every smooth test metric."""
+    fixed = dataclasses.replace(TRAINING, epochs=3, min_epochs=3)
+    specs = [_spec(seed, training=fixed) for seed in (0, 1, 2)]
+    for a, b in zip([run_trial(s) for s in specs], run_stack(specs), strict=True):
+        assert (a.status, a.epochs) == (b.status, b.epochs) == ("ok", 3)
+        smooth = {k: v for k, v in a.test.items() if k != "test_ece"}
+        assert {k: b.test[k] for k in smooth} == pytest.approx(smooth, rel=1e-4, abs=1e-6)
 
 
 def test_a_stack_that_runs_out_of_time_ends_every_member_with_timeout():
@@ -122,7 +133,7 @@ def test_a_model_that_reads_a_layer_s_weight_itself_falls_back_and_says_so():
     notes = []
     for a, b in zip([run_trial(s) for s in specs], run_stack(specs, note=notes.append), strict=True):
         _same(a, b)
-    assert len(notes) == 1 and "AttributeError" in notes[0]
+    assert len(notes) == 1 and "the stacked solve fails" in notes[0]
 
 
 @pytest.mark.parametrize("model", ["gru_ode", "neural_ode"])
@@ -133,7 +144,7 @@ def test_other_stackable_models_end_as_alone_up_to_elementwise_rounding(model):
     out: it jumps when a probability crosses a bin edge (near-uniform predictions sit at 1/3 = 5/15)."""
     specs = [_spec(seed, model=model, training=dataclasses.replace(TRAINING, epochs=2)) for seed in (0, 1)]
     notes = []
-    for a, b in zip([run_trial(s) for s in specs], run_stack(specs, note=notes.append), strict=True):
+    for a, b in zip([run_trial(s) for s in specs], run_stack(specs, note=notes.append, exact=True), strict=True):
         assert (a.status, a.epochs, a.best_epoch) == (b.status, b.epochs, b.best_epoch)
         smooth = {k: v for k, v in a.test.items() if k != "test_ece"}
         assert {k: b.test[k] for k in smooth} == pytest.approx(smooth, rel=1e-4, abs=1e-6)
