@@ -115,7 +115,7 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
     wall = max(r[1] for r in results) - min(r[0] for r in results)
     statuses = Counter(s for r in results for s in r[2])
     return {"trials_per_hour": round(count / wall * 3600, 1), "device": device, "stack": stack,
-            "concurrent": concurrent, "threads": threads, "trials": count, "wall_s": round(wall, 2),
+            "concurrent": concurrent, "threads": threads, "trials": count, "wall_s": round(wall, 3),
             "cell": "/".join(chosen), "statuses": dict(statuses),
             "notes": sorted({n for r in results for n in r[3]}), "cpus": os.cpu_count()}
 

@@ -170,3 +170,35 @@ def _final(results: list[TrialResult], members: list[MemberRun]) -> dict[str, An
                                  if r.message),
             "run_id": members[0].recorder.run_id, "run_ids": [m.recorder.run_id for m in members],
             "resume_note": "; ".join(m.note for m in members if m.note)}
+
+
+def stack_trials(trials: dict[str, dict[str, Any]], size: int) -> dict[str, dict[str, Any]]:
+    """The Tune trials of an evaluate stage's ``trials`` (``<cell>#<seed>`` -> config): each cell's trials in
+    stacks of up to ``size`` in the order given, a stack as ``<cell>#<seed>+<seed>...`` -> ``{"stack": [keys]}``;
+    a stack of one stays its trial's own key and config."""
+    cells: dict[str, list[str]] = {}
+    for key in trials:
+        cells.setdefault(key.split("#")[0], []).append(key)
+    out: dict[str, dict[str, Any]] = {}
+    for cell, keys in cells.items():
+        for first in range(0, len(keys), size):
+            chunk = keys[first:first + size]
+            if len(chunk) == 1:
+                out[chunk[0]] = trials[chunk[0]]
+            else:
+                out[f"{cell}#{'+'.join(k.split('#')[1] for k in chunk)}"] = {STACK: chunk}
+    return out
+
+
+def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]]
+                    ) -> dict[str, list[dict[str, Any]]]:
+    """The per-cell ``outcomes`` of a stage with each stack's outcome repeated for each of its members (config
+    ``{"trial": member key}``), as the driver counts and closes runs per trial."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cell, group in outcomes.items():
+        out[cell] = []
+        for outcome in group:
+            entry = configs.get(outcome["config"].get("trial"), {})
+            members = entry.get(STACK) if isinstance(entry, dict) else None
+            out[cell] += [dict(outcome, config={"trial": key}) for key in members] if members else [outcome]
+    return out
