@@ -59,7 +59,7 @@ def cell_configs(spec: SweepSpec, cell: tuple[str, str, str], trials: int, devic
 
 def _work(configs: list[dict[str, Any]], stack: int, threads: int, barrier: Any, out: Any) -> None:
     """One process: wait for the others, then train ``configs`` in stacks of ``stack``; put (start, end, statuses,
-    notes) on ``out``."""
+    notes, CPU seconds) on ``out``."""
     import torch
     from ndebench.platform.worker.spec import TrialSpec
     from ndebench.platform.worker.stack import run_stack
@@ -70,11 +70,11 @@ def _work(configs: list[dict[str, Any]], stack: int, threads: int, barrier: Any,
     notes: list[str] = []
     if barrier is not None:
         barrier.wait()
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     statuses = []
     for first in range(0, len(specs), stack):
         statuses += [r.status for r in run_stack(specs[first:first + stack], note=notes.append)]
-    out.put((start, time.time(), statuses, notes))
+    out.put((start, time.time(), statuses, notes, time.process_time() - cpu))
 
 
 def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = "cpu", stack: int = 1,
@@ -86,7 +86,9 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
     to ``concurrent`` processes that start together and train their share in stacks of ``stack``; each trial
     gets ``threads`` torch threads (default: ``training.threads``, else ``resources.cpu`` rounded up).
     ``trials_per_hour = trials / wall * 3600``, ``wall`` from the first process's start to the last one's end
-    (imports and data loading before the start are left out, as a sweep's reused workers pay them once)."""
+    (imports before the start are left out, as a sweep's reused workers pay them once; each trial's data
+    loading is in). ``trials_per_cpu_hour`` divides by the processes' CPU seconds instead (``cpu_s``, all their
+    threads): on a machine other work shares, the figure that does not move with that work."""
     from ndebench.platform.bench import check_device
 
     if stack < 1 or concurrent < 1:
@@ -113,8 +115,10 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
         for process in processes:
             process.join()
     wall = max(r[1] for r in results) - min(r[0] for r in results)
+    cpu = sum(r[4] for r in results)
     statuses = Counter(s for r in results for s in r[2])
     return {"trials_per_hour": round(count / wall * 3600, 1), "device": device, "stack": stack,
+            "trials_per_cpu_hour": round(count / cpu * 3600, 1), "cpu_s": round(cpu, 3),
             "concurrent": concurrent, "threads": threads, "trials": count, "wall_s": round(wall, 3),
             "cell": "/".join(chosen), "statuses": dict(statuses),
             "notes": sorted({n for r in results for n in r[3]}), "cpus": os.cpu_count()}
