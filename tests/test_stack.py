@@ -161,3 +161,24 @@ def test_inputs_concatenate_member_major():
 def test_a_stack_needs_one_hook_per_member():
     with pytest.raises(ValueError, match="2 specs need 2"):
         run_stack([_spec(0), _spec(1)], on_epoch=[None])
+
+
+def test_a_resumed_member_finds_its_own_folder_in_a_stack_s_checkpoints(tmp_path):
+    """After the driver died, an unfinished member run names the stack's trial folder; its state is the one in
+    ``checkpoint_*/member-<its config hash>/``, the newest first, and a plain trial's checkpoint still loads."""
+    from ndebench.platform.engine.storage import Storage
+    from ndebench.platform.engine.trainable import _resume_state, member_folder
+    from ndebench.platform.record.schema import TAG
+
+    trial = tmp_path / "root" / "study" / "evaluate-1" / "trial_a"
+    for epoch in (1, 2):
+        for identity in ("aaa", "bbb"):
+            folder = trial / f"checkpoint_00000{epoch}" / member_folder(identity)
+            folder.mkdir(parents=True)
+            save_trial_state({"epoch": epoch, "who": identity}, folder)
+    tags = {f"{TAG}trial_dir": "study/evaluate-1/trial_a", f"{TAG}config_hash": "bbb"}
+    state, note = _resume_state(Storage(tmp_path / "root"), "study", tags)
+    assert state == {"epoch": 2, "who": "bbb"} and note == ""
+    (trial / "checkpoint_000003").mkdir()
+    save_trial_state({"epoch": 3, "who": "alone"}, trial / "checkpoint_000003")
+    assert _resume_state(Storage(tmp_path / "root"), "study", tags)[0] == {"epoch": 3, "who": "alone"}
