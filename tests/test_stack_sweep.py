@@ -11,7 +11,10 @@ import io
 import pytest
 import yaml
 from ndebench.platform.cli import main
-from ndebench.platform.record.tracking import TAG, search
+from ndebench.platform.record.runs import parse_param
+from ndebench.platform.record.tracking import TAG, client, search
+from ndebench.platform.worker.spec import TrialSpec
+from ndebench.platform.worker.stack import run_stack
 
 pytestmark = pytest.mark.system
 SEEDS = [0, 1, 2]
@@ -73,3 +76,28 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
         assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
         expected = {k: v for k, v in other.data.metrics.items() if k.startswith("test_") and k != "test_ece"}
         assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
+    """SIGKILL of a stack's worker after 5 of 12 epochs: Ray retries the stack from its checkpoint (one folder
+    per member) into the same two MLflow runs; every epoch is logged once per run and each member's test
+    metrics equal an uninterrupted stack's (the same batched arithmetic, hence exactly)."""
+    from test_faults import RESUMED, _run_killing_workers
+
+    config = dict(RESUMED, study="stackkill", evaluate={"seeds": [0, 1]}, resources={"cpu": 1, "stack": 2})
+    (tmp_path / "stackkill.yaml").write_text(yaml.safe_dump(config))
+    returncode, output, killed = _run_killing_workers(tmp_path, "stackkill.yaml", 10, every_attempt=False,
+                                                      seconds=400)
+    assert len(killed) == 1
+    assert returncode == 0, output
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = sorted(search(uri, "stackkill", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"),
+                  key=lambda r: int(r.data.tags[f"{TAG}seed"]))
+    assert [int(r.data.tags[f"{TAG}seed"]) for r in runs] == [0, 1]
+    for run in runs:
+        assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
+        steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss") if m.step)
+        assert steps == list(range(1, 13))
+    specs = [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
+    for run, result in zip(runs, run_stack(specs), strict=True):
+        assert result.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
