@@ -292,6 +292,13 @@ class NDEClassifier(nn.Module):
                     torch.cuda.empty_cache()
         if chunk < requested:
             self.mc_chunk = chunk
+        return self.predict_from(z)
+
+    @torch.no_grad()
+    def predict_from(self, z: torch.Tensor) -> Prediction:
+        """The :class:`Prediction` of the latents ``z`` ``(N, B, H)`` of N passes over a batch of B (what
+        :meth:`predict` computes after its passes; a stacked evaluation computes ``z`` of several models at once)."""
+        n, batch = z.shape[:2]
         z_mean = z.mean(0)
         z_var = z.var(0) if n > 1 else torch.zeros_like(z_mean)
         per_pass = self.head(z.reshape(n * batch, -1)).view(n, batch, -1)

@@ -208,7 +208,7 @@ def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = Fa
     """The per-trial cost the platform adds, and the speed-up of 2 concurrent 1-CPU trials.
 
     The same tiny trial (Neural CDE on ``synthetic``, 1 thread, ``epochs`` epochs) runs ``trials`` times
-    through :func:`ndebench.platform.trial.run_trial` directly, then ``trials`` times through the sweep's Ray
+    through :func:`ndebench.platform.worker.loop.run_trial` directly, then ``trials`` times through the sweep's Ray
     Tune trainable (Ray scheduling, worker processes, MLflow logging to a temporary sqlite store, a checkpoint
     every epoch), one at a time and then two at a time, in one Tune run each.
 
@@ -221,7 +221,8 @@ def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = Fa
     ``concurrency_speedup`` = spacing one at a time / spacing two at a time (2 = perfect).
     """
     import ray
-    from ndebench.platform.trial import TrialSpec, run_trial
+    from ndebench.platform.worker.loop import run_trial
+    from ndebench.platform.worker.spec import TrialSpec
     from ray import tune
 
     if trials < 4:

@@ -287,6 +287,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
+    if (args.config is not None) != (args.target == "throughput"):
+        raise ValueError("bench throughput needs a CONFIG, and only bench throughput takes one")
+    if args.target == "throughput":
+        from ndebench.platform import api
+        from ndebench.platform.benchthroughput import bench_throughput
+
+        result = bench_throughput(api.load(args.config), cell=args.cell, device=args.device, stack=args.stack,
+                                  concurrent=args.concurrent, trials=args.trials, threads=args.threads, say=say)
+        print(json.dumps(result) if args.json else "\n".join(f"{key:16s} {value}" for key, value in result.items()))
+        return 0
     if args.target == "platform":
         result = bench.bench_platform(trials=args.trials or 12, epochs=args.epochs, reuse_actors=args.reuse_actors,
                                       say=say)

@@ -231,10 +231,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "'bench scale --runs N' writes a synthetic study of N evaluate runs (the real run layout) to a "
                     "temporary sqlite store or --tracking-uri and times `ndebench report` on it; "
                     "'bench scale --trials N' runs a sweep stage of N trivial trials on a simulated cluster on this "
-                    "machine and measures its driver (CPU per trial, peak memory, wall time).",
+                    "machine and measures its driver (CPU per trial, peak memory, wall time). "
+                    "'bench throughput CONFIG' trains the config's first evaluate cell (or --cell) and reports "
+                    "trials per hour on this machine with --device, --stack K and --concurrent N.",
     )
-    bench.add_argument("target", nargs="?", default="models", choices=["models", "draw", "platform", "scale"],
+    bench.add_argument("target", nargs="?", default="models",
+                       choices=["models", "draw", "platform", "scale", "throughput"],
                        help="what to time (default: models)")
+    bench.add_argument("config", nargs="?", help="throughput: the sweep config (YAML) whose evaluate cell to train")
+    bench.add_argument("--cell", help="throughput: MODEL/DATASET/REGULARIZER (default: the config's first cell)")
+    bench.add_argument("--stack", type=_positive_int, default=1,
+                       help="throughput: trials trained as one stacked model (as resources.stack; default: 1)")
+    bench.add_argument("--concurrent", type=_positive_int, default=1,
+                       help="throughput: processes training at once (default: 1)")
     bench.add_argument("--models", default="neural_cde",
                        help="comma-separated time-series models (default: neural_cde)")
     bench.add_argument("--hidden", type=_int_list, help="comma-separated latent sizes (default: 16,128; draw: 512)")
@@ -254,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="timed rounds after one warm-up round (default: 15)")
     bench.add_argument("--trials", type=_positive_int,
                        help="platform: trials per measurement, at least 4 (default: 12); scale: trivial trials in "
-                            "one stage")
+                            "one stage; throughput: trials (default: the config's seeds, at least stack x concurrent)")
     bench.add_argument("--nodes", type=_positive_int, default=2,
                        help="scale --trials: nodes of the simulated cluster (default: 2)")
     bench.add_argument("--cpus-per-node", type=_positive_int, default=2,

@@ -3,7 +3,9 @@ import pytest
 from fakes import DEVICES
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.spec.config import TrainingConfig
-from ndebench.platform.trial import TrialSpec, load_trial_state, run_trial, save_trial_state
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
+from ndebench.platform.worker.state import load_trial_state, save_trial_state
 
 TRAINING = TrainingConfig(epochs=5, min_epochs=1, patience=2, lr=0.01, threads=1)
 

@@ -9,7 +9,8 @@ from ndebench.models.base import DataSpec
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.platform.metrics import classification_metrics
-from ndebench.platform.trial import _Feed, evaluate, protocol_tag, resolve_batch_size
+from ndebench.platform.worker.build import Feed, resolve_batch_size
+from ndebench.platform.worker.evaluation import evaluate, protocol_tag
 from ndebench.regularizers.registry import create_regularizer
 
 
@@ -28,7 +29,7 @@ def fixed_model(name, regularizer, *, num_classes, binary=False, **params):
         name, DataSpec(bundle.channels, num_classes, binary, times=bundle.times), hidden_size=8,
         regularizer=create_regularizer(regularizer, **params), solver=SolverConfig("euler"),
     )
-    feed = _Feed(model, bundle, bundle.test, torch.device("cpu"))
+    feed = Feed(model, bundle, bundle.test, torch.device("cpu"))
     if binary:
         feed.targets = feed.targets % 2
     return model, feed

@@ -14,7 +14,8 @@ import yaml
 from ndebench.platform.cli import main
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
-from ndebench.platform.trial import TrialSpec, run_trial
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
 
 pytestmark = pytest.mark.system
 

@@ -1,4 +1,4 @@
-"""The platform's wings import one way: entry -> engine -> trial -> spec, engine -> record, report -> record.
+"""The platform's wings import one way: entry -> engine -> worker -> spec, engine -> record, report -> record.
 
 Read from the source with ``ast`` (top-level and function-level imports alike), so a lazy import inside a
 function counts as much as one at the top of the file.
@@ -12,12 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PLATFORM = ROOT / "platform"
 PREFIX = "ndebench.platform."
 
-ENTRY = {"api", "cli", "cliargs", "cliserve", "bench", "benchtrials", "__main__"}
+ENTRY = {"api", "cli", "cliargs", "cliserve", "bench", "benchtrials", "benchthroughput", "__main__"}
 # What each layer may import besides itself and the shared leaves (registry, plugins, fields, metrics, weights).
 ALLOWED = {
-    "entry": {"engine", "trial", "spec", "record", "report"},
-    "engine": {"trial", "spec", "record"},
-    "trial": {"spec"},
+    "entry": {"engine", "worker", "spec", "record", "report"},
+    "engine": {"worker", "spec", "record"},
+    "worker": {"spec"},
     "spec": set(),
     "record": set(),
     "report": {"record"},
@@ -36,7 +36,7 @@ def _layer(module: str) -> str:
         return wing
     if module in ENTRY:
         return "entry"
-    return "trial" if module == "trial" else "leaf"
+    return "leaf"
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:

@@ -11,7 +11,8 @@ from ndebench.datasets.speech_commands import CLASSES, FOLDER
 from ndebench.datasets.uea import PAPER_SHAPES, shipped_sets
 from ndebench.platform.spec.config import Space, load_spec
 from ndebench.platform.spec.plan import base_stage, sweep_cells, variant_label
-from ndebench.platform.trial import TrialSpec, run_trial
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
 
 SDE = {"neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "image_nsde_additive", "image_nsde_multiplicative"}
 CONTROL = "none[n_mc=5]"

@@ -77,7 +77,8 @@ def test_entry_point_components_register_and_train(tmp_path):
         from ndebench.models.integrate import SolverConfig
         from ndebench.models.registry import list_models
         from ndebench.platform.spec.config import TrainingConfig
-        from ndebench.platform.trial import TrialSpec, run_trial
+        from ndebench.platform.worker.loop import run_trial
+        from ndebench.platform.worker.spec import TrialSpec
         from ndebench.regularizers.registry import list_regularizers
 
         spec = TrialSpec(model="plugin_cde", dataset="plugin_waves", regularizer="plugin_none",
@@ -113,7 +114,8 @@ def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path
         from ndebench.platform.spec.plan import sweep_cells
         from ndebench.platform.engine.sweep import Sweep
         from ndebench.platform.engine.trainable import trial_tags
-        from ndebench.platform.trial import TrialSpec, build_trial
+        from ndebench.platform.worker.build import build_trial
+        from ndebench.platform.worker.spec import TrialSpec
 
         data, config = {str(data)!r}, {str(config)!r}
         codes = [main(["datasets", "list", "--data-dir", data]), main(["validate", config]), main(["run", config])]

@@ -10,7 +10,7 @@ from ndebench.models.base import TimedInputs, repeat_batch
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
 from ndebench.models.timeseries import spline_coefficients
-from ndebench.platform.trial import data_spec
+from ndebench.platform.worker.build import data_spec
 
 MODELS = ["neural_cde", "ancde", "gru_ode", "ode_rnn", "neural_ode"]
 

@@ -7,8 +7,10 @@ from ndebench.models.integrate import TrialRNG
 from ndebench.platform.cli import main
 from ndebench.platform.engine.reevaluate import parse_n_mc
 from ndebench.platform.record import tracking
-from ndebench.platform.trial import TrialSpec, _loss, build_trial
 from ndebench.platform.weights import load_weights, log_weights
+from ndebench.platform.worker.build import build_trial
+from ndebench.platform.worker.evaluation import trial_loss
+from ndebench.platform.worker.spec import TrialSpec
 
 FLAT = {"study": "tiny", "model": "neural_cde", "dataset": "synthetic", "seed": 0, "phase": "evaluate",
         "model.hidden_size": 8, "training.lr": 0.01, "training.threads": 1, "solver.method": "euler"}
@@ -23,7 +25,7 @@ def _train_one_epoch(spec: TrialSpec) -> dict[str, torch.Tensor]:
     built.model.train()
     for inputs, targets in built.feeds["train"].batches(built.batch_size, shuffle):
         optimizer.zero_grad()
-        _loss(built.model(inputs, rng), targets, None).backward()
+        trial_loss(built.model(inputs, rng), targets, None).backward()
         optimizer.step()
     return built.model.state_dict()
 

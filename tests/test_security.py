@@ -23,7 +23,7 @@ from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import latest_checkpoint
 from ndebench.platform.record.tracking import TAG, search
-from ndebench.platform.trial import STATE_FILE
+from ndebench.platform.worker.state import STATE_FILE
 
 PACKAGE = Path(__file__).resolve().parents[1]
 

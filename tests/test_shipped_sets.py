@@ -5,7 +5,8 @@ import pytest
 from ndebench.datasets.uea import shipped_sets
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.spec.config import TrainingConfig
-from ndebench.platform.trial import TrialSpec, run_trial
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
 
 
 @pytest.mark.parametrize("name", shipped_sets())

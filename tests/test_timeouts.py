@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-import ndebench.platform.trial as trial_module
+import ndebench.platform.worker.loop as loop_module
 import pytest
 import torch
 import yaml
@@ -16,7 +16,8 @@ from fakes import make_plugin
 from ndebench.models.integrate import SolverConfig, StepLimitError, TrialRNG, integrate, step_limit
 from ndebench.platform.record.completeness import not_ok_summary
 from ndebench.platform.spec.config import ConfigError, TrainingConfig, parse_spec
-from ndebench.platform.trial import TrialSpec, run_trial
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
 from torch import nn
 
 TRAINING = TrainingConfig(epochs=3, min_epochs=3, patience=3, lr=0.01, threads=1)
@@ -32,14 +33,14 @@ def _spec(**kw) -> TrialSpec:
 def test_the_deadline_cuts_a_long_epoch_between_batches(monkeypatch):
     """An epoch of three 1.5 s batches under a 2 s limit is cut before its third batch, not at its end."""
     batches = []
-    loss = trial_module._loss
+    loss = loop_module.trial_loss
 
     def slow_loss(*args):
         batches.append(time.monotonic())
         time.sleep(1.5)
         return loss(*args)
 
-    monkeypatch.setattr(trial_module, "_loss", slow_loss)
+    monkeypatch.setattr(loop_module, "trial_loss", slow_loss)
     epochs: list[dict] = []
     result = run_trial(_spec(), timeout_s=2, on_epoch=epochs.append)
     assert result.status == "timeout" and result.epochs == 1 and not epochs
@@ -123,7 +124,7 @@ def test_the_cap_bounds_the_adjoint_backward_solves_too(monkeypatch):
     def backward_fails(self):
         raise raised.value
 
-    monkeypatch.setattr(trial_module._Training, "train_epoch", backward_fails)
+    monkeypatch.setattr(loop_module.Training, "train_epoch", backward_fails)
     with pytest.raises(StepLimitError, match="dopri5 adjoint backward solve reached solver.max_steps=37"):
         run_trial(_spec(solver=solver))
 

@@ -2,13 +2,16 @@
 import copy
 import math
 
-import ndebench.platform.trial as trial_module
+import ndebench.platform.worker.build as build_module
 import pytest
 import torch
 from ndebench.datasets.registry import create_dataset
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.spec.config import TrainingConfig
-from ndebench.platform.trial import TrialSpec, auto_batch_size, build_trial, evaluate, run_trial
+from ndebench.platform.worker.build import auto_batch_size, build_trial
+from ndebench.platform.worker.evaluation import evaluate
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialSpec
 
 FAST = TrainingConfig(epochs=6, min_epochs=2, patience=2, lr=0.01, threads=1)
 
@@ -66,7 +69,7 @@ def test_non_finite_loss_ends_as_diverged(monkeypatch):
         bundle.train.values[:, 3, :] = math.inf
         return bundle
 
-    monkeypatch.setattr(trial_module, "create_dataset", poisoned)
+    monkeypatch.setattr(build_module, "create_dataset", poisoned)
     result = run_trial(spec())
     assert result.status == "diverged" and "non-finite" in result.message and result.test == {}
 

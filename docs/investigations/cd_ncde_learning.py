@@ -24,9 +24,12 @@ from typing import Any
 
 import torch
 from ndebench.models.integrate import SolverConfig, TrialRNG
-from ndebench.platform import trial
 from ndebench.platform.spec.config import TrainingConfig
-from ndebench.platform.trial import TrialSpec, _loss, _Training, build_trial, evaluate
+from ndebench.platform.worker import build as trial
+from ndebench.platform.worker.build import build_trial
+from ndebench.platform.worker.evaluation import evaluate, trial_loss
+from ndebench.platform.worker.loop import Training
+from ndebench.platform.worker.spec import TrialSpec
 from ndebench.regularizers.base import PassSpec
 from ndebench.regularizers.continuum_dropout import ContinuumDropout
 
@@ -112,14 +115,14 @@ def run(name: str, epochs: int, draws: int, dataset: str = BASE.dataset) -> dict
     spec = replace(BASE, dataset=dataset, **change)
     spec = replace(spec, training=replace(spec.training, epochs=epochs))
     built = patched(spec, lookup, time_scale)
-    state = _Training(built, spec.training, spec.seed)
+    state = Training(built, spec.training, spec.seed)
     model, losses = built.model, []
     for epoch in range(1, epochs + 1):
         model.train()
         start, total, count, norms = time.perf_counter(), 0.0, 0, []
         for inputs, targets in built.feeds["train"].batches(built.batch_size, state.rng.shuffle):
             state.optimizer.zero_grad(set_to_none=True)
-            loss = _loss(model(inputs, state.rng), targets, built.pos_weight) + model.penalty()
+            loss = trial_loss(model(inputs, state.rng), targets, built.pos_weight) + model.penalty()
             loss.backward()
             norms.append(grad_norm(model))
             torch.nn.utils.clip_grad_norm_(model.parameters(), spec.training.grad_clip)

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ndebench.platform.engine.provenance import driver_provenance
+from ndebench.platform.engine.stacktrainable import member_outcomes, stack_trials
 from ndebench.platform.engine.stages import StageContext, trial_dirname
 from ndebench.platform.record.completeness import (
     attempts,
@@ -113,14 +114,16 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         ctx.say_reruns(reasons, kept)
     outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in parents}
     if trials:
-        budgets = {k: sum(t.startswith(f"{k}#") for t in trials) for k in parents}
+        stacks = stack_trials(trials, ctx.spec.resources.stack)  # one Tune trial per stack of a cell's seeds
+        budgets = {k: sum(t.startswith(f"{k}#") for t in stacks) for k in parents}
         progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                  ctx.ray.say_console, ctx.progress_every_s)
-        ctx.fit("evaluate", ctx.trainable_for("evaluate", parents, trials), tune.TuneConfig(
+        ctx.fit("evaluate", ctx.trainable_for("evaluate", parents, trials | stacks), tune.TuneConfig(
             reuse_actors=True, trial_dirname_creator=trial_dirname, scheduler=LiveFIFOScheduler()),
-            {"trial": tune.grid_search(list(trials))}, [progress])
-        ctx.close_orphans("evaluate", progress.outcomes, trials)
-        outcomes.update(progress.outcomes)
+            {"trial": tune.grid_search(list(stacks))}, [progress])
+        ran = member_outcomes(progress.outcomes, stacks)
+        ctx.close_orphans("evaluate", ran, trials)
+        outcomes.update(ran)
     superseded = mark_superseded(ctx.tracking_uri, ctx.spec.study)
     if superseded:
         ctx.say(f"stage evaluate: {superseded} tag(s) {SUPERSEDED} set or cleared; reports count, per (cell, "

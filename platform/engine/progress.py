@@ -188,7 +188,8 @@ class StageProgress(Callback):
                    "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error}
         if infrastructure is not None:
             cause, run_id = infrastructure
-            outcome["infrastructure"] = {"cause": cause, "run_id": run_id or result.get("run_id")}
+            outcome["infrastructure"] = {"cause": cause, "run_id": run_id or result.get("run_id"),
+                                         "run_ids": list(result.get("run_ids") or [])}  # a stack's members
         self.outcomes[key].append(outcome)
         value = result.get(self.metric) if self.metric else None
         if result.get("status") == "ok" and value is not None and math.isfinite(value):

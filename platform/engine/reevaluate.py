@@ -18,8 +18,10 @@ import pandas as pd
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.record import tracking
 from ndebench.platform.record.runs import runs_frame
-from ndebench.platform.trial import TrialSpec, build_trial, evaluate
 from ndebench.platform.weights import ARTIFACT, load_weights
+from ndebench.platform.worker.build import build_trial
+from ndebench.platform.worker.evaluation import evaluate
+from ndebench.platform.worker.spec import TrialSpec
 from ndebench.regularizers.registry import create_regularizer
 
 IDENTITY = ("study", "model", "dataset", "regularizer", "variant", "seed")

@@ -19,8 +19,9 @@ from ndebench.platform.engine.cluster import shared_folder
 from ndebench.platform.engine.joining import gpu_request
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.raysession import RaySession
+from ndebench.platform.engine.stacktrainable import trial_or_stack
 from ndebench.platform.engine.storage import Storage
-from ndebench.platform.engine.trainable import full_config, trainable
+from ndebench.platform.engine.trainable import full_config
 from ndebench.platform.record.interruption import interrupt_run
 from ndebench.platform.record.tracking import close_orphaned_runs, finish_cell
 from ndebench.platform.spec.config import SweepSpec, config_hash
@@ -92,7 +93,7 @@ class StageContext:
         from ray import tune
 
         fn = tune.with_parameters(
-            trainable, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
+            trial_or_stack, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
             resume_runs=resume_runs or {}, templates=templates or {},
             storage_uri=self.storage.uri, experiment=self.experiment(stage), run_tags=driver_provenance(),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
@@ -139,8 +140,9 @@ class StageContext:
         continues them), never ``error``, and the failure kept for the sweep's exit code (3)."""
         failures = [o["infrastructure"] for group in outcomes.values() for o in group if o.get("infrastructure")]
         for failure in failures:
-            if failure["run_id"]:
-                interrupt_run(self.tracking_uri, failure["run_id"], f"infrastructure failure: {failure['cause']}")
+            for run_id in dict.fromkeys([failure["run_id"], *failure.get("run_ids", [])]):
+                if run_id:
+                    interrupt_run(self.tracking_uri, run_id, f"infrastructure failure: {failure['cause']}")
         if failures:
             self.infrastructure += [failure["cause"] for failure in failures]
             self.say(f"stage {stage}: {len(failures)} trial(s) stopped by an infrastructure failure after their "

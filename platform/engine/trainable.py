@@ -1,6 +1,6 @@
 """The Ray Tune function trainable: one trial, one MLflow run, checkpoints that survive a lost worker or driver.
 
-Every ``checkpoint_every`` epochs the full training state (:func:`ndebench.platform.trial.run_trial`'s
+Every ``checkpoint_every`` epochs the full training state (:func:`ndebench.platform.worker.loop.run_trial`'s
 snapshot) and the trial's MLflow run id go to ``tune.report(..., checkpoint=...)``; Ray keeps the last two per
 trial under ``<storage>/<experiment>/<trial id>/checkpoint_NNNNNN``. A retried trial (``tune.max_failures``)
 resumes from ``tune.get_checkpoint()`` into the same MLflow run. After the driver itself died, the evaluate
@@ -30,7 +30,9 @@ from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics
 from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TAG, TrialRecorder, epoch_values, last_logged_step
 from ndebench.platform.spec.config import config_hash
-from ndebench.platform.trial import STATE_FILE, TrialSpec, load_trial_state, run_trial, save_trial_state
+from ndebench.platform.worker.loop import run_trial
+from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.platform.worker.state import STATE_FILE, load_trial_state, save_trial_state
 
 RUN_ID_FILE = "mlflow_run_id"
 
@@ -47,11 +49,19 @@ def trial_tags(config: dict[str, Any], phase: str) -> dict[str, str]:
     return tags
 
 
-def latest_checkpoint(storage: Storage, study: str, trial_dir: str) -> tuple[dict[str, Any] | None, list[str]]:
+def member_folder(identity: str) -> str:
+    """The folder of a stack member's state in the stack's checkpoints: named by the member's config hash."""
+    return f"member-{identity}"
+
+
+def latest_checkpoint(storage: Storage, study: str, trial_dir: str, member: str = ""
+                      ) -> tuple[dict[str, Any] | None, list[str]]:
     """The newest loadable ``checkpoint_*/trial_state.pt`` under ``trial_dir`` (a run's ``ndebench.trial_dir``
-    tag, relative to the storage root) and a line per checkpoint that failed to load. Only tensors and plain
-    data are unpickled; a ``trial_dir`` outside the storage root, or a checkpoint a symlink takes out of its trial
-    folder, raises :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before it is read."""
+    tag, relative to the storage root) and a line per checkpoint that failed to load; where ``trial_dir`` was
+    a stack's, the ``checkpoint_*/member-<member>/trial_state.pt`` of the member with config hash ``member``.
+    Only tensors and plain data are unpickled; a ``trial_dir`` outside the storage root, or a checkpoint a symlink
+    takes out of its trial folder, raises :class:`~ndebench.platform.engine.safepaths.UnsafePathError` before it
+    is read."""
     import pyarrow.fs as pafs
     import torch
 
@@ -62,12 +72,15 @@ def latest_checkpoint(storage: Storage, study: str, trial_dir: str) -> tuple[dic
                      reverse=True)
     problems = []
     for folder in folders:
+        path = f"{folder}/{STATE_FILE}"
+        if member and storage.fs.get_file_info(path).type == pafs.FileType.NotFound:
+            path = f"{folder}/{member_folder(member)}/{STATE_FILE}"  # a stack's checkpoint: one folder per member
         try:
-            with storage.fs.open_input_file(inside_trial(storage, trial, f"{folder}/{STATE_FILE}")) as stream:
+            with storage.fs.open_input_file(inside_trial(storage, trial, path)) as stream:
                 return torch.load(io.BytesIO(stream.read()), map_location="cpu", weights_only=True), problems
         except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
             # A checkpoint cut off while it was written leaves an older, complete one; either way it is said.
-            problems.append(f"checkpoint {folder}/{STATE_FILE} not loaded: {type(exc).__name__}: "
+            problems.append(f"checkpoint {path} not loaded: {type(exc).__name__}: "
                             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
     return None, problems
 
@@ -79,7 +92,7 @@ def _resume_state(storage: Storage | None, study: str, tags: dict[str, str]) -> 
     if storage is None or not trial_dir:
         return None, ""
     try:
-        state, problems = latest_checkpoint(storage, study, trial_dir)
+        state, problems = latest_checkpoint(storage, study, trial_dir, tags.get(f"{TAG}config_hash", ""))
     except UnsafePathError as exc:
         return None, f"refused: {exc}; the trial starts from scratch"
     note = "; ".join(problems) + ("; the trial starts from scratch" if problems and state is None else "")
@@ -204,6 +217,17 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         recorder.finish("error", summaries(), {"error": message}, {})
         tune.report({"status": "error", "message": message, "run_id": recorder.run_id, "resume_note": note})
         return
+    final = finish_run(recorder, result, phase, summaries(), save_weights)
+    val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
+    tune.report({**for_tune(final), "val_loss": val_loss, "status": result.status, "message": result.message,
+                 "run_id": recorder.run_id, "resume_note": note})
+
+
+def finish_run(recorder: TrialRecorder, result: TrialResult, phase: str, summaries: dict[str, float],
+               save_weights: bool) -> dict[str, float]:
+    """Record ``result`` on its run and end it: protocol tags, final metrics (with ``summaries`` and the
+    calibration's), the calibration artifact and, with ``save_weights`` on an evaluate run, the weights.
+    Returns the final metrics."""
     protocol = result.protocol
     tags = {"test_protocol": protocol["test_protocol"], "n_mc": protocol["n_mc"],
             "point_predictor": protocol["point_predictor"], "num_classes": protocol["num_classes"],
@@ -215,12 +239,10 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     # The per-epoch val_* metrics keep the last epoch's value on the run; the search ranks by the reported one.
     final |= {f"{RESULT_PREFIX}{k}": v for k, v in result.val.items()} if result.status == "ok" else {}
     artifacts = {"calibration.json": result.calibration} if result.calibration else {}
-    summary = summaries() | (calibration_metrics(result.calibration) if result.calibration else {})
+    summary = summaries | (calibration_metrics(result.calibration) if result.calibration else {})
     if save_weights and phase == "evaluate" and result.weights is not None:
         from ndebench.platform.weights import log_weights
 
         log_weights(recorder.client, recorder.run_id, result.weights)
     recorder.finish(result.status, final | summary, tags, artifacts)
-    val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
-    tune.report({**for_tune(final), "val_loss": val_loss, "status": result.status, "message": result.message,
-                 "run_id": recorder.run_id, "resume_note": note})
+    return final

@@ -1,0 +1,210 @@
+"""The Ray Tune trainable of a stack of evaluate trials (``resources.stack``): one Tune trial, one process, K
+MLflow runs, each exactly the run its trial would have recorded alone (tags, params, per-epoch and final metrics,
+weights), trained by :func:`~ndebench.platform.worker.stack.run_stack`.
+
+A Tune checkpoint of a stack holds one folder per member, ``member-<config hash>/`` (``trial_state.pt`` and the
+run id), written after each epoch of the stack. A retried Tune trial restores every member from it; after the
+driver died, each unfinished member run is found by its config hash and resumed from its folder under the old
+trial's checkpoints (:func:`~ndebench.platform.engine.trainable.latest_checkpoint`), whatever stack it is in now.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ndebench.platform.engine.joining import check_this_node
+from ndebench.platform.engine.provenance import worker_provenance
+from ndebench.platform.engine.storage import Storage
+from ndebench.platform.engine.trainable import (
+    RUN_ID_FILE,
+    _resume_state,
+    finish_run,
+    member_folder,
+    trainable,
+    trial_tags,
+)
+from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, infrastructure_retried
+from ndebench.platform.plugins import import_plugins
+from ndebench.platform.record.summaries import TIME_METRICS, time_summaries
+from ndebench.platform.record.system_metrics import system_metrics as sampled
+from ndebench.platform.record.tracking import TrialRecorder, epoch_values, last_logged_step
+from ndebench.platform.spec.config import config_hash
+from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.platform.worker.stack import run_stack
+from ndebench.platform.worker.state import load_trial_state, save_trial_state
+
+STACK = "stack"  # the key of an evaluate_configs entry that lists a stack's member keys
+
+
+def trial_or_stack(config: dict[str, Any], **kwargs: Any) -> None:
+    """The trainable of every stage: an evaluate trial whose key names a stack (``evaluate_configs[key]`` is
+    ``{"stack": [member keys]}``) trains the stack, any other trial :func:`trainable` alone."""
+    entry = (kwargs.get("evaluate_configs") or {}).get(config.get("trial"))
+    if entry is not None and STACK in entry:
+        train_stack(config, **kwargs)
+    else:
+        trainable(config, **kwargs)
+
+
+class MemberRun:
+    """One member's MLflow run: reattached or created as :func:`trainable` does, its per-epoch metrics logged
+    (epochs an earlier attempt logged are not logged again), its checkpoint folder in the stack's staging."""
+
+    def __init__(self, config: dict[str, Any], tracking_uri: str, parent: str | None, tags: dict[str, str],
+                 restored: dict[str, tuple[dict[str, Any], str]], storage: Storage | None):
+        self.config, self.identity = config, config_hash(config)
+        self.folder = member_folder(self.identity)
+        state, run_id = restored.get(self.folder, (None, None))
+        self.recorder = TrialRecorder(tracking_uri, config["study"], config, self.identity,
+                                      trial_tags(config, "evaluate") | tags, parent_run_id=parent, run_id=run_id)
+        self.note = ""
+        if state is None:
+            state, self.note = _resume_state(storage, config["study"], self.recorder.previous_tags)
+        if self.note:
+            print(f"ndebench: run {self.recorder.run_id}: {self.note}", file=sys.stderr, flush=True)
+            self.recorder.set_tags({"resume_note": self.note})
+        self.state = state
+        self.logged = last_logged_step(self.recorder.client, self.recorder.run_id) if self.recorder.reattached else 0
+        self.epoch = state["epoch"] if state is not None else 0
+        self.times: dict[str, list[float]] = {key: [] for key in TIME_METRICS}
+
+    def on_epoch(self, record: dict[str, float]) -> None:
+        self.epoch += 1
+        if self.epoch > self.logged:
+            self.recorder.log_metrics(record, step=self.epoch)
+            for key in TIME_METRICS:
+                if key in record:
+                    self.times[key].append(record[key])
+
+    def summaries(self) -> dict[str, float]:
+        if self.logged:
+            client, run_id = self.recorder.client, self.recorder.run_id
+            return time_summaries({key: epoch_values(client, run_id, key) for key in TIME_METRICS})
+        return time_summaries(self.times)
+
+    def checkpoint_into(self, staging: Path) -> Any:
+        def hook(done: int, snapshot: Any) -> None:
+            folder = staging / self.folder
+            folder.mkdir(exist_ok=True)
+            save_trial_state(snapshot(), folder)
+            (folder / RUN_ID_FILE).write_text(self.recorder.run_id)
+
+        return hook
+
+
+def _restored() -> dict[str, tuple[dict[str, Any], str]]:
+    """Member folder -> (state, run id) of the Tune checkpoint this trial restarts from (empty when none)."""
+    from ray import tune
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return {}
+    with checkpoint.as_directory() as folder:
+        return {member.name: (load_trial_state(member), (member / RUN_ID_FILE).read_text().strip())
+                for member in Path(folder).iterdir() if member.is_dir()}
+
+
+@infrastructure_retried
+def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
+                evaluate_configs: dict[str, dict[str, Any]], storage_uri: str = "", experiment: str = "",
+                run_tags: dict[str, str] | None = None, checkpoint_every: int = 1, save_weights: bool = False,
+                plugins: tuple[str, ...] = (), node_check: tuple[str | None, str | None] | None = None,
+                system_metrics: bool = True, trial_timeout_s: float | None = None, **_: Any) -> None:
+    """Ray Tune function trainable of a stack: the members ``evaluate_configs[config["trial"]]["stack"]``, each its
+    own MLflow run under its cell run, trained as one stack; arguments as :func:`trainable`'s. A report after
+    each epoch of the stack (``status`` ``running``, the first member's ``run_id``, ``run_ids``), with a
+    checkpoint of every member every ``checkpoint_every`` epochs; the final report's ``status`` is ``ok`` when
+    every member's is, else the first other member status, with the members' messages. A failure of the tracking
+    store, storage or disk leaves the members' runs open and goes to Ray, which retries the stack from its
+    checkpoint (:mod:`ndebench.platform.infrastructure`)."""
+    from ray import tune
+
+    if node_check:
+        check_this_node(*node_check)
+    import_plugins(plugins)
+    configs = [dict(evaluate_configs[key]) for key in evaluate_configs[config["trial"]][STACK]]
+    storage = Storage(storage_uri) if storage_uri else None
+    tags = (run_tags or {}) | worker_provenance(configs[0].get("device", "cpu")) | {
+        "trial_dir": f"{experiment}/{tune.get_context().get_trial_id()}"}
+    restored = _restored()
+    members = [MemberRun(c, tracking_uri, parents.get(c["cell"]), tags, restored, storage) for c in configs]
+    run_ids = [m.recorder.run_id for m in members]
+    epochs = 0
+    with tempfile.TemporaryDirectory() as staging, contextlib.ExitStack() as monitors:
+
+        def report() -> None:
+            nonlocal epochs
+            epochs += 1
+            progress = {"epoch": epochs, "status": "running", "run_id": run_ids[0], "run_ids": run_ids}
+            if epochs % checkpoint_every:
+                tune.report(progress)
+            else:
+                tune.report(progress, checkpoint=tune.Checkpoint.from_directory(staging))
+
+        for m in members:
+            monitors.enter_context(sampled(m.recorder.run_id, tracking_uri, enabled=system_metrics))
+        notes: list[str] = []
+        try:
+            results = run_stack([TrialSpec.from_flat(c) for c in configs], on_epoch=[m.on_epoch for m in members],
+                                on_checkpoint=[m.checkpoint_into(Path(staging)) for m in members],
+                                resume_states=[m.state for m in members], timeout_s=trial_timeout_s,
+                                note=notes.append, on_stack_epoch=report)
+        except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
+            if cause := infrastructure_failure(exc, tracking_uri, f"{storage_uri or 'storage'}/{tags['trial_dir']}"):
+                raise TrialInfrastructureError(f"{cause} (runs {', '.join(run_ids)})") from exc
+            traceback.print_exc()
+            message = f"{type(exc).__name__}: {exc}"[:4000]
+            for m in members:
+                m.recorder.finish("error", m.summaries(), {"error": message}, {})
+            tune.report({"status": "error", "message": message, "run_id": run_ids[0], "run_ids": run_ids})
+            return
+    for m, result in zip(members, results, strict=True):
+        if notes:
+            m.recorder.set_tags({"stack_note": notes[0]})
+        finish_run(m.recorder, result, "evaluate", m.summaries(), save_weights)
+    tune.report(_final(results, members))
+
+
+def _final(results: list[TrialResult], members: list[MemberRun]) -> dict[str, Any]:
+    bad = [r for r in results if r.status != "ok"]
+    return {"status": bad[0].status if bad else "ok",
+            "message": "; ".join(f"run {m.recorder.run_id}: {r.message}" for r, m in zip(results, members, strict=True)
+                                 if r.message),
+            "run_id": members[0].recorder.run_id, "run_ids": [m.recorder.run_id for m in members],
+            "resume_note": "; ".join(m.note for m in members if m.note)}
+
+
+def stack_trials(trials: dict[str, dict[str, Any]], size: int) -> dict[str, dict[str, Any]]:
+    """The Tune trials of an evaluate stage's ``trials`` (``<cell>#<seed>`` -> config): each cell's trials in
+    stacks of up to ``size`` in the order given, a stack as ``<cell>#<seed>+<seed>...`` -> ``{"stack": [keys]}``;
+    a stack of one stays its trial's own key and config."""
+    cells: dict[str, list[str]] = {}
+    for key in trials:
+        cells.setdefault(key.split("#")[0], []).append(key)
+    out: dict[str, dict[str, Any]] = {}
+    for cell, keys in cells.items():
+        for first in range(0, len(keys), size):
+            chunk = keys[first:first + size]
+            if len(chunk) == 1:
+                out[chunk[0]] = trials[chunk[0]]
+            else:
+                out[f"{cell}#{'+'.join(k.split('#')[1] for k in chunk)}"] = {STACK: chunk}
+    return out
+
+
+def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]]
+                    ) -> dict[str, list[dict[str, Any]]]:
+    """The per-cell ``outcomes`` of a stage with each stack's outcome repeated for each of its members (config
+    ``{"trial": member key}``), as the driver counts and closes runs per trial."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cell, group in outcomes.items():
+        out[cell] = []
+        for outcome in group:
+            entry = configs.get(outcome["config"].get("trial"), {})
+            members = entry.get(STACK) if isinstance(entry, dict) else None
+            out[cell] += [dict(outcome, config={"trial": key}) for key in members] if members else [outcome]
+    return out

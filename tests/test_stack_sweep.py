@@ -1,0 +1,103 @@
+"""`resources.stack` end to end on a local Ray: the same sweep stacked and not records one ``ok`` evaluate run per
+(cell, seed) each, with the same tags, params and, within the batched products' rounding, the same test metrics.
+
+Tolerance: a stacked member sums its matrix products in another order than its trial alone (float32 ulps per
+step, see ``run_stack``); with early stopping out of play (``min_epochs = epochs``) two epochs keep the drift far
+below 1e-4 relative in every smooth metric (tests/test_stack.py measures the same on the worker alone). The ECE
+is left out: it jumps when a probability crosses a bin edge."""
+import contextlib
+import io
+
+import pytest
+import yaml
+from ndebench.platform.cli import main
+from ndebench.platform.record.runs import parse_param
+from ndebench.platform.record.tracking import TAG, client, search
+from ndebench.platform.worker.spec import TrialSpec
+from ndebench.platform.worker.stack import run_stack
+
+pytestmark = pytest.mark.system
+SEEDS = [0, 1, 2]
+
+
+def _spec(study: str, stack: int) -> dict:
+    return {
+        "study": study, "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+        "regularizers": {"none": {}, "continuum_dropout": {"p": 0.3, "m": 5}},
+        "model": {"hidden_size": 8},
+        "training": {"epochs": 2, "min_epochs": 2, "patience": 1, "lr": 0.01, "threads": 1},
+        "solver": {"method": "euler", "adjoint": False},
+        "tune": {"sampler": "random", "num_samples": 1, "seed": 0},
+        "evaluate": {"seeds": SEEDS, "save_weights": False},
+        "resources": {"cpu": 1, "stack": stack, "system_metrics": False},
+        "report": {"figures": "none"},
+    }
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    import ray
+
+    root = tmp_path_factory.mktemp("stack")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+             log_to_driver=False)
+    try:
+        codes = {}
+        for study, stack in (("alone", 1), ("stacked", 3)):
+            config = root / f"{study}.yaml"
+            config.write_text(yaml.safe_dump(_spec(study, stack)))
+            with contextlib.redirect_stdout(io.StringIO()):
+                codes[study] = main(["run", str(config), "--tracking-uri", uri, "--storage-path",
+                                     (root / "ray").as_uri(), "--out", str(root / study)])
+        yield uri, codes
+    finally:
+        ray.shutdown()
+
+
+def _evaluate_runs(uri: str, study: str) -> dict[tuple[str, int], object]:
+    runs = [r for r in search(uri, study) if r.data.tags.get(f"{TAG}kind") == "trial"
+            and r.data.tags.get(f"{TAG}phase") == "evaluate"]
+    keyed = {(r.data.tags[f"{TAG}regularizer"], int(r.data.tags[f"{TAG}seed"])): r for r in runs}
+    assert len(keyed) == len(runs), "one evaluate run per (cell, seed)"
+    return keyed
+
+
+def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test_metrics(sweeps):
+    uri, codes = sweeps
+    assert codes == {"alone": 0, "stacked": 0}
+    alone, stacked = _evaluate_runs(uri, "alone"), _evaluate_runs(uri, "stacked")
+    assert sorted(stacked) == sorted(alone) == sorted((r, s) for r in ("none", "continuum_dropout") for s in SEEDS)
+    for key, run in stacked.items():
+        other = alone[key]
+        assert run.data.tags[f"{TAG}status"] == other.data.tags[f"{TAG}status"] == "ok"
+        assert run.data.params == other.data.params | {"study": "stacked"}
+        assert {k for k in run.data.tags if k.startswith(TAG)} == {k for k in other.data.tags if k.startswith(TAG)}
+        assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
+        expected = {k: v for k, v in other.data.metrics.items() if k.startswith("test_") and k != "test_ece"}
+        assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
+    """SIGKILL of a stack's worker after 5 of 12 epochs: Ray retries the stack from its checkpoint (one folder
+    per member) into the same two MLflow runs; every epoch is logged once per run and each member's test
+    metrics equal an uninterrupted stack's (the same batched arithmetic, hence exactly)."""
+    from test_faults import RESUMED, _run_killing_workers
+
+    config = dict(RESUMED, study="stackkill", evaluate={"seeds": [0, 1]}, resources={"cpu": 1, "stack": 2})
+    (tmp_path / "stackkill.yaml").write_text(yaml.safe_dump(config))
+    returncode, output, killed = _run_killing_workers(tmp_path, "stackkill.yaml", 10, every_attempt=False,
+                                                      seconds=400)
+    assert len(killed) == 1
+    assert returncode == 0, output
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = sorted(search(uri, "stackkill", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"),
+                  key=lambda r: int(r.data.tags[f"{TAG}seed"]))
+    assert [int(r.data.tags[f"{TAG}seed"]) for r in runs] == [0, 1]
+    for run in runs:
+        assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
+        steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss") if m.step)
+        assert steps == list(range(1, 13))
+    specs = [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
+    for run, result in zip(runs, run_stack(specs), strict=True):
+        assert result.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
