@@ -104,7 +104,8 @@ def test_the_driver_reads_a_trials_error_as_text_and_ray_is_left_no_pickle_to_re
     progress.on_trial_error(0, [trial], trial)
     outcome = progress.outcomes["c"][0]
     assert outcome["error"] == "the tracking store x failed: boom"  # the latest failure, not the worker lost before
-    assert outcome["infrastructure"] == {"cause": "the tracking store x failed: boom", "run_id": "b" * 32}
+    assert outcome["infrastructure"] == {"cause": "the tracking store x failed: boom", "run_id": "b" * 32,
+                                         "run_ids": []}
     # Ray's ResultGrid unpickles error.pkl for each trial that names one: none is left named.
     progress.on_trial_recover(0, [other], other)
     assert trial.run_metadata.pickled_error_filename is None and other.run_metadata.pickled_error_filename is None
