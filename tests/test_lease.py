@@ -7,15 +7,21 @@ no run of the new driver; the table equals an uninterrupted sweep's).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from pathlib import Path
 
 import pytest
+import yaml
 from ndebench.platform.record import heartbeat
-from ndebench.platform.record.fence import HOLDER, FencedClient, LeaseLostError, lease_name
+from ndebench.platform.record.fence import HOLDER, LeaseLostError, fence_writes, lease_name, raise_if_driver_lost
 from ndebench.platform.record.heartbeat import BEAT, RELEASED, DriverConflictError, Lease
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import TrialRecorder, client, run_status, search, study_names
@@ -88,9 +94,15 @@ def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
     assert (new.epoch, str(previous)) == (2, "elsewhere:1")
     with pytest.raises(LeaseLostError, match=r"lost its lease of study 's' \(epoch 1\): driver .* took it over"):
         old.check()
-    fenced = FencedClient(client(uri), old.check)
-    with pytest.raises(LeaseLostError):
-        fenced.set_experiment_tag(new.experiment_id, RELEASED, "1")
+    fence_writes(old.fence)  # as the old driver's process: every client's writes are checked
+    try:
+        with pytest.raises(LeaseLostError):
+            client(uri).set_experiment_tag(new.experiment_id, RELEASED, "1")
+        with pytest.raises(LeaseLostError):
+            raise_if_driver_lost()
+        assert client(uri).get_experiment(new.experiment_id).tags.get(RELEASED) is None  # reads go through
+    finally:
+        fence_writes(None)
     old.release()  # the old driver's stop frees nothing
     assert RELEASED not in _lease(uri, 2).tags and _lease(uri, 2).lifecycle_stage == "active"
     new.release()
@@ -105,7 +117,7 @@ def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     with pytest.raises(LeaseLostError, match="driver elsewhere:2 took it over"):
-        old.raise_if_lost()
+        raise old.fence.lost
     old.release()
     assert RELEASED not in _lease(uri, 2).tags
 
@@ -148,3 +160,114 @@ def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(ur
     run, = search(uri, STUDY)
     assert run.data.tags[f"{TAG}lease"] == "2" and run_status(run) == "running"
     assert client(uri).get_metric_history(run.info.run_id, "train_loss") == []
+
+
+SWEEP = {
+    "study": "lease", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+    "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
+    # 40 epochs (about 10 s a trial): time to pause the first driver, let a second take over and resume the first.
+    "training": {"epochs": 40, "min_epochs": 40, "patience": 40, "lr": [0.01, 0.02]},
+    "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
+}
+COMMAND = [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml"]
+ENV = os.environ | {heartbeat.STALE_ENV: "4"}
+
+
+def _start(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([*COMMAND, *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _finish(driver: subprocess.Popen, seconds: float = 600) -> str:
+    try:
+        return driver.communicate(timeout=seconds)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # what is left of its local Ray
+        driver.wait()
+
+
+def _wait(what, ready, *drivers: subprocess.Popen, seconds: float = 400) -> None:
+    deadline = time.time() + seconds
+    while not ready():
+        for driver in drivers:
+            assert driver.poll() is None, driver.communicate()[0]
+        assert time.time() < deadline, f"never {what}"
+        time.sleep(0.1)
+
+
+def _trained_under(db: Path, epoch: int) -> int:
+    """Trial runs of lease epoch ``epoch`` that logged an epoch of training."""
+    if not db.exists():
+        return 0
+    with contextlib.suppress(sqlite3.Error), sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as db_:
+        return db_.execute("select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid"
+                           " where m.key = 'train_loss' and t.key = 'ndebench.lease' and t.value = ?",
+                           (str(epoch),)).fetchone()[0]
+    return 0
+
+
+def _table(folder: Path) -> str:
+    return (folder / "reports" / "lease" / "table.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    """Two drivers of one new study started in the same second; the winner's sweep runs to its end."""
+    folder = tmp_path_factory.mktemp("raced")
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    drivers = [_start(folder), _start(folder)]
+    outputs = [_finish(driver) for driver in drivers]
+    loser = 0 if drivers[0].returncode == 2 else 1
+    return folder, drivers[loser], outputs[loser], drivers[1 - loser], outputs[1 - loser]
+
+
+@pytest.mark.system
+def test_of_two_drivers_started_in_one_second_exactly_one_proceeds(raced):
+    folder, loser, lost, winner, won = raced
+    assert loser is not None and loser.returncode == 2, lost
+    refusal = f"ndebench run: error: study 'lease' is being run by another driver, {os.uname().nodename}:{winner.pid}; "
+    assert sum(line.startswith(refusal) for line in lost.splitlines()) == 1, lost
+    assert "Ray cluster:" not in lost  # refused before Ray started
+    assert winner.returncode == 0, won
+    assert len(list((folder / "ray_results" / "lease").glob("tune-*-lease1"))) == 1
+
+
+@pytest.mark.system
+def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(tmp_path, raced):
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    paused = _start(tmp_path)
+    try:
+        _wait("trained", lambda: _trained_under(db, 1) >= 1, paused)
+        os.kill(paused.pid, signal.SIGSTOP)  # the driver alone (a laptop lid, a long pause): its Ray runs on
+        new = _start(tmp_path, "--resume")
+        _wait("took over and trained", lambda: _trained_under(db, 2) >= 1, new)
+        os.kill(paused.pid, signal.SIGCONT)
+        old = _finish(paused, seconds=120)
+        assert paused.returncode == 3, old
+        assert old.strip().splitlines()[-1].startswith(
+            "ndebench run: error: this driver lost its lease of study 'lease' (epoch 1): driver "
+            f"{os.uname().nodename}:{new.pid} took it over (lease epoch 2)"), old
+        assert "Traceback" not in old, old
+        assert new.poll() is None, "the new driver ended before the old one was resumed"
+        assert RELEASED not in client(uri).get_experiment_by_name(lease_name("lease", 2)).tags  # not freed
+        third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                               timeout=300)
+        assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
+            third.stdout + third.stderr)
+        out = _finish(new)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(paused.pid, signal.SIGKILL)
+    assert new.returncode == 0, out
+    assert "taking over study 'lease' from driver" in out, out
+    trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
+    phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
+    assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
+    assert Counter(r.data.tags[f"{TAG}seed"] for r in phases["evaluate"]) == {"0": 1, "1": 1}
+    assert {(run_status(r), r.data.tags[f"{TAG}lease"]) for r in trials} == {("ok", "2")}, out
+    for run in trials:  # one writer per run: no epoch logged twice
+        steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss")]
+        assert len(steps) == len(set(steps)) == SWEEP["training"]["epochs"], run.info.run_id
+    assert _table(tmp_path) == _table(raced[0])

@@ -2,17 +2,15 @@
 driver taken over while paused stops within one step of Tune's loop, not at the stage's end."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from ndebench.platform.record.fence import raise_if_driver_lost
 from ray import tune
 
 
 class LeaseWatch(tune.Callback):
-    """Calls ``raise_if_lost`` (no I/O) at the start of every step of Tune's loop."""
-
-    def __init__(self, raise_if_lost: Callable[[], None]):
-        self.raise_if_lost = raise_if_lost
+    """Raises the driver's :class:`~ndebench.platform.record.fence.LeaseLostError` (no I/O) at the start of every
+    step of Tune's loop; stateless, since Tune pickles its callbacks."""
 
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        self.raise_if_lost()
+        raise_if_driver_lost()

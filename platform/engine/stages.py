@@ -123,7 +123,7 @@ class StageContext:
         if self.lease is not None:
             from ndebench.platform.engine.leasewatch import LeaseWatch
 
-            callbacks = [*callbacks, LeaseWatch(self.lease.raise_if_lost)]
+            callbacks = [*callbacks, LeaseWatch()]
         run_config = tune.RunConfig(
             name=self.experiment(stage), storage_path=self.storage.root,
             storage_filesystem=self.storage.fs, verbose=2 if self.verbose else 0, callbacks=callbacks,

@@ -99,7 +99,7 @@ class Sweep:
         """The study's lease (:mod:`ndebench.platform.record.heartbeat`), first of all: from here on every write
         of this driver and of its trials checks it, and its Ray folders and log are named by its epoch."""
         self._lease, previous = Lease.take(self.ctx.tracking_uri, self.spec.study, self.ctx.say)
-        fence_writes(self._lease.check)
+        fence_writes(self._lease.fence)
         self.ctx.lease = self._lease
         self.ctx.stamp = f"{self.ctx.stamp}-lease{self._lease.epoch}"
         if previous is not None and self.ctx.resume:

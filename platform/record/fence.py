@@ -17,7 +17,7 @@ LEASE = "::lease::"
 HOLDER = f"{TAG}lease.holder"
 # MlflowClient methods that change the store: every one is checked; reads pass straight through.
 WRITES = ("create_", "log_", "set_", "delete_", "update_", "restore_", "rename_")
-_CHECKS: list[Callable[[], None]] = []  # the check of the lease this process's driver holds
+_DRIVER: list[Fence] = []  # the fence of the lease this process's driver holds
 
 
 class LeaseLostError(InfrastructureError):
@@ -74,13 +74,19 @@ class FencedClient:
         return fenced
 
 
-def fence_writes(check: Callable[[], None] | None) -> None:
-    """From now on :func:`fenced` clients (every :func:`~ndebench.platform.record.tracking.client`) call ``check``
-    (the driver's :meth:`Fence.check`) before each write; ``None`` ends that."""
-    _CHECKS[:] = [check] if check else []
+def fence_writes(fence: Fence | None) -> None:
+    """From now on :func:`fenced` clients (every :func:`~ndebench.platform.record.tracking.client`) check
+    ``fence`` (the driver's) before each write; ``None`` ends that."""
+    _DRIVER[:] = [fence] if fence else []
 
 
 def fenced(mlflow_client: Any, check: Callable[[], None] | None = None) -> Any:
-    """``mlflow_client`` with its writes checked by ``check``, else by the driver's (:func:`fence_writes`)."""
-    check = check or (_CHECKS[0] if _CHECKS else None)
+    """``mlflow_client`` with its writes checked by ``check``, else by the driver's fence (:func:`fence_writes`)."""
+    check = check or (_DRIVER[0].check if _DRIVER else None)
     return FencedClient(mlflow_client, check) if check else mlflow_client
+
+
+def raise_if_driver_lost() -> None:
+    """Raise what the driver's fence found last, without reading the store."""
+    if _DRIVER and _DRIVER[0].lost is not None:
+        raise _DRIVER[0].lost

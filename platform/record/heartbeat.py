@@ -195,11 +195,6 @@ class Lease:
         """Raise :class:`~ndebench.platform.record.fence.LeaseLostError` if another driver took the study over."""
         self.fence.check()
 
-    def raise_if_lost(self) -> None:
-        """What :meth:`check` found last (no read of the store)."""
-        if self.fence.lost is not None:
-            raise self.fence.lost
-
     def _run(self) -> None:
         from mlflow.exceptions import MlflowException
 
