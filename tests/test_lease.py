@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import yaml
 from ndebench.platform.record import heartbeat
-from ndebench.platform.record.fence import HOLDER, LeaseLostError, fence_writes, lease_name, raise_if_driver_lost
+from ndebench.platform.record.fence import HOLDER, Fence, LeaseLostError, fence_writes, lease_name, raise_if_driver_lost
 from ndebench.platform.record.heartbeat import BEAT, RELEASED, DriverConflictError, Lease
 from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.system_metrics import system_metrics
 from ndebench.platform.record.tracking import TrialRecorder, client, run_status, search, study_names
 
 STUDY = "s"
@@ -271,3 +272,18 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
         steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss")]
         assert len(steps) == len(set(steps)) == SWEEP["training"]["epochs"], run.info.run_id
     assert _table(tmp_path) == _table(raced[0])
+
+
+def test_system_metrics_of_a_fenced_trial_stop(uri):
+    pytest.importorskip("psutil", reason="system metrics need psutil (the `cluster` extra)")
+    mlflow_client = client(uri)
+    experiment = mlflow_client.create_experiment("metrics")
+    free, fenced = (mlflow_client.create_run(experiment).info.run_id for _ in range(2))
+    _hold(uri, 1)
+    _hold(uri, 2, "elsewhere:2")
+    checks = {free: Fence(client(uri), STUDY, 2).check, fenced: Fence(client(uri), STUDY, 1).check}
+    for run_id, check in checks.items():
+        with system_metrics(run_id, uri, interval_s=0.5, check=check):
+            time.sleep(2.0)
+    assert "system/cpu_utilization_percentage" in mlflow_client.get_run(free).data.metrics
+    assert mlflow_client.get_run(fenced).data.metrics == {}

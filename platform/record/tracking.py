@@ -204,7 +204,7 @@ class TrialRecorder:
     trial retried by Ray (same trial folder), continues the same MLflow run instead of adding a duplicate, as
     does any trial given the ``run_id`` of its checkpoint (``reattached``; ``previous_tags`` are that run's
     tags before this attempt). A trial of a driver holding a lease (tag ``lease``, its epoch) checks before
-    each write that the lease is still the newest, and never continues a run of a newer driver.
+    each write that the lease is still the newest (:attr:`check`), and never continues a run of a newer driver.
     """
 
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
@@ -212,7 +212,8 @@ class TrialRecorder:
         from mlflow.entities import Param, RunTag
 
         lease = int(tags.get("lease") or 0)
-        self.client = fenced(client(uri), Fence(client(uri), study, lease).check if lease else None)
+        self.check = Fence(client(uri), study, lease).check if lease else lambda: None
+        self.client = fenced(client(uri), self.check if lease else None)
         experiment_id = ensure_experiment(uri, study)
         all_tags = trial_run_tags(tags, config_hash, parent_run_id)
         # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
