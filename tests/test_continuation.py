@@ -1,11 +1,7 @@
 """What a resumed sweep builds on, without Ray: searches continued from recorded trials, a deterministic choice,
-``done`` only for a spent budget, one live driver per study, interrupted runs continued, and reports that count
+``done`` only for a spent budget, interrupted runs continued, and reports that count
 one finished run per (cell, seed)."""
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 
 import optuna
@@ -13,7 +9,6 @@ import pytest
 from ndebench.platform.cli import main
 from ndebench.platform.engine.searcher import CellSearcher
 from ndebench.platform.engine.searchspace import Past, contains
-from ndebench.platform.record.heartbeat import DRIVER, HEARTBEAT, Heartbeat, recorded_driver
 from ndebench.platform.record.interruption import INTERRUPTION, mark_interrupted
 from ndebench.platform.record.searchtrials import IncompleteSearchError, finish_search_cell
 from ndebench.platform.record.tracking import TAG, TrialRecorder, client, run_status, study_run
@@ -88,29 +83,6 @@ def test_a_search_cell_is_done_only_once_its_budget_is_spent(uri):
     assert run_status(client(uri).get_run(run_id)) == "running"
     finish_search_cell(uri, run_id, spent=3, budget=3, params={"training.lr": 0.01}, metrics={})
     assert client(uri).get_run(run_id).data.tags[f"{TAG}status"] == "done"
-
-
-def test_one_live_driver_per_study(uri):
-    run_id = study_run(uri, "s", description="", params={}, yaml_text=None)
-    assert recorded_driver(uri, "s") == (None, False)
-    mlflow_client = client(uri)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    here = socket.gethostname()
-    cases = [(here, int(dead.stdout), 0, False),  # killed on this host: free at once
-             (here, os.getppid(), 0, True),  # alive on this host
-             ("elsewhere", 1, 0, True),  # another host, fresh heartbeat
-             ("elsewhere", 1, 120, False)]  # another host, stale heartbeat (STALE_S = 60)
-    for host, pid, age, live in cases:
-        mlflow_client.set_tag(run_id, DRIVER, f"{host}:{pid}")
-        mlflow_client.set_tag(run_id, HEARTBEAT, f"{time.time() - age:.0f}")
-        found, is_live = recorded_driver(uri, "s")
-        assert (found.host, found.pid, is_live) == (host, pid, live)
-    beat = Heartbeat(uri, run_id, interval_s=0.05)
-    tags = client(uri).get_run(run_id).data.tags
-    assert tags[DRIVER] == f"{here}:{os.getpid()}"
-    assert recorded_driver(uri, "s")[1] is False  # this process's own heartbeat never blocks it
-    beat.stop()
-    assert client(uri).get_run(run_id).data.tags[HEARTBEAT] == "0" and recorded_driver(uri, "s") == (None, False)
 
 
 def _trial(uri, study, seed, regularizer="none", run_id=None, phase="evaluate"):

@@ -146,7 +146,8 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
                 tune.report(progress, checkpoint=tune.Checkpoint.from_directory(staging))
 
         for m in members:
-            monitors.enter_context(sampled(m.recorder.run_id, tracking_uri, enabled=system_metrics))
+            monitors.enter_context(sampled(m.recorder.run_id, tracking_uri, enabled=system_metrics,
+                                           check=m.recorder.check))
         notes: list[str] = []
         try:
             results = run_stack([TrialSpec.from_flat(c) for c in configs], on_epoch=[m.on_epoch for m in members],

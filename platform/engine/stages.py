@@ -22,6 +22,7 @@ from ndebench.platform.engine.raysession import RaySession
 from ndebench.platform.engine.stacktrainable import trial_or_stack
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import full_config
+from ndebench.platform.record.heartbeat import Lease
 from ndebench.platform.record.interruption import interrupt_run
 from ndebench.platform.record.tracking import close_orphaned_runs, finish_cell
 from ndebench.platform.spec.config import SweepSpec, config_hash
@@ -67,6 +68,7 @@ class StageContext:
         self.infrastructure: list[str] = []  # failures of trials that spent their retries on the infrastructure
         self.evaluated: dict[str, dict[str, Any]] = {}
         self.study_run_id = ""
+        self.lease: Lease | None = None  # set by the sweep once it holds the study
 
     def place(self, gpus_available: float) -> None:
         """GPU requests are kept (a joined cluster may add GPU nodes) or refused; never dropped silently."""
@@ -94,13 +96,17 @@ class StageContext:
 
         fn = tune.with_parameters(
             trial_or_stack, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
-            resume_runs=resume_runs or {}, templates=templates or {},
-            storage_uri=self.storage.uri, experiment=self.experiment(stage), run_tags=driver_provenance(),
+            resume_runs=resume_runs or {}, templates=templates or {}, run_tags=driver_provenance() | self.lease_tag(),
+            storage_uri=self.storage.uri, experiment=self.experiment(stage),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
             plugins=self.spec.plugins, node_check=self.node_check(),
             system_metrics=self.spec.resources.system_metrics, trial_timeout_s=self.spec.tune.trial_timeout_s,
         )
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self.gpu})
+
+    def lease_tag(self) -> dict[str, str]:
+        """``lease``: the epoch of this driver's lease, on every trial run it writes (its fencing token)."""
+        return {"lease": str(self.lease.epoch)} if self.lease is not None else {}
 
     def node_check(self) -> tuple[str | None, str | None] | None:
         """What a trial checks on its node before it starts: on a joined cluster, nodes may join after the
@@ -117,6 +123,10 @@ class StageContext:
         """One Ray Tune run; Ray's console output goes to the sweep's log file unless ``verbose``."""
         from ray import tune
 
+        if self.lease is not None:
+            from ndebench.platform.engine.leasewatch import LeaseWatch
+
+            callbacks = [*callbacks, LeaseWatch()]
         run_config = tune.RunConfig(
             name=self.experiment(stage), storage_path=self.storage.root,
             storage_filesystem=self.storage.fs, verbose=2 if self.verbose else 0, callbacks=callbacks,
@@ -158,12 +168,14 @@ class StageContext:
     def close_orphans(self, phase: str, outcomes: dict[str, list[dict[str, Any]]],
                       trials: dict[str, dict[str, Any]] | None = None,
                       templates: dict[str, dict[str, Any]] | None = None) -> None:
-        """Close as ``error`` the trial runs of ``phase`` whose worker died before recording an outcome, with
-        the reason Ray gave for that trial (configs completed as the trainable does: ``trials``, ``templates``)."""
+        """Close as ``error`` this driver's trial runs of ``phase`` (its lease epoch) whose worker died before
+        recording an outcome, with the reason Ray gave for that trial (configs completed as the trainable does:
+        ``trials``, ``templates``)."""
         reasons = {}
         for outcome in (o for group in outcomes.values() for o in group if o["error"]):
             reasons[config_hash(full_config(outcome["config"], trials, templates))] = outcome["error"]
-        closed = close_orphaned_runs(self.tracking_uri, self.spec.study, phase, reasons, tags={"kind": "trial"})
+        closed = close_orphaned_runs(self.tracking_uri, self.spec.study, phase, reasons,
+                                     tags={"kind": "trial"} | self.lease_tag())
         if closed:
             self.say(f"stage {phase}: {len(closed)} trial(s) lost their worker; their MLflow runs are closed as error "
                      "with Ray's reason (`ndebench report` lists them)")

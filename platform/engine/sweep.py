@@ -28,7 +28,8 @@ from ndebench.platform.engine.runchecks import check_resources, check_storage_wr
 from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, search_stage
 from ndebench.platform.engine.stages import CellStatistics, Printer, StageContext
 from ndebench.platform.record.deletions import check_not_deleted, deleted_error
-from ndebench.platform.record.heartbeat import STALE_S, Heartbeat, recorded_driver
+from ndebench.platform.record.fence import LeaseLostError, fence_writes
+from ndebench.platform.record.heartbeat import Lease
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.tracking import (
     ensure_experiment,
@@ -58,10 +59,6 @@ class SweepOutcome:
     infrastructure: str | None = None  # what the machine failed at (a full disk), for exit code 3
 
 
-class DriverConflictError(RuntimeError):
-    """Another live driver runs the study (``ndebench run`` exits 2 naming it)."""
-
-
 class Sweep:
     """Runs a validated :class:`SweepSpec` on a local or remote Ray cluster."""
 
@@ -86,7 +83,7 @@ class Sweep:
                                 resume=resume, data_dir=data_dir, printer=printer, verbose=verbose,
                                 progress_every_s=progress_every_s, retry_diverged=retry_diverged,
                                 cell_statistics=cell_statistics, single_node=single_node)
-        self._heartbeat: Heartbeat | None = None
+        self._lease: Lease | None = None
 
     def preflight(self) -> None:
         """Before Ray starts: every dataset's files are present, and a study with recorded runs continues
@@ -99,16 +96,18 @@ class Sweep:
         if missing:
             raise FileNotFoundError("\n".join(missing))
 
+    def _take_lease(self) -> None:
+        """The study's lease (:mod:`ndebench.platform.record.heartbeat`), first of all: from here on every write
+        of this driver and of its trials checks it, and its Ray folders and log are named by its epoch."""
+        self._lease, previous = Lease.take(self.ctx.tracking_uri, self.spec.study, self.ctx.say)
+        fence_writes(self._lease.fence)
+        self.ctx.lease = self._lease
+        self.ctx.stamp = f"{self.ctx.stamp}-lease{self._lease.epoch}"
+        if previous is not None and self.ctx.resume:
+            self.ctx.say(f"taking over study {self.spec.study!r} from driver {previous}, which is gone")
+
     def _check_study(self) -> None:
         check_not_deleted(self.ctx.tracking_uri, self.spec.study)
-        driver, live = recorded_driver(self.ctx.tracking_uri, self.spec.study)
-        if live:
-            raise DriverConflictError(
-                f"study {self.spec.study!r} is being run by another driver, {driver}; wait for it to end, stop it "
-                f"(Ctrl-C, or kill {driver.pid} on {driver.host}), or choose a new study name (a driver that died "
-                f"on another host frees the study {STALE_S:.0f} s after its last heartbeat)")
-        if driver is not None and self.ctx.resume:
-            self.ctx.say(f"taking over study {self.spec.study!r} from driver {driver}, which is gone")
         recorded = search(self.ctx.tracking_uri, self.spec.study)
         if (recorded or self.ctx.storage.exists(self.spec.study)) and not self.ctx.resume:
             raise RuntimeError(
@@ -142,11 +141,24 @@ class Sweep:
         return self.ctx.ray.save_log(self.ctx.storage, self.spec.study, f"ray-{self.ctx.stamp}.log")
 
     def run(self) -> SweepOutcome:
-        """Preflight, start Ray, run the search stages of the protocol, evaluate every cell over the seeds."""
+        """Take the study's lease, preflight, start Ray, run the search stages of the protocol, evaluate every
+        cell over the seeds; the lease is released at the end, whatever ended the sweep."""
         self._check_data()
+        self._take_lease()
+        try:
+            return self._run_leased()
+        except LeaseLostError:
+            self.ctx.ray.stop()
+            raise
+        finally:
+            fence_writes(None)
+            if self._lease is not None:
+                self._lease.release()
+
+    def _run_leased(self) -> SweepOutcome:
         if self.address:
             # A running cluster is joined first, so that a tracking store or storage its other nodes cannot
-            # share is refused before anything is written to it.
+            # share is refused before any run is written to it.
             resources = self.ctx.ray.start()
             self._check_cluster()
             self._check_study()
@@ -176,9 +188,6 @@ class Sweep:
                 closed = mark_interrupted(uri, self.spec.study, str(error))
             self.ctx.say(f"{error}; {closed} open run(s) closed as interrupted (--resume continues them)")
             raise error from exc
-        finally:
-            if self._heartbeat is not None:
-                self._heartbeat.stop()
 
     def _stop(self, stop: KeyboardInterrupt) -> None:
         """A clean stop: no further stage starts, Ray ends its trials (their checkpoints stay), and every run
@@ -200,7 +209,6 @@ class Sweep:
         self.ctx.study_run_id = study_run(self.ctx.tracking_uri, self.spec.study,
                                           description=self.spec.description, params=self._study_params(),
                                           yaml_text=source, tags=driver_provenance() | {"host": socket.gethostname()})
-        self._heartbeat = Heartbeat(self.ctx.tracking_uri, self.ctx.study_run_id)
         self.ctx.place(resources.get("GPU", 0.0))
         self.ctx.failed = {}
         base: dict[str, dict[str, Any]] = {}

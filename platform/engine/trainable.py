@@ -206,7 +206,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
 
     spec = TrialSpec.from_flat(config)
     try:
-        with sampled(recorder.run_id, tracking_uri, enabled=system_metrics):
+        with sampled(recorder.run_id, tracking_uri, enabled=system_metrics, check=recorder.check):
             result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
                                evaluate_test=phase == "evaluate", timeout_s=trial_timeout_s)
     except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log

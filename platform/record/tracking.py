@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ndebench.platform.record.fence import Fence, fenced, is_lease
 from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.standard_tags import standard_tags
 
@@ -66,6 +67,11 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def client(uri: str):
+    """:func:`raw_client`, its writes fenced by the driver's lease (:func:`~ndebench.platform.record.fence.fenced`)."""
+    return fenced(raw_client(uri))
+
+
+def raw_client(uri: str):
     """An ``MlflowClient``; the first one per process and sqlite database creates the schema under a lock."""
     from mlflow.tracking import MlflowClient
 
@@ -104,7 +110,7 @@ def study_names(uri: str) -> list[str]:
     mlflow_client, names, token = client(uri), [], None
     while True:
         page = mlflow_client.search_experiments(page_token=token)
-        names += [e.name for e in page if e.name != "Default"]
+        names += [e.name for e in page if e.name != "Default" and not is_lease(e.name)]
         token = page.token
         if not token:
             return sorted(names)
@@ -197,14 +203,17 @@ class TrialRecorder:
     An evaluate trial re-run after a crash (same study and config hash, run still ``running``), or a search
     trial retried by Ray (same trial folder), continues the same MLflow run instead of adding a duplicate, as
     does any trial given the ``run_id`` of its checkpoint (``reattached``; ``previous_tags`` are that run's
-    tags before this attempt).
+    tags before this attempt). A trial of a driver holding a lease (tag ``lease``, its epoch) checks before
+    each write that the lease is still the newest (:attr:`check`), and never continues a run of a newer driver.
     """
 
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
                  parent_run_id: str | None = None, run_id: str | None = None):
         from mlflow.entities import Param, RunTag
 
-        self.client = client(uri)
+        lease = int(tags.get("lease") or 0)
+        self.check = Fence(client(uri), study, lease).check if lease else lambda: None
+        self.client = fenced(client(uri), self.check if lease else None)
         experiment_id = ensure_experiment(uri, study)
         all_tags = trial_run_tags(tags, config_hash, parent_run_id)
         # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
@@ -215,7 +224,7 @@ class TrialRecorder:
                 else f"tags.`{TAG}trial_dir` = '{tags['trial_dir']}'" if tags.get("trial_dir") else "")
         existing = [
             r for r in search(uri, study, f"{same} and tags.`{TAG}phase` = '{tags['phase']}'")
-            if run_status(r) in RESUMABLE_STATUSES
+            if run_status(r) in RESUMABLE_STATUSES and int(r.data.tags.get(f"{TAG}lease") or 0) <= lease
         ] if same and run_id is None else []
         if run_id is not None:
             existing = [retry(lambda: self.client.get_run(run_id))]

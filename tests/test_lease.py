@@ -1,0 +1,289 @@
+"""One driver per study, for real: the lease is taken by compare-and-set in the tracking store, a driver that
+lost it writes nothing more, and liveness is the lease's own counter watched on the taker's clock.
+
+Without Ray: the lease's states on a sqlite store. System lane: two drivers started in the same second (one
+refused before Ray starts), and a paused driver taken over and resumed (it exits 3 at its next write and changes
+no run of the new driver; the table equals an uninterrupted sweep's).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from ndebench.platform.record import heartbeat
+from ndebench.platform.record.fence import HOLDER, Fence, LeaseLostError, fence_writes, lease_name, raise_if_driver_lost
+from ndebench.platform.record.heartbeat import BEAT, RELEASED, DriverConflictError, Lease
+from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.system_metrics import system_metrics
+from ndebench.platform.record.tracking import TrialRecorder, client, run_status, search, study_names
+
+STUDY = "s"
+
+
+@pytest.fixture
+def uri(tmp_path, monkeypatch):
+    monkeypatch.setenv(heartbeat.STALE_ENV, "1")
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _hold(uri: str, epoch: int, holder: str = "elsewhere:1") -> str:
+    """Epoch ``epoch`` of the lease, held by a driver of another machine; returns its experiment id."""
+    return client(uri).create_experiment(lease_name(STUDY, epoch), tags={HOLDER: holder, BEAT: "0"})
+
+
+def _lease(uri: str, epoch: int):
+    return client(uri).get_experiment_by_name(lease_name(STUDY, epoch))
+
+
+def _never_watched(*_):
+    raise AssertionError("the counter was watched")
+
+
+def test_a_fresh_study_is_leased_at_epoch_one_and_released_at_the_end(uri, monkeypatch):
+    monkeypatch.setattr(heartbeat, "_beating", _never_watched)
+    lease, previous = Lease.take(uri, STUDY, print)
+    assert (lease.epoch, previous) == (1, None)
+    assert _lease(uri, 1).tags[HOLDER] == f"{os.uname().nodename}:{os.getpid()}"
+    time.sleep(4 * lease.interval)  # the counter moves
+    assert int(_lease(uri, 1).tags[BEAT]) >= 2
+    lease.release()
+    assert _lease(uri, 1).tags[RELEASED] == "1"
+    again, previous = Lease.take(uri, STUDY, print)  # a released lease is free at once
+    assert (again.epoch, previous) == (2, None) and _lease(uri, 1).lifecycle_stage == "deleted"
+    again.release()
+    assert study_names(uri) == []  # a lease is no study
+
+
+def test_a_moving_counter_is_a_live_driver(uri):
+    experiment_id = _hold(uri, 1)
+    stop = threading.Event()
+
+    def beat():
+        count = 0
+        while not stop.wait(0.1):
+            count += 1
+            client(uri).set_experiment_tag(experiment_id, BEAT, str(count))
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+        with pytest.raises(DriverConflictError, match="is being run by another driver, elsewhere:1; "):
+            Lease.take(uri, STUDY, print)
+    finally:
+        stop.set()
+        thread.join()
+    assert _lease(uri, 2) is None
+
+
+def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
+    _hold(uri, 1)
+    old = Lease(uri, STUDY, 1, _lease(uri, 1).experiment_id, interval=0.05)
+    old._stopped.set()  # a paused driver: its counter stands still
+    old._thread.join()
+    old.check()  # still the newest epoch
+    new, previous = Lease.take(uri, STUDY, print)
+    assert (new.epoch, str(previous)) == (2, "elsewhere:1")
+    with pytest.raises(LeaseLostError, match=r"lost its lease of study 's' \(epoch 1\): driver .* took it over"):
+        old.check()
+    fence_writes(old.fence)  # as the old driver's process: every client's writes are checked
+    try:
+        with pytest.raises(LeaseLostError):
+            client(uri).set_experiment_tag(new.experiment_id, RELEASED, "1")
+        with pytest.raises(LeaseLostError):
+            raise_if_driver_lost()
+        assert client(uri).get_experiment(new.experiment_id).tags.get(RELEASED) is None  # reads go through
+    finally:
+        fence_writes(None)
+    old.release()  # the old driver's stop frees nothing
+    assert RELEASED not in _lease(uri, 2).tags and _lease(uri, 2).lifecycle_stage == "active"
+    new.release()
+
+
+def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
+    _hold(uri, 1)
+    old = Lease(uri, STUDY, 1, _lease(uri, 1).experiment_id, interval=0.05)
+    _hold(uri, 2, "elsewhere:2")
+    deadline = time.monotonic() + 30
+    while old.fence.lost is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    with pytest.raises(LeaseLostError, match="driver elsewhere:2 took it over"):
+        raise old.fence.lost
+    old.release()
+    assert RELEASED not in _lease(uri, 2).tags
+
+
+def test_a_driver_gone_from_this_machine_is_taken_over_at_once(uri, monkeypatch):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    experiment_id = _hold(uri, 1, f"{os.uname().nodename}:{int(dead.stdout)}")
+    client(uri).set_experiment_tag(experiment_id, heartbeat.MACHINE, heartbeat._machine())
+    monkeypatch.setattr(heartbeat, "_beating", _never_watched)
+    lease, previous = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 2 and str(previous) == f"{os.uname().nodename}:{int(dead.stdout)}"
+    lease.release()
+
+
+def test_of_two_takers_of_one_epoch_exactly_one_wins(uri, monkeypatch):
+    _hold(uri, 1, "winner:7")
+    monkeypatch.setattr(heartbeat, "_newest", lambda *_: None)  # the loser read the store before the winner wrote
+    with pytest.raises(DriverConflictError, match="another driver, winner:7;"):
+        Lease.take(uri, STUDY, print)
+
+
+def test_the_stale_limit_is_checked(monkeypatch):
+    monkeypatch.setenv(heartbeat.STALE_ENV, "soon")
+    with pytest.raises(ValueError, match=r"\$NDEBENCH_LEASE_STALE_S='soon': expected a positive number"):
+        heartbeat.stale_s()
+
+
+def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(uri):
+    tags = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",
+            "regularizer": "none", "seed": "0", "cell": "c", "trial_dir": "s/evaluate-1/a"}
+    _hold(uri, 1)
+    older = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "1"})
+    _hold(uri, 2, "elsewhere:2")
+    with pytest.raises(LeaseLostError):  # the old driver's trial, after the takeover
+        older.log_metrics({"train_loss": 1.0}, step=1)
+    with pytest.raises(LeaseLostError):
+        TrialRecorder(uri, STUDY, {"x": 1}, "h2", tags | {"lease": "1"})
+    newer = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "2"})
+    assert newer.reattached and newer.run_id == older.run_id
+    run, = search(uri, STUDY)
+    assert run.data.tags[f"{TAG}lease"] == "2" and run_status(run) == "running"
+    assert client(uri).get_metric_history(run.info.run_id, "train_loss") == []
+
+
+SWEEP = {
+    "study": "lease", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+    "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
+    # 40 epochs (about 10 s a trial): time to pause the first driver, let a second take over and resume the first.
+    "training": {"epochs": 40, "min_epochs": 40, "patience": 40, "lr": [0.01, 0.02]},
+    "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
+}
+COMMAND = [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml"]
+ENV = os.environ | {heartbeat.STALE_ENV: "4"}
+
+
+def _start(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([*COMMAND, *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _finish(driver: subprocess.Popen, seconds: float = 600) -> str:
+    try:
+        return driver.communicate(timeout=seconds)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # what is left of its local Ray
+        driver.wait()
+
+
+def _wait(what, ready, *drivers: subprocess.Popen, seconds: float = 400) -> None:
+    deadline = time.time() + seconds
+    while not ready():
+        for driver in drivers:
+            assert driver.poll() is None, driver.communicate()[0]
+        assert time.time() < deadline, f"never {what}"
+        time.sleep(0.1)
+
+
+def _trained_under(db: Path, epoch: int) -> int:
+    """Trial runs of lease epoch ``epoch`` that logged an epoch of training."""
+    if not db.exists():
+        return 0
+    with contextlib.suppress(sqlite3.Error), sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as db_:
+        return db_.execute("select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid"
+                           " where m.key = 'train_loss' and t.key = 'ndebench.lease' and t.value = ?",
+                           (str(epoch),)).fetchone()[0]
+    return 0
+
+
+def _table(folder: Path) -> str:
+    return (folder / "reports" / "lease" / "table.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    """Two drivers of one new study started in the same second; the winner's sweep runs to its end."""
+    folder = tmp_path_factory.mktemp("raced")
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    drivers = [_start(folder), _start(folder)]
+    outputs = [_finish(driver) for driver in drivers]
+    loser = 0 if drivers[0].returncode == 2 else 1
+    return folder, drivers[loser], outputs[loser], drivers[1 - loser], outputs[1 - loser]
+
+
+@pytest.mark.system
+def test_of_two_drivers_started_in_one_second_exactly_one_proceeds(raced):
+    folder, loser, lost, winner, won = raced
+    assert loser is not None and loser.returncode == 2, lost
+    refusal = f"ndebench run: error: study 'lease' is being run by another driver, {os.uname().nodename}:{winner.pid}; "
+    assert sum(line.startswith(refusal) for line in lost.splitlines()) == 1, lost
+    assert "Ray cluster:" not in lost  # refused before Ray started
+    assert winner.returncode == 0, won
+    assert len(list((folder / "ray_results" / "lease").glob("tune-*-lease1"))) == 1
+
+
+@pytest.mark.system
+def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(tmp_path, raced):
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    paused = _start(tmp_path)
+    try:
+        _wait("trained", lambda: _trained_under(db, 1) >= 1, paused)
+        os.kill(paused.pid, signal.SIGSTOP)  # the driver alone (a laptop lid, a long pause): its Ray runs on
+        new = _start(tmp_path, "--resume")
+        _wait("took over and trained", lambda: _trained_under(db, 2) >= 1, new)
+        os.kill(paused.pid, signal.SIGCONT)
+        old = _finish(paused, seconds=120)
+        assert paused.returncode == 3, old
+        assert old.strip().splitlines()[-1].startswith(
+            "ndebench run: error: this driver lost its lease of study 'lease' (epoch 1): driver "
+            f"{os.uname().nodename}:{new.pid} took it over (lease epoch 2)"), old
+        assert "Traceback" not in old, old
+        assert new.poll() is None, "the new driver ended before the old one was resumed"
+        assert RELEASED not in client(uri).get_experiment_by_name(lease_name("lease", 2)).tags  # not freed
+        third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                               timeout=300)
+        assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
+            third.stdout + third.stderr)
+        out = _finish(new)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(paused.pid, signal.SIGKILL)
+    assert new.returncode == 0, out
+    assert "taking over study 'lease' from driver" in out, out
+    trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
+    phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
+    assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
+    assert Counter(r.data.tags[f"{TAG}seed"] for r in phases["evaluate"]) == {"0": 1, "1": 1}
+    assert {(run_status(r), r.data.tags[f"{TAG}lease"]) for r in trials} == {("ok", "2")}, out
+    for run in trials:  # one writer per run: no epoch logged twice
+        steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss")]
+        assert len(steps) == len(set(steps)) == SWEEP["training"]["epochs"], run.info.run_id
+    assert _table(tmp_path) == _table(raced[0])
+
+
+def test_system_metrics_of_a_fenced_trial_stop(uri):
+    pytest.importorskip("psutil", reason="system metrics need psutil (the `cluster` extra)")
+    mlflow_client = client(uri)
+    experiment = mlflow_client.create_experiment("metrics")
+    free, fenced = (mlflow_client.create_run(experiment).info.run_id for _ in range(2))
+    _hold(uri, 1)
+    _hold(uri, 2, "elsewhere:2")
+    checks = {free: Fence(client(uri), STUDY, 2).check, fenced: Fence(client(uri), STUDY, 1).check}
+    for run_id, check in checks.items():
+        with system_metrics(run_id, uri, interval_s=0.5, check=check):
+            time.sleep(2.0)
+    assert "system/cpu_utilization_percentage" in mlflow_client.get_run(free).data.metrics
+    assert mlflow_client.get_run(fenced).data.metrics == {}
