@@ -238,9 +238,11 @@ def figures(runs: pd.DataFrame, metric: str | None = None) -> dict[str, Figure]:
 
 @dataclasses.dataclass(frozen=True)
 class StudyLinks:
-    """What :func:`study_links` returns: ``runs``, the UI page of the study's evaluate runs, and ``compare``, MLflow's
-    compare page of its evaluate cell runs (``cell_run_ids``), whose table and plots set the cells' chosen
-    hyperparameters beside the primary metric's mean, std and comparison with ``none``."""
+    """What :func:`study_links` returns: ``runs``, the UI's table of the study's evaluate cell runs
+    (``cell_run_ids``) with the primary metric's mean, its difference to ``none``, the difference's 95% interval
+    and p-value and the chosen hyperparameters as columns, best mean first; ``compare``, the same cells' charts
+    (the primary mean, the difference to ``none``, and a parallel-coordinates plot of the params every cell
+    has against the primary mean)."""
 
     runs: str
     compare: str
@@ -249,19 +251,15 @@ class StudyLinks:
 
 def study_links(study: str, uri: str | None = None, ui_url: str = "http://127.0.0.1:5000") -> StudyLinks:
     """The MLflow UI links of ``study`` at ``uri`` (default :func:`tracking_uri`) for a UI served at ``ui_url``
-    (``ndebench ui --study``): its evaluate runs, and the compare page
-    ``<ui_url>/#/compare-runs?runs=[...]&experiments=[...]`` of exactly its evaluate cell runs (by cell key).
-    ``ValueError`` when the study is not in the tracking store."""
-    from ndebench.platform.engine.server import compare_url, study_url
-    from ndebench.platform.record.tracking import cell_states, client
+    (``ndebench ui --study``), through the shared view it writes on the study's experiment
+    (:func:`~ndebench.platform.record.uiview.share_study_view`). ``ValueError`` when the study is not in the
+    tracking store."""
+    from ndebench.platform.record.uiview import share_study_view, view_url
 
     uri = tracking_uri(uri)
     _require_study(uri, study)
-    experiment = client(uri).get_experiment_by_name(study)
-    cells = cell_states(uri, study, "evaluate")
-    run_ids = tuple(cells[key].info.run_id for key in sorted(cells))
-    return StudyLinks(study_url(ui_url, experiment.experiment_id),
-                      compare_url(ui_url, list(run_ids), [experiment.experiment_id]), run_ids)
+    experiment_id, run_ids = share_study_view(uri, study)
+    return StudyLinks(view_url(ui_url, experiment_id), view_url(ui_url, experiment_id, "CHART"), run_ids)
 
 
 def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_dir: str | None = None,
@@ -359,9 +357,19 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
         paths += write_analyses(
             runs_frame(uri, study) if frame is None else frame, runs, files, study, alpha=alpha,
             reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
-            ui_url="http://127.0.0.1:5000", experiment_id=experiment.experiment_id if experiment else None)
+            experiment_id=experiment.experiment_id if experiment else None, **report_ui(uri))
     log_report_artifacts(uri, study, [*files.paths, *paths])
     return paths
+
+
+def report_ui(uri: str) -> dict[str, str]:
+    """Where ``report.html`` links a run to: the tracking server at an ``http(s)`` ``uri`` serves the UI itself;
+    any other store (sqlite) is served by ``ndebench ui --tracking-uri <uri>``, at its default address, which a
+    note in the report says. ``{"ui_url": ..., "ui_note": ...}``."""
+    if uri.startswith(("http://", "https://")):
+        return {"ui_url": uri.rstrip("/"), "ui_note": ""}
+    return {"ui_url": "http://127.0.0.1:5000",
+            "ui_note": f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)"}
 
 
 def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",
