@@ -127,3 +127,40 @@ def test_notebook_frames_studies_results_with_flat_params_search_trials_and_figu
     points = [c.get_offsets()[:, 1] for c in figs["seeds_model-a_dataset-000"].axes[0].collections]
     expected = [sorted(runs.loc[runs["regularizer"] == r, "test_accuracy"]) for r in ("none", "continuum_dropout")]
     assert [sorted(p) for p in points] == expected
+
+
+def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path):
+    import json
+
+    from fakes import cell_study
+    from ndebench.platform.record.tracking import client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cells = cell_study(uri, "cmp")
+    links = api.study_links("cmp", uri, "http://127.0.0.1:5055")
+    assert sorted(links.cell_run_ids) == sorted(c["run_id"] for c in cells.values())
+    assert links.runs == ("http://127.0.0.1:5055/#/experiments/1/runs?viewStateShareKey=ndebench-evaluate-cells"
+                          "&compareRunsMode=TABLE")
+    assert links.compare == links.runs.replace("TABLE", "CHART")
+    view = json.loads(client(uri).get_experiment("1").tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
+    assert view["searchFilter"] == "tags.`ndebench.kind` = 'cell' and tags.`ndebench.phase` = 'evaluate'"
+    assert view["orderByKey"] == "metrics.`mean_test_accuracy`" and view["orderByAsc"] is False
+    assert view["selectedColumns"][:5] == ["metrics.`mean_test_accuracy`", "metrics.`diff_vs_none`",
+                                           "metrics.`diff_ci_low`", "metrics.`diff_ci_high`",
+                                           "metrics.`p_value_vs_none`"]
+    parallel = next(c for c in view["compareRunCharts"] if c["type"] == "PARALLEL")
+    # none's cell has no regularizer.p or regularizer.m: only training.lr, which both cells have, gets an axis.
+    assert parallel["selectedParams"] == ["training.lr"] and parallel["selectedMetrics"] == ["mean_test_accuracy"]
+
+
+def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_path):
+    from ndebench.platform.record import synthetic
+
+    assert api.report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    synthetic.write_study(uri, "syn", 10)
+    rep = api.report_study("syn", uri, tmp_path / "reports", figures="none")
+    page = next(p for p in rep.paths if p.name == "report.html").read_text()
+    run_id = api.results("syn", uri)["run_id"].iloc[0]
+    assert f'<a href="http://127.0.0.1:5000/#/experiments/1/runs/{run_id}">' in page
+    assert f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)" in page

@@ -55,13 +55,13 @@ def study_view(cells: list[Any]) -> dict[str, Any]:
     params = sorted({k for run in cells for k in run.data.params})
     shared = sorted(set.intersection(*(set(run.data.params) for run in cells))) if cells else []
     first = means[0] if means else "mean_test_accuracy"
+    # The UI draws a parallel-coordinates plot from two axes on: the std stands in for a missing shared param.
+    axis = [] if shared else [f"std_{first.removeprefix('mean_')}"]
     columns = [*(_column("metrics", m) for m in [*means, *COMPARISON]), _column("tags", f"{TAG}regularizer"),
                *(_column("params", p) for p in params)]
     charts = [_chart("primary-mean", "BAR", metricKey=first),
               _chart("difference", "BAR", metricKey="diff_vs_none"),
-              _chart("parallel", "PARALLEL", selectedParams=shared,
-                     selectedMetrics=[first, *([f"std_{first[len('mean_'):]}"] if len(shared) < 1 else [])],
-                     showAllRuns=True)]
+              _chart("parallel", "PARALLEL", selectedParams=shared, selectedMetrics=[first, *axis], showAllRuns=True)]
     return {
         "searchFilter": CELL_FILTER, "orderByKey": _column("metrics", first), "orderByAsc": False,
         "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
