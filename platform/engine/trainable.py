@@ -25,7 +25,7 @@ from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
 from ndebench.platform.engine.storage import Storage
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
-from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
+from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TAG, TrialRecorder, epoch_values, last_logged_step
 from ndebench.platform.spec.config import config_hash
@@ -208,7 +208,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     # The per-epoch val_* metrics keep the last epoch's value on the run; the search ranks by the reported one.
     final |= {f"{RESULT_PREFIX}{k}": v for k, v in result.val.items()} if result.status == "ok" else {}
     artifacts = {"calibration.json": result.calibration} if result.calibration else {}
-    summary = summaries() | (calibration_metrics(result.calibration) if result.calibration else {})
+    summary = summaries()
+    tags |= calibration_tags(result.calibration) if result.calibration else {}
     if save_weights and phase == "evaluate" and result.weights is not None:
         from ndebench.platform.weights import log_weights
 
