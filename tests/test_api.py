@@ -140,7 +140,7 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path)
     links = api.study_links("cmp", uri, "http://127.0.0.1:5055")
     assert sorted(links.cell_run_ids) == sorted(c["run_id"] for c in cells.values())
     assert links.runs == ("http://127.0.0.1:5055/#/experiments/1/runs?viewStateShareKey=ndebench-evaluate-cells"
-                          "&compareRunsMode=TABLE")
+                          "&compareRunsMode=TABLE&workflowType=machine_learning")
     assert links.compare == links.runs.replace("TABLE", "CHART")
     view = json.loads(client(uri).get_experiment("1").tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
     assert view["searchFilter"] == "tags.`ndebench.kind` = 'cell' and tags.`ndebench.phase` = 'evaluate'"

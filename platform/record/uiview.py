@@ -88,6 +88,8 @@ def share_study_view(uri: str, study: str) -> tuple[str, tuple[str, ...]]:
 
 def view_url(base_url: str, experiment_id: str, mode: str = "TABLE") -> str:
     """The UI page of the shared view: ``<base_url>/#/experiments/<id>/runs?viewStateShareKey=...`` in
-    ``mode`` (``TABLE``: the cells' table, ``CHART``: their charts)."""
-    query = urllib.parse.urlencode({"viewStateShareKey": VIEW_KEY, "compareRunsMode": mode})
+    ``mode`` (``TABLE``: the cells' table, ``CHART``: their charts), with the side bar on model training
+    (``workflowType``; MLflow 3.17 defaults to its GenAI pages)."""
+    query = urllib.parse.urlencode({"viewStateShareKey": VIEW_KEY, "compareRunsMode": mode,
+                                    "workflowType": "machine_learning"})
     return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"
