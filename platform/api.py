@@ -9,7 +9,10 @@ functions that return values instead of printing::
     spec = api.load("tune_configs/quickstart.yaml", ["training.epochs=2", "tune.num_samples=2"])
     api.validate(spec)                      # [] or warnings; raises ConfigError on a bad value
     result = api.run(spec)                  # trains on Ray, records in MLflow
-    runs = api.results(spec.study)          # one row per evaluate run
+    api.studies()                           # the studies recorded, one row each
+    runs = api.results(spec.study)          # one row per evaluate run, params as params.* columns
+    search = api.trials(spec.study, "tune") # one row per search trial with its validation metrics
+    figs = api.figures(runs)                # matplotlib figures per (model, dataset)
     rep = api.report(runs, "reports")       # tables as text and files
     api.report_study(spec.study)            # all that `ndebench report` writes, logged to MLflow
 
@@ -24,12 +27,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from ndebench.platform.engine.sweep import SweepOutcome
 from ndebench.platform.report.report import ReportFiles, build_report, format_console_table
 from ndebench.platform.spec.config import SweepSpec, apply_overrides, load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> SweepSpec:
@@ -136,8 +142,9 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     status`` (``ok``, ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash,
     test_protocol, metric`` (the dataset's primary metric), ``n_mc, p, m, rate`` (the regularizer's
     parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
-    runs), ``parent_run_id`` and ``params`` (the run's flat config as a dict). Raises ``ValueError`` when
-    the study is not in the tracking store."""
+    runs), ``parent_run_id`` and ``params.<key>`` (the run's flat config, one column per key, e.g.
+    ``params.training.lr``, values parsed back from strings; missing where a run lacks the key). Raises
+    ``ValueError`` when the study is not in the tracking store."""
     from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
     from ndebench.platform.report.analyses import label_variants
 
@@ -148,16 +155,98 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     runs = label_variants(evaluate_runs(uri, study, variants=True, runs=found), frame)
     if runs.empty or frame.empty:
         return runs
-    extra = ["run_id", *(c for c in frame.columns if c not in runs.columns)]
-    merged = runs.merge(frame[extra], on="run_id", how="left")
+    extra = ["run_id", *(c for c in frame.columns if c not in runs.columns and c != "params")]
+    merged = runs.merge(_flat_params(frame)[extra + _param_columns(frame)], on="run_id", how="left")
     return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
+
+
+def _flat_params(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``params`` dicts spread into ``params.<key>`` columns (as ``mlflow.search_runs``)."""
+    params = pd.DataFrame(list(frame["params"]), index=frame.index).add_prefix("params.")
+    return pd.concat([frame.drop(columns="params"), params[sorted(params.columns)]], axis=1)
+
+
+def _param_columns(frame: pd.DataFrame) -> list[str]:
+    return sorted({f"params.{key}" for params in frame["params"] for key in params})
+
+
+def studies(uri: str | None = None) -> pd.DataFrame:
+    """The studies (MLflow experiments) at ``uri`` (default :func:`tracking_uri`), one row each, sorted by name:
+    ``study``, ``experiment_id``, ``created`` and ``updated`` (UTC timestamps). Empty where there is none."""
+    from ndebench.platform.record.tracking import client, study_names
+
+    uri = tracking_uri(uri)
+    rows = []
+    for name in study_names(uri):
+        experiment = client(uri).get_experiment_by_name(name)
+        rows.append({"study": name, "experiment_id": experiment.experiment_id,
+                     "created": pd.to_datetime(experiment.creation_time, unit="ms", utc=True),
+                     "updated": pd.to_datetime(experiment.last_update_time, unit="ms", utc=True)})
+    return pd.DataFrame(rows, columns=["study", "experiment_id", "created", "updated"])
+
+
+SEARCH_PHASES = ("base", "tune")
+
+
+def trials(study: str, phase: str = "tune", uri: str | None = None) -> pd.DataFrame:
+    """The search trials of ``study``'s stage ``phase`` (``base``: the shared base search, ``tune``: the
+    per-cell search) at ``uri``: one row per trial run (not the cell runs), oldest first.
+
+    Columns: ``run_id``, ``cell_run_id`` (the cell run above it), ``cell, model, dataset, regularizer``,
+    ``seed`` (int), ``status``, ``start_time`` (UTC), the validation metrics the trial reported to Ray Tune
+    (``val_*``: its selected epoch's values, where recorded, else the last epoch's) and ``params.<key>`` (its
+    sampled and fixed config). ``ValueError`` for an unknown phase or study."""
+    from ndebench.platform.record.runs import parse_param
+    from ndebench.platform.record.schema import TAG
+    from ndebench.platform.record.searchtrials import RESULT_PREFIX
+    from ndebench.platform.record.tracking import run_status, search
+
+    if phase not in SEARCH_PHASES:
+        raise ValueError(f"unknown search phase {phase!r}; valid: {', '.join(SEARCH_PHASES)}")
+    uri = tracking_uri(uri)
+    _require_study(uri, study)
+    rows = []
+    for run in search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'"):
+        tags, metrics = run.data.tags, run.data.metrics
+        chosen = {k[len(RESULT_PREFIX):]: v for k, v in metrics.items() if k.startswith(f"{RESULT_PREFIX}val_")}
+        rows.append({"run_id": run.info.run_id, "cell_run_id": tags.get("mlflow.parentRunId", ""),
+                     **{key: tags.get(f"{TAG}{key}", "") for key in ("cell", "model", "dataset", "regularizer")},
+                     "seed": int(tags.get(f"{TAG}seed", "0") or 0), "status": run_status(run),
+                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
+                     **{k: v for k, v in sorted(metrics.items()) if k.startswith("val_")}, **chosen,
+                     "params": {k: parse_param(v) for k, v in run.data.params.items()}})
+    if not rows:
+        return pd.DataFrame(columns=["run_id", "cell_run_id", "cell", "model", "dataset", "regularizer", "seed",
+                                     "status", "start_time"])
+    return _flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)
+
+
+def figures(runs: pd.DataFrame, metric: str | None = None) -> dict[str, Figure]:
+    """The report's per-pair figures of a results frame (:func:`results`) as matplotlib figures, keyed as
+    their files are named: ``reliability_<model>_<dataset>`` (the pooled calibration bins of each
+    regularizer, :func:`~ndebench.platform.report.figures.reliability_figure`; only where runs carry bins)
+    and ``seeds_<model>_<dataset>`` (the primary ``metric``, default each dataset's, one point per seed,
+    :func:`~ndebench.platform.report.figures.seed_figure`). Show one with ``display(figs[key])``."""
+    from ndebench.platform.report import figures as drawn
+    from ndebench.platform.report.report import with_primary_metrics
+    from ndebench.platform.report.studyfigures import pair_figure_inputs, slug
+
+    runs, primary = with_primary_metrics(runs, metric)
+    out: dict[str, Figure] = {}
+    for model, dataset, reliability, seeds in pair_figure_inputs(runs, primary):
+        if reliability:
+            out[f"reliability_{slug(model, dataset)}"] = drawn.reliability_figure(*reliability)
+        out[f"seeds_{slug(model, dataset)}"] = drawn.seed_figure(*seeds)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
 class StudyLinks:
-    """What :func:`study_links` returns: ``runs``, the UI page of the study's evaluate runs, and ``compare``, MLflow's
-    compare page of its evaluate cell runs (``cell_run_ids``), whose table and plots set the cells' chosen
-    hyperparameters beside the primary metric's mean, std and comparison with ``none``."""
+    """What :func:`study_links` returns: ``runs``, the UI's table of the study's evaluate cell runs
+    (``cell_run_ids``) with the primary metric's mean, its difference to ``none``, the difference's 95% interval
+    and p-value and the chosen hyperparameters as columns, best mean first; ``compare``, the same cells' charts
+    (the primary mean, the difference to ``none``, and a parallel-coordinates plot of the params every cell
+    has against the primary mean)."""
 
     runs: str
     compare: str
@@ -166,19 +255,15 @@ class StudyLinks:
 
 def study_links(study: str, uri: str | None = None, ui_url: str = "http://127.0.0.1:5000") -> StudyLinks:
     """The MLflow UI links of ``study`` at ``uri`` (default :func:`tracking_uri`) for a UI served at ``ui_url``
-    (``ndebench ui --study``): its evaluate runs, and the compare page
-    ``<ui_url>/#/compare-runs?runs=[...]&experiments=[...]`` of exactly its evaluate cell runs (by cell key).
-    ``ValueError`` when the study is not in the tracking store."""
-    from ndebench.platform.engine.server import compare_url, study_url
-    from ndebench.platform.record.tracking import cell_states, client
+    (``ndebench ui --study``), through the shared view it writes on the study's experiment
+    (:func:`~ndebench.platform.record.uiview.share_study_view`). ``ValueError`` when the study is not in the
+    tracking store."""
+    from ndebench.platform.record.uiview import share_study_view, view_url
 
     uri = tracking_uri(uri)
     _require_study(uri, study)
-    experiment = client(uri).get_experiment_by_name(study)
-    cells = cell_states(uri, study, "evaluate")
-    run_ids = tuple(cells[key].info.run_id for key in sorted(cells))
-    return StudyLinks(study_url(ui_url, experiment.experiment_id),
-                      compare_url(ui_url, list(run_ids), [experiment.experiment_id]), run_ids)
+    experiment_id, run_ids = share_study_view(uri, study)
+    return StudyLinks(view_url(ui_url, experiment_id), view_url(ui_url, experiment_id, "CHART"), run_ids)
 
 
 def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_dir: str | None = None,
@@ -291,9 +376,19 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
         paths += write_analyses(
             runs_frame(uri, study) if frame is None else frame, runs, files, study, alpha=alpha,
             reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
-            ui_url="http://127.0.0.1:5000", experiment_id=experiment.experiment_id if experiment else None)
+            experiment_id=experiment.experiment_id if experiment else None, **report_ui(uri))
     log_report_artifacts(uri, study, [*files.paths, *paths])
     return paths
+
+
+def report_ui(uri: str) -> dict[str, str]:
+    """Where ``report.html`` links a run to: the tracking server at an ``http(s)`` ``uri`` serves the UI itself;
+    any other store (sqlite) is served by ``ndebench ui --tracking-uri <uri>``, at its default address, which a
+    note in the report says. ``{"ui_url": ..., "ui_note": ...}``."""
+    if uri.startswith(("http://", "https://")):
+        return {"ui_url": uri.rstrip("/"), "ui_note": ""}
+    return {"ui_url": "http://127.0.0.1:5000",
+            "ui_note": f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)"}
 
 
 def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",

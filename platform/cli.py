@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
         for label, message in outcome.failed.items():
             print(f"  {label}: {message}")
-    print(f"\nOpen the MLflow UI with:  ndebench ui --tracking-uri {uri}")
+    print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} --tracking-uri {uri}")
     if full:
         print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {'; '.join(full)}", flush=True)
         return exitcodes.INFRASTRUCTURE

@@ -66,7 +66,7 @@ def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
     assert set(runs["regularizer"]) == {"none", "continuum_dropout[p=0.3]"}
     variant = runs[runs["variant"] != ""]
     assert variant["p"].tolist() == [0.3] * 2
-    assert variant["params"].map(lambda params: params["regularizer.p"]).tolist() == [0.3] * 2
+    assert variant["params.regularizer.p"].tolist() == [0.3] * 2
     rep = api.report(runs, tmp_path / "reports")
     assert "| continuum_dropout[p=0.3] | **0.710 (0.014)**" in rep.markdown
     with pytest.raises(ValueError, match=r"study 'missing' is not in sqlite:///.*; studies there: nb"):
@@ -74,3 +74,93 @@ def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
     # A recorded study is never overwritten: run refuses before a Ray cluster starts.
     with pytest.raises(RuntimeError, match="already has 4 MLflow run"):
         api.run(api.load(SPEC), uri=uri, storage_path=tmp_path / "ray")
+
+
+def _search_trial(uri: str, parent: str, lr: float, val_accuracy: float, selected: float) -> str:
+    from ndebench.platform.record import tracking
+    from ndebench.platform.record.bulk import write_trial
+
+    config = {"study": "syn", "phase": "tune", "cell": "model-a__dataset-000__none", "regularizer": "none",
+              "seed": 0, "training.lr": lr}
+    tags = {"study": "syn", "phase": "tune", "model": "model-a", "dataset": "dataset-000", "regularizer": "none",
+            "seed": "0", "cell": "model-a__dataset-000__none", "metric": "accuracy"}
+    epochs = [{"val_accuracy": selected, "val_loss": 0.5}, {"val_accuracy": val_accuracy, "val_loss": 0.25}]
+    return write_trial(tracking.client(uri), tracking.ensure_experiment(uri, "syn"), config=config,
+                       config_hash=f"tune-{lr}", tags=tags, parent_run_id=parent, epochs=epochs, status="ok",
+                       final={"result_val_accuracy": selected, "result_val_loss": 0.5}, final_tags={},
+                       artifacts={})
+
+
+def test_notebook_frames_studies_results_with_flat_params_search_trials_and_figures(tmp_path):
+    from matplotlib.figure import Figure
+    from ndebench.platform.record import synthetic, tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert api.studies(uri).empty
+    synthetic.write_study(uri, "syn", 10)  # model-a on dataset-000: none and continuum_dropout, 5 seeds each
+    cell = tracking.cell_run(uri, "syn", "", "tune", "model-a__dataset-000__none", {"regularizer": "none"})
+    first = _search_trial(uri, cell, 0.01, 0.5, 0.75)
+    second = _search_trial(uri, cell, 0.001, 0.625, 0.625)
+    assert api.studies(uri)["study"].tolist() == ["syn"]
+
+    runs = api.results("syn", uri)
+    assert "params" not in runs.columns and len(runs) == 10
+    assert runs["params.training.lr"].tolist() == [0.001] * 10 and runs["params.seed"].tolist() == runs["seed"].tolist()
+    cd = runs[runs["regularizer"] == "continuum_dropout"]
+    assert cd["params.regularizer.p"].tolist() == [0.3] * 5 and runs.loc[runs["regularizer"] == "none",
+                                                                            "params.regularizer.p"].isna().all()
+
+    search = api.trials("syn", "tune", uri)
+    assert search["run_id"].tolist() == [first, second]  # the cell run is not a trial; oldest first
+    assert search["seed"].tolist() == [0, 0] and search["seed"].dtype.kind == "i"
+    # The selected epoch's validation accuracy (result_val_accuracy), not the last epoch's.
+    assert search["val_accuracy"].tolist() == [0.75, 0.625] and search["params.training.lr"].tolist() == [0.01, 0.001]
+    assert set(search["cell_run_id"]) == {cell}
+    assert api.trials("syn", "base", uri).empty
+    with pytest.raises(ValueError, match="unknown search phase 'evaluate'; valid: base, tune"):
+        api.trials("syn", "evaluate", uri)
+
+    figs = api.figures(runs)
+    assert sorted(figs) == ["reliability_model-a_dataset-000", "seeds_model-a_dataset-000"]
+    assert all(isinstance(fig, Figure) for fig in figs.values())
+    # One point per seed of each regularizer on the seed plot, at the runs' test accuracies.
+    points = [c.get_offsets()[:, 1] for c in figs["seeds_model-a_dataset-000"].axes[0].collections]
+    expected = [sorted(runs.loc[runs["regularizer"] == r, "test_accuracy"]) for r in ("none", "continuum_dropout")]
+    assert [sorted(p) for p in points] == expected
+
+
+def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path):
+    import json
+
+    from fakes import cell_study
+    from ndebench.platform.record.tracking import client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cells = cell_study(uri, "cmp")
+    links = api.study_links("cmp", uri, "http://127.0.0.1:5055")
+    assert sorted(links.cell_run_ids) == sorted(c["run_id"] for c in cells.values())
+    assert links.runs == ("http://127.0.0.1:5055/#/experiments/1/runs?viewStateShareKey=ndebench-evaluate-cells"
+                          "&compareRunsMode=TABLE&workflowType=machine_learning")
+    assert links.compare == links.runs.replace("TABLE", "CHART")
+    view = json.loads(client(uri).get_experiment("1").tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
+    assert view["searchFilter"] == "tags.`ndebench.kind` = 'cell' and tags.`ndebench.phase` = 'evaluate'"
+    assert view["orderByKey"] == "metrics.`mean_test_accuracy`" and view["orderByAsc"] is False
+    assert view["selectedColumns"][:5] == ["metrics.`mean_test_accuracy`", "metrics.`diff_vs_none`",
+                                           "metrics.`diff_ci_low`", "metrics.`diff_ci_high`",
+                                           "metrics.`p_value_vs_none`"]
+    parallel = next(c for c in view["compareRunCharts"] if c["type"] == "PARALLEL")
+    # none's cell has no regularizer.p or regularizer.m: only training.lr, which both cells have, gets an axis.
+    assert parallel["selectedParams"] == ["training.lr"] and parallel["selectedMetrics"] == ["mean_test_accuracy"]
+
+
+def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_path):
+    from ndebench.platform.record import synthetic
+
+    assert api.report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    synthetic.write_study(uri, "syn", 10)
+    rep = api.report_study("syn", uri, tmp_path / "reports", figures="none")
+    page = next(p for p in rep.paths if p.name == "report.html").read_text()
+    run_id = api.results("syn", uri)["run_id"].iloc[0]
+    assert f'<a href="http://127.0.0.1:5000/#/experiments/1/runs/{run_id}">' in page
+    assert f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)" in page

@@ -16,7 +16,7 @@ from ndebench.platform.metrics import calibration_bins
 from ndebench.platform.record import tracking
 from ndebench.platform.record.bulk import write_trial
 from ndebench.platform.record.runs import evaluate_runs, runs_frame
-from ndebench.platform.record.summaries import calibration_from_metrics, calibration_metrics, time_summaries
+from ndebench.platform.record.summaries import BIN_KEYS, calibration_from_run, calibration_tags, time_summaries
 from ndebench.platform.record.synthetic import cells, trial
 from ndebench.platform.report import drawing, figures, html_report
 from ndebench.platform.report.report import build_report
@@ -40,9 +40,18 @@ def _trial(regularizer: str, dataset: str, seed: int) -> tuple[dict, dict, list[
     return identity, {"regularizer": regularizer, "seed": seed}, epochs, final, bins
 
 
-def _study(uri: str, *, summaries: bool) -> None:
-    """Six runs per dataset, as the trainable records them now (``summaries``) or did before (calibration only
-    as ``calibration.json``, times only as per-epoch history)."""
+def _calibration_metrics(bins: dict) -> dict[str, float]:
+    """The bins as the metrics runs recorded before the ``ndebench.calibration`` tag carry."""
+    out = {"calibration.n_bins": float(bins["n_bins"])}
+    for key in BIN_KEYS:
+        out |= {f"calibration.{key}.{i}": float(v) for i, v in enumerate(bins[key])}
+    return out
+
+
+def _study(uri: str, layout: str) -> None:
+    """Six runs per dataset, as the trainable records them now (``new``: calibration as a tag, time summaries),
+    did before (``metrics``: calibration as 31 metrics) or before that (``old``: calibration only as
+    ``calibration.json``, times only as per-epoch history)."""
     for dataset in ("uea/GunPoint", "uea/Epilepsy"):
         for regularizer in ("none", "continuum_dropout"):
             for seed in range(3):
@@ -50,38 +59,45 @@ def _study(uri: str, *, summaries: bool) -> None:
                 recorder = tracking.TrialRecorder(uri, STUDY, config, f"{dataset}-{regularizer}-{seed}", identity)
                 for step, record in enumerate(epochs, start=1):
                     recorder.log_metrics(record, step=step)
-                if summaries:
-                    final = final | calibration_metrics(bins) | time_summaries(
-                        {k: [e[k] for e in epochs] for k in ("train_time_s", "epoch_time_s")})
-                recorder.finish("ok", final, {"num_classes": 2}, {"calibration.json": bins})
+                tags = {"num_classes": 2}
+                if layout != "old":
+                    final = final | time_summaries({k: [e[k] for e in epochs] for k in ("train_time_s",
+                                                                                        "epoch_time_s")})
+                if layout == "new":
+                    tags |= calibration_tags(bins)
+                if layout == "metrics":
+                    final = final | _calibration_metrics(bins)
+                recorder.finish("ok", final, tags, {"calibration.json": bins})
 
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
-    """The same study in the new layout and in the old one, each reported (without figures: their inputs are
+    """The same study in the new layout and in the older ones, each reported (without figures: their inputs are
     compared directly)."""
     out = {}
-    for layout, summaries in (("new", True), ("old", False)):
+    for layout in ("new", "metrics", "old"):
         root = tmp_path_factory.mktemp(layout)
         uri = f"sqlite:///{root / 'mlflow.db'}"
-        _study(uri, summaries=summaries)
+        _study(uri, layout)
         report_study(STUDY, uri, root / "reports", figures="none")  # figure inputs are compared below
         out[layout] = (uri, root / "reports" / STUDY)
     return out
 
 
-def test_calibration_bins_survive_the_round_trip_through_metrics():
+def test_calibration_bins_survive_the_round_trip_through_the_tag_and_the_older_metrics():
     bins = calibration_bins(np.array([[0.2, 0.8], [0.9, 0.1], [0.45, 0.55]]), np.array([1, 0, 0]))
-    metrics = calibration_metrics(bins)
-    assert set(metrics) == {"calibration.n_bins"} | {f"calibration.{k}.{i}" for k in
-                                                     ("count", "confidence_sum", "correct_sum") for i in range(10)}
-    assert calibration_from_metrics(metrics) == bins
-    assert calibration_from_metrics({"test_accuracy": 1.0}) is None
+    tags = {f"ndebench.{k}": v for k, v in calibration_tags(bins).items()}
+    assert list(tags) == ["ndebench.calibration"] and calibration_from_run({}, tags) == bins
+    assert calibration_from_run(_calibration_metrics(bins), {}) == bins
+    assert calibration_from_run({"test_accuracy": 1.0}, {}) is None
     assert time_summaries({"train_time_s": [1.0, 2.0], "epoch_time_s": []}) == {"mean_train_time_s": 1.5}
+    # A trial run's metrics keep to what people read: no calibration.* metric beside test_ece.
+    assert not [k for k in trial(cells(5)[0], 0, STUDY)["final"] if k.startswith("calibration")]
 
 
-def test_new_and_old_runs_give_the_same_report(both):
-    (new_uri, new), (old_uri, old) = both["new"], both["old"]
+@pytest.mark.parametrize("layout", ["new", "metrics"])
+def test_new_and_old_runs_give_the_same_report(both, layout):
+    (new_uri, new), (old_uri, old) = both[layout], both["old"]
     assert json.loads((new / "summary.json").read_text()) == json.loads((old / "summary.json").read_text())
     ignore = ["run_id", "config_hash"]
     pd.testing.assert_frame_equal(pd.read_csv(new / "results.csv").drop(columns=ignore),
@@ -104,7 +120,7 @@ def test_only_old_runs_cost_a_request_each(both, monkeypatch):
         original = getattr(MlflowClient, name)
         monkeypatch.setattr(MlflowClient, name, lambda self, *a, _f=original, _n=name, **k: (calls.append(_n),
                                                                                               _f(self, *a, **k))[1])
-    for layout, expected in (("new", 0), ("old", 12 + 2 * 12)):
+    for layout, expected in (("new", 0), ("metrics", 0), ("old", 12 + 2 * 12)):
         calls.clear()
         evaluate_runs(both[layout][0], STUDY)
         runs_frame(both[layout][0], STUDY)

@@ -13,15 +13,7 @@ from pathlib import Path
 import pytest
 from fakes import free_port, read_until, start_server, wait_healthy
 from ndebench.platform.cli import main
-from ndebench.platform.engine.server import default_settings, server_command, study_url
-
-
-def test_study_url_opens_the_model_training_view_filtered_to_evaluate_runs():
-    url = study_url("http://127.0.0.1:5000", "7")
-    base, query = url.split("?")
-    assert base == "http://127.0.0.1:5000/#/experiments/7/runs"
-    assert urllib.parse.parse_qs(query) == {"workflowType": ["machine_learning"],
-                                            "searchFilter": ["tags.`ndebench.phase` = 'evaluate'"]}
+from ndebench.platform.engine.server import default_settings, server_command
 
 
 def test_ui_for_an_unknown_study_names_the_known_ones(tmp_path, capsys):

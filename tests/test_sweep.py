@@ -190,7 +190,7 @@ def test_mlflow_hierarchy_study_cell_trial(sweep):
 
 def test_evaluate_runs_carry_their_calibration_bins_and_mean_epoch_times(sweep):
     from mlflow.tracking import MlflowClient
-    from ndebench.platform.record.summaries import calibration_from_metrics, mean_over_epochs
+    from ndebench.platform.record.summaries import calibration_from_run, mean_over_epochs
     from ndebench.platform.record.tracking import epoch_values
 
     root, uri, args, code, out, flag = sweep
@@ -200,7 +200,8 @@ def test_evaluate_runs_carry_their_calibration_bins_and_mean_epoch_times(sweep):
     for trial in ok:
         run_id, metrics = trial.info.run_id, trial.data.metrics
         stored = client.download_artifacts(run_id, "calibration.json", str(root / run_id))
-        assert calibration_from_metrics(metrics) == json.loads(Path(stored).read_text())
+        assert calibration_from_run(metrics, trial.data.tags) == json.loads(Path(stored).read_text())
+        assert not [k for k in metrics if k.startswith("calibration.")]
         for key in ("train_time_s", "epoch_time_s"):
             assert metrics[f"mean_{key}"] == mean_over_epochs(epoch_values(client, run_id, key))
 

@@ -6,7 +6,6 @@ normal exit; after a SIGKILL of the parent, by a small watchdog process), so no 
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -140,23 +139,6 @@ def ui_command(tracking_uri: str, host: str, port: int, auth: bool = False) -> l
     basic-auth app, as ``server --auth``)."""
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", host,
             "--port", str(port), "--workers", "1"] + (["--app-name", "basic-auth"] if auth else [])
-
-
-def study_url(base_url: str, experiment_id: str, phase: str = "evaluate") -> str:
-    """The MLflow UI page of an experiment's runs in the model-training view (MLflow 3.17 otherwise opens on
-    its GenAI traces overview), filtered to one ``ndebench.phase``."""
-    query = urllib.parse.urlencode({"workflowType": "machine_learning",
-                                    "searchFilter": f"tags.`ndebench.phase` = '{phase}'"})
-    return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"
-
-
-def compare_url(base_url: str, run_ids: list[str], experiment_ids: list[str]) -> str:
-    """MLflow's compare page of ``run_ids``: ``<base_url>/#/compare-runs?runs=[...]&experiments=[...]``, the lists
-    as JSON as the UI writes them (its ``getCompareRunPageRoute``); the quotes are percent-encoded, which the page
-    decodes, so that a terminal keeps the URL one clickable word."""
-    runs, experiments = (urllib.parse.quote(json.dumps(ids, separators=(",", ":")), safe="[],")
-                         for ids in (run_ids, experiment_ids))
-    return f"{base_url}/#/compare-runs?runs={runs}&experiments={experiments}"
 
 
 def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 120.0) -> None:

@@ -26,7 +26,7 @@ from ndebench.platform.engine.storage import Storage
 from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, infrastructure_retried
 from ndebench.platform.plugins import import_plugins
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
-from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
+from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TAG, TrialRecorder, epoch_values, last_logged_step
 from ndebench.platform.spec.config import config_hash
@@ -226,7 +226,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
 def finish_run(recorder: TrialRecorder, result: TrialResult, phase: str, summaries: dict[str, float],
                save_weights: bool) -> dict[str, float]:
     """Record ``result`` on its run and end it: protocol tags, final metrics (with ``summaries`` and the
-    calibration's), the calibration artifact and, with ``save_weights`` on an evaluate run, the weights.
+    calibration tag), the calibration artifact and, with ``save_weights`` on an evaluate run, the weights.
     Returns the final metrics."""
     protocol = result.protocol
     tags = {"test_protocol": protocol["test_protocol"], "n_mc": protocol["n_mc"],
@@ -239,7 +239,8 @@ def finish_run(recorder: TrialRecorder, result: TrialResult, phase: str, summari
     # The per-epoch val_* metrics keep the last epoch's value on the run; the search ranks by the reported one.
     final |= {f"{RESULT_PREFIX}{k}": v for k, v in result.val.items()} if result.status == "ok" else {}
     artifacts = {"calibration.json": result.calibration} if result.calibration else {}
-    summary = summaries | (calibration_metrics(result.calibration) if result.calibration else {})
+    summary = summaries
+    tags |= calibration_tags(result.calibration) if result.calibration else {}
     if save_weights and phase == "evaluate" and result.weights is not None:
         from ndebench.platform.weights import log_weights
 

@@ -28,7 +28,7 @@ import pandas as pd
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import PLANNED_SEEDS, TAG
-from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_metrics, mean_over_epochs
+from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_run, mean_over_epochs
 
 PARAMS = ("p", "m", "rate")
 
@@ -146,7 +146,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
         }
         row.update({k: v for k, v in run.data.metrics.items() if k.startswith("test_")})
         if with_calibration and row["status"] == "ok":
-            row["calibration"] = (calibration_from_metrics(run.data.metrics)
+            row["calibration"] = (calibration_from_run(run.data.metrics, tags)
                                   or _load_json(mlflow_client, run.info.run_id, "calibration.json"))
         rows.append(row)
     return pd.DataFrame(rows)

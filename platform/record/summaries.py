@@ -1,37 +1,53 @@
 """What a trial run carries as final metrics so that readers need only paged ``search_runs``.
 
 Calibration bins (:func:`~ndebench.platform.metrics.calibration_bins`, also kept as the ``calibration.json``
-artifact for people) are metrics ``calibration.n_bins``, ``calibration.count.<i>``,
-``calibration.confidence_sum.<i>`` and ``calibration.correct_sum.<i>`` for bins ``i = 0 .. n_bins - 1``: the
-same numbers, so pooling them over seeds is unchanged. The per-epoch ``train_time_s`` and ``epoch_time_s``
-are summarized as ``mean_train_time_s`` and ``mean_epoch_time_s``: the mean over the run's epochs in step
-order, computed by :func:`mean_over_epochs` here and in the readers' fallback for older runs alike.
+artifact for people) are one tag, ``ndebench.calibration``: the bins as compact JSON (floats written exactly),
+so ``search_runs`` returns them with the run and the UI's metric list keeps to the metrics people read (the
+summary is ``test_ece``). Runs recorded between the artifact-only layout and this one carry them as metrics
+``calibration.n_bins``, ``calibration.count.<i>``, ``calibration.confidence_sum.<i>`` and
+``calibration.correct_sum.<i>``; :func:`calibration_from_run` reads both.
+
+The per-epoch ``train_time_s`` and ``epoch_time_s`` are summarized as ``mean_train_time_s`` and
+``mean_epoch_time_s``: the mean over the run's epochs in step order, computed by :func:`mean_over_epochs` here
+and in the readers' fallback for older runs alike.
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from ndebench.platform.record.schema import TAG
 
 CALIBRATION = "calibration."
+CALIBRATION_TAG = "calibration"
 BIN_KEYS = ("count", "confidence_sum", "correct_sum")
 TIME_METRICS = ("train_time_s", "epoch_time_s")
 MEAN_PREFIX = "mean_"
 
 
-def calibration_metrics(bins: Mapping[str, Any]) -> dict[str, float]:
-    """Calibration bins as flat final metrics (names in the module docstring)."""
-    out = {f"{CALIBRATION}n_bins": float(bins["n_bins"])}
-    for key in BIN_KEYS:
-        out |= {f"{CALIBRATION}{key}.{i}": float(v) for i, v in enumerate(bins[key])}
-    return out
+def calibration_tags(bins: Mapping[str, Any]) -> dict[str, str]:
+    """Calibration bins as the final tag ``calibration`` (``ndebench.calibration`` once recorded)."""
+    return {CALIBRATION_TAG: json.dumps(
+        {"n_bins": int(bins["n_bins"]), **{key: list(bins[key]) for key in BIN_KEYS}}, separators=(",", ":"))}
+
+
+def calibration_from_run(metrics: Mapping[str, float], tags: Mapping[str, str]) -> dict[str, Any] | None:
+    """The calibration bins a run carries (as in ``calibration.json``: integer counts, float sums): its tag
+    ``ndebench.calibration``, else its ``calibration.*`` metrics; ``None`` for a run recorded with neither."""
+    raw = tags.get(f"{TAG}{CALIBRATION_TAG}")
+    if raw:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+    return calibration_from_metrics(metrics)
 
 
 def calibration_from_metrics(metrics: Mapping[str, float]) -> dict[str, Any] | None:
-    """The calibration bins a run logged as metrics (as in ``calibration.json``: integer counts, float sums),
-    ``None`` for a run recorded without them."""
+    """The calibration bins a run logged as ``calibration.*`` metrics, ``None`` for a run without them."""
     n_bins = metrics.get(f"{CALIBRATION}n_bins")
     if n_bins is None:
         return None

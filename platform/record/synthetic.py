@@ -22,7 +22,7 @@ import numpy as np
 from ndebench.platform.metrics import calibration_bins, classification_metrics
 from ndebench.platform.record import tracking
 from ndebench.platform.record.bulk import write_trial
-from ndebench.platform.record.summaries import TIME_METRICS, calibration_metrics, time_summaries
+from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 
 MODELS = ("model-a", "model-b", "model-c", "model-d")
 REGULARIZERS = ("none", "continuum_dropout", "jump_diffusion", "jump_diffusion_ttn", "naive_dropout_drift",
@@ -70,9 +70,9 @@ def trial(cell: Cell, seed: int, study: str) -> dict[str, Any]:
             "seed": str(seed), "cell": key, "metric": "accuracy", "trial_dir": f"evaluate/{key}_{seed}"}
     return {"config": config, "config_hash": f"{key}#{seed}", "tags": tags, "epochs": epochs, "status": "ok",
             "final": {"val_accuracy": epochs[-1]["val_accuracy"], "val_loss": epochs[-1]["val_loss"], **test,
-                      **times, **calibration_metrics(bins)},
+                      **times},
             "final_tags": {"test_protocol": "mc", "n_mc": 5, "point_predictor": "mc_mean", "num_classes": CLASSES,
-                           "epochs": EPOCHS, "best_epoch": EPOCHS},
+                           "epochs": EPOCHS, "best_epoch": EPOCHS, **calibration_tags(bins)},
             "artifacts": {"calibration.json": bins}}
 
 

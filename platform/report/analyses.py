@@ -51,7 +51,7 @@ def _extension_label(label: str) -> str:
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
                    alpha: float, reevaluated: pd.DataFrame | None = None,
                    channels: dict[str, int | None] | None = None, ui_url: str | None = None,
-                   experiment_id: str | None = None) -> list[Path]:
+                   experiment_id: str | None = None, ui_note: str = "") -> list[Path]:
     """Write every analysis and ``report.html`` next to ``files`` (the output of :func:`report.build_report`
     on ``runs``; ``report.html`` renders its ``tables``, as ``table.md`` and ``table.tex`` do); return the new
     paths, PDF copies of the report's figures included.
@@ -96,6 +96,6 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     written.append(html_report.write_html(directory / "report.html", study, runs, list(files.tables), alpha,
                                           notes + missing, list(files.figures),
                                           {h: found for h, (_, _, found) in groups.items()},
-                                          ui_url=ui_url, experiment_id=experiment_id))
+                                          ui_url=ui_url, experiment_id=experiment_id, ui_note=ui_note))
     written += [p.with_suffix(".pdf") for p in files.figures if p.with_suffix(".pdf").exists()]
     return written

@@ -24,6 +24,11 @@ def save_png_pdf(fig: Figure, path: Path, **kwargs: Any) -> Path:
 
 
 def reliability_diagram(curves: dict[str, dict[str, Any]], path: Path, title: str) -> Path:
+    """:func:`reliability_figure` saved to ``path`` (and a PDF beside it)."""
+    return save_png_pdf(reliability_figure(curves, title), path)
+
+
+def reliability_figure(curves: dict[str, dict[str, Any]], title: str) -> Figure:
     """One curve per regularizer of bin accuracy ``correct_sum/count`` against mean confidence
     ``confidence_sum/count`` over the non-empty bins of pooled :func:`~ndebench.platform.metrics.calibration_bins`
     output; the diagonal is perfect calibration and the legend gives each curve's pooled ECE."""
@@ -40,11 +45,17 @@ def reliability_diagram(curves: dict[str, dict[str, Any]], path: Path, title: st
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=title)
     ax.legend(fontsize="small", loc="upper left")
     fig.tight_layout()
-    return save_png_pdf(fig, path)
+    return fig
 
 
 def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, ylabel: str,
               failed: dict[str, str] | None = None) -> Path:
+    """:func:`seed_figure` saved to ``path`` (and a PDF beside it)."""
+    return save_png_pdf(seed_figure(values, order, title, ylabel, failed), path)
+
+
+def seed_figure(values: pd.DataFrame, order: list[str], title: str, ylabel: str,
+                failed: dict[str, str] | None = None) -> Figure:
     """Box plot per regularizer (in ``order``) of ``values["value"]`` with every seed drawn as a point;
     ``failed`` describes the diverged/errored runs of a regularizer (e.g. "1 diverged"), written under its name."""
     fig = Figure(figsize=(max(4.8, 1.2 + 1.1 * len(order)), 4.0))
@@ -63,7 +74,7 @@ def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, yl
     ax.set(ylabel=ylabel)
     ax.set_title(textwrap.fill(title, 48), fontsize="medium")
     fig.tight_layout()
-    return save_png_pdf(fig, path)
+    return fig
 
 
 def _cliques(names: list[str], not_different: set[frozenset[str]]) -> list[tuple[int, int]]:

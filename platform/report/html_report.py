@@ -111,8 +111,9 @@ def effects_section(table: tables.Table) -> str:
             f"</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
 
 
-def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | None) -> str:
-    """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known)."""
+def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | None, ui_note: str = "") -> str:
+    """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known;
+    ``ui_note`` says how to serve that UI)."""
     def link(run_id: str) -> str:
         if ui_url and experiment_id:
             return (f'<a href="{html.escape(ui_url)}/#/experiments/{experiment_id}/runs/{run_id}">'
@@ -125,8 +126,11 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
         ids = " ".join(link(str(r)) for r in group.sort_values("seed")["run_id"]) if "run_id" in group else ""
         rows.append(f"<tr><td>{html.escape(model)}</td><td>{html.escape(dataset)}</td>"
                     f"<td>{html.escape(regularizer)}</td><td>{counts}</td><td style='text-align:left'>{ids}</td></tr>")
-    table = ("<table><caption>Evaluate-phase runs per cell by status, with their MLflow run ids "
-             "(open them with <code>ndebench ui</code>).</caption><thead><tr><th>model</th><th>dataset</th>"
+    where = (f"links open the MLflow UI at <code>{html.escape(ui_url)}</code>" if ui_url and experiment_id
+             else "open them with <code>ndebench ui</code>")
+    where += f"; {html.escape(ui_note)}" if ui_note else ""
+    table = (f"<table><caption>Evaluate-phase runs per cell by status, with their MLflow run ids ({where})."
+             "</caption><thead><tr><th>model</th><th>dataset</th>"
              "<th>regularizer</th><th>runs</th><th>MLflow run ids (by seed)</th></tr></thead><tbody>"
              + "".join(rows) + "</tbody></table>")
     return f"<section><h2>Runs</h2>{collapsed(f'{len(rows)} cells', table, len(rows) // 10)}</section>"
@@ -134,7 +138,7 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
 
 def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: float, notes: list[str],
                figures: list[Path], groups: dict[str, list[Section]], *, ui_url: str | None = None,
-               experiment_id: str | None = None) -> Path:
+               experiment_id: str | None = None, ui_note: str = "") -> Path:
     """Write ``report.html``: the study's tables (``tables`` from :func:`report.study_tables`), ``notes``
     (e.g. why a critical-difference diagram is missing), its ``figures`` (PNG, :func:`image_sources`), every
     section of ``groups`` (heading -> sections) and the run table."""
@@ -156,6 +160,6 @@ def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: 
         if group:
             parts.append(f"<h1>{html.escape(heading)}</h1>" + collapsed(
                 f"{len(group)} section(s)", "".join(sections.to_html(s, images) for s in group), len(group)))
-    parts += [runs_section(runs, ui_url, experiment_id), "</body></html>"]
+    parts += [runs_section(runs, ui_url, experiment_id, ui_note), "</body></html>"]
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

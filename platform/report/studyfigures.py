@@ -34,25 +34,38 @@ def slug(*parts: str) -> str:
     return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p) for p in parts)
 
 
-def pair_jobs(runs: pd.DataFrame, primary: dict[str, str], directory: Path) -> list[Job]:
-    """The reliability diagram and per-seed plot of every (model, dataset) pair."""
-    jobs: list[Job] = []
+def pair_figure_inputs(runs: pd.DataFrame, primary: dict[str, str]) -> list[tuple[str, str, tuple, tuple]]:
+    """Per (model, dataset) pair: ``(model, dataset, reliability, seeds)``, the arguments of
+    :func:`~ndebench.platform.report.figures.reliability_figure` (``()`` without calibration bins) and of
+    :func:`~ndebench.platform.report.figures.seed_figure`."""
+    out = []
     calibration = {(c["model"], c["dataset"], c["regularizer"]): c["bins"] for c in pooled_calibration(runs)}
     order = regularizer_order(runs)
     for (model, dataset), group in runs.groupby(["model", "dataset"], sort=True):
         names = [r for r in order if r in set(group["regularizer"])]
         curves = {r: calibration[(model, dataset, r)] for r in names if (model, dataset, r) in calibration}
-        if curves:
-            jobs.append((figures.reliability_diagram,
-                         (curves, directory / f"reliability_{slug(model, dataset)}.png", f"{model} on {dataset}")))
         metric = primary[dataset]
         ok = group[(group["status"] == "ok")]
         values = pd.DataFrame({"regularizer": ok["regularizer"], "value": ok[metric].astype(float)}).dropna()
         failed = {r: ", ".join(f"{len(g2)} {s}" for s, g2 in g.groupby("status"))
                   for r, g in group[group["status"] != "ok"].groupby("regularizer")}
-        jobs.append((figures.seed_plot, (values, names, directory / f"seeds_{slug(model, dataset)}.png",
-                                         f"{model} on {dataset}: one point per seed",
-                                         f"test {LABELS.get(metric, metric)}", failed)))
+        out.append((model, dataset, (curves, f"{model} on {dataset}") if curves else (),
+                    (values, names, f"{model} on {dataset}: one point per seed", f"test {LABELS.get(metric, metric)}",
+                     failed)))
+    return out
+
+
+def pair_jobs(runs: pd.DataFrame, primary: dict[str, str], directory: Path) -> list[Job]:
+    """The reliability diagram and per-seed plot of every (model, dataset) pair."""
+    jobs: list[Job] = []
+    for model, dataset, reliability, seeds in pair_figure_inputs(runs, primary):
+        if reliability:
+            curves, title = reliability
+            jobs.append((figures.reliability_diagram,
+                         (curves, directory / f"reliability_{slug(model, dataset)}.png", title)))
+        values, names, title, ylabel, failed = seeds
+        jobs.append((figures.seed_plot,
+                     (values, names, directory / f"seeds_{slug(model, dataset)}.png", title, ylabel, failed)))
     return jobs
 
 

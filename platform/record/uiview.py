@@ -1,0 +1,95 @@
+"""The MLflow UI view of a study's answer: its evaluate cells, primary metric, difference to ``none`` and interval.
+
+MLflow 3.17's UI restores a whole experiment-page state from an experiment tag ``mlflow.sharedViewState.<key>``
+(a JSON object) when a URL carries ``?viewStateShareKey=<key>``: the runs filter and sort (``searchFilter``,
+``orderByKey``, ``orderByAsc``), the table's ``selectedColumns`` (``metrics.`name```, ``params.`name```,
+``tags.`name```) and the chart view's charts (``compareRunCharts`` in ``compareRunSections``); the URL's
+``compareRunsMode`` (``TABLE`` or ``CHART``) picks the view. :func:`share_study_view` writes that tag for a
+study (one row per evaluate cell run, best primary mean first); the view opens on the runs page whatever the
+experiment's default tab. The chart view's parallel-coordinates plot gets only the params every cell run has
+(``none`` has no ``p``) and the primary metric first.
+"""
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections import Counter
+from typing import Any
+
+from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.tracking import cell_states, client
+
+SHARED_VIEW = "mlflow.sharedViewState."
+VIEW_KEY = "ndebench-evaluate-cells"
+CELL_FILTER = f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'evaluate'"
+COMPARISON = ("diff_vs_none", "diff_ci_low", "diff_ci_high", "p_value_vs_none")
+SECTION = "ndebench-answer"
+
+
+def _column(kind: str, name: str) -> str:
+    return f"{kind}.`{name}`"
+
+
+def primary_means(cells: list[Any]) -> list[str]:
+    """The ``mean_test_<metric>`` keys of the cells' primary metrics (tag ``ndebench.metric``), the most used
+    first; cells without the tag count by the ``mean_test_*`` metrics they carry."""
+    counts: Counter[str] = Counter()
+    for run in cells:
+        metric = run.data.tags.get(f"{TAG}metric", "")
+        keys = [f"mean_test_{metric}"] if metric else [k for k in run.data.metrics if k.startswith("mean_test_")]
+        counts.update(k for k in keys if k in run.data.metrics)
+    return [key for key, _ in counts.most_common()]
+
+
+def _chart(uuid: str, kind: str, **config: Any) -> dict[str, Any]:
+    return {"uuid": uuid, "type": kind, "metricSectionId": SECTION, "deleted": False, "isGenerated": False,
+            **config}
+
+
+def study_view(cells: list[Any]) -> dict[str, Any]:
+    """The shared view state of a study whose evaluate cell runs are ``cells``: those runs only, sorted by the
+    primary mean (best first), with the primary mean, ``diff_vs_none``, its 95% interval and p-value and the
+    chosen hyperparameters as columns; charts: the primary mean per cell, the difference to ``none``, and a
+    parallel-coordinates plot of the params every cell has against the primary mean."""
+    means = primary_means(cells)
+    params = sorted({k for run in cells for k in run.data.params})
+    shared = sorted(set.intersection(*(set(run.data.params) for run in cells))) if cells else []
+    first = means[0] if means else "mean_test_accuracy"
+    # The UI draws a parallel-coordinates plot from two axes on: the std stands in for a missing shared param.
+    axis = [] if shared else [f"std_{first.removeprefix('mean_')}"]
+    columns = [*(_column("metrics", m) for m in [*means, *COMPARISON]), _column("tags", f"{TAG}regularizer"),
+               *(_column("params", p) for p in params)]
+    charts = [_chart("primary-mean", "BAR", metricKey=first),
+              _chart("difference", "BAR", metricKey="diff_vs_none"),
+              _chart("parallel", "PARALLEL", selectedParams=shared, selectedMetrics=[first, *axis], showAllRuns=True)]
+    return {
+        "searchFilter": CELL_FILTER, "orderByKey": _column("metrics", first), "orderByAsc": False,
+        "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
+        "selectedColumns": columns, "columnOrder": columns,
+        "runsHiddenMode": "SHOW_ALL", "hideEmptyCharts": True, "useGroupedValuesInCharts": False,
+        "compareRunSections": [{"uuid": SECTION, "name": "ndebench: the answer", "display": True,
+                                "isReordered": False, "deleted": False, "isGenerated": False}],
+        "compareRunCharts": charts,
+    }
+
+
+def share_study_view(uri: str, study: str) -> tuple[str, tuple[str, ...]]:
+    """Write the study's shared view (:func:`study_view` of its evaluate cell runs) as the experiment tag
+    ``mlflow.sharedViewState.ndebench-evaluate-cells`` (rewritten each time, so it follows a resumed study);
+    returns the experiment id and the cell run ids (by cell key)."""
+    states = cell_states(uri, study, "evaluate")
+    cells = [states[key] for key in sorted(states)]
+    mlflow_client = client(uri)
+    experiment_id = mlflow_client.get_experiment_by_name(study).experiment_id
+    mlflow_client.set_experiment_tag(experiment_id, f"{SHARED_VIEW}{VIEW_KEY}",
+                                     json.dumps(study_view(cells), separators=(",", ":")))
+    return experiment_id, tuple(run.info.run_id for run in cells)
+
+
+def view_url(base_url: str, experiment_id: str, mode: str = "TABLE") -> str:
+    """The UI page of the shared view: ``<base_url>/#/experiments/<id>/runs?viewStateShareKey=...`` in
+    ``mode`` (``TABLE``: the cells' table, ``CHART``: their charts), with the side bar on model training
+    (``workflowType``; MLflow 3.17 defaults to its GenAI pages)."""
+    query = urllib.parse.urlencode({"viewStateShareKey": VIEW_KEY, "compareRunsMode": mode,
+                                    "workflowType": "machine_learning"})
+    return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"

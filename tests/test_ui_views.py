@@ -1,0 +1,84 @@
+"""What ``ndebench ui --study`` prints, rendered by headless Chromium as a new user would open it: the study's
+evaluate cells with the primary metric, its difference to ``none`` and the interval in the first screen, and
+charts that plot only what every cell has.
+
+Nothing is installed: the test runs where ``/usr/bin/chromium`` exists (Debian's ``chromium`` package) and is
+skipped elsewhere."""
+import html
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import cell_study, free_port, wait_healthy
+
+pytestmark = pytest.mark.system
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _rendered_text(url: str, profile: Path, screenshot: Path | None = None) -> str:
+    """The page's DOM after its scripts ran (``--dump-dom``) in a 1280x800 window, as text; ``screenshot`` also
+    saves that first screen as PNG. The runs table renders only the columns in view (AG Grid's column
+    virtualisation), so what it shows is what fits the first screen."""
+    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--virtual-time-budget=60000", "--run-all-compositor-stages-before-draw",
+             "--window-size=1280,800"]
+    if screenshot:
+        subprocess.run([*flags, f"--screenshot={screenshot}", url], capture_output=True, timeout=180, check=True)
+    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=180, check=True).stdout
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<(style|script)\b.*?</\1>", " ", dom, flags=re.S))
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
+def _printed_links(process: subprocess.Popen) -> dict[str, str]:
+    """The URLs ``ndebench ui --study`` prints: ``runs`` and ``compare``."""
+    links: dict[str, str] = {}
+    for line in process.stdout:
+        if "evaluate runs: " in line:
+            links["runs"] = line.split("evaluate runs: ")[1].strip()
+        elif "evaluate cells: " in line:
+            links["compare"] = line.split("evaluate cells: ")[1].strip()
+        if len(links) == 2:
+            return links
+    raise AssertionError(f"ndebench ui exited ({process.wait()}) before printing the study's links")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium to render the MLflow UI (not installed)")
+def test_ui_study_opens_on_the_cells_primary_metric_and_charts_of_shared_params(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cells = cell_study(uri, "cmp")
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--study", "cmp", "--tracking-uri",
+                           uri, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True, cwd=tmp_path)
+    try:
+        links = _printed_links(ui)
+        wait_healthy(port, ui)
+        # The first screens, kept in pytest's temp dir for a person to look at (described in the README).
+        table = _rendered_text(links["runs"], tmp_path / "chromium", tmp_path / "ui-runs.png")
+        charts = _rendered_text(links["compare"], tmp_path / "chromium", tmp_path / "ui-charts.png")
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)
+        ui.wait(timeout=60)
+    # The runs view: exactly the two evaluate cell runs, not the study run or the trial runs.
+    assert "2 matching runs" in table, table[:3000]
+    for key in cells:
+        assert f"evaluate-{key}" in table
+    # The primary metric's mean, then the difference to none and its interval, in the first screen's columns.
+    for column in ("mean_test_accuracy", "diff_vs_none", "diff_ci_low", "diff_ci_high"):
+        assert column in table
+    cd = cells["neural_lsde__synthetic__continuum_dropout"]["metrics"]
+    for value in (cd["mean_test_accuracy"], cd["diff_vs_none"], cd["diff_ci_low"], cd["diff_ci_high"]):
+        assert f"{value:g}" in table
+    # Columns past the first screen are not rendered: the param columns at the far right are not in the DOM.
+    assert "training.lr" not in table
+    # Sorted by the primary mean, best first: continuum_dropout (0.875) above none (0.8125).
+    assert table.index(f"{cd['mean_test_accuracy']:g}") < table.index("0.8125")
+    # The charts: the primary mean and the parallel-coordinates plot, whose axes are the one param every cell
+    # has (training.lr) and the primary mean; none has no p or m, so there is no axis for them.
+    assert "mean_test_accuracy" in charts and "training.lr" in charts, charts[:3000]
+    assert "Parallel" in charts and "regularizer.p" not in charts and "regularizer.m" not in charts
