@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ndebench-installed
 
-.PHONY: install test test-fast quickstart clean
+.PHONY: install test test-fast quickstart docs clean
 
 install: $(STAMP)
 
@@ -29,5 +29,9 @@ test-fast: $(STAMP)
 quickstart: $(STAMP)
 	$(BIN)/ndebench run tune_configs/quickstart.yaml
 
+# The documentation site (README.md links into docs/): a warning, such as a broken link, fails the build.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) mlflow.db mlartifacts ray_results reports
+	rm -rf $(VENV) mlflow.db mlartifacts ray_results reports site

@@ -6,7 +6,7 @@ from importlib.metadata import version
 
 from ndebench.platform.choices import CORRECTIONS, FIGURE_MODES, TESTS
 
-EPILOG = "Docs: README.md. Every subcommand has --help."
+EPILOG = "Docs: README.md and docs/ (`make docs` builds the site). Every subcommand has --help."
 
 
 def _add_tracking(parser: argparse.ArgumentParser) -> None:
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: ./mlartifacts on this node; workers upload through the server)")
     server.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine "
                         "only). 0.0.0.0 makes it reachable from the other nodes, and from anyone else who reaches the "
-                        "port: without authentication it is a read/write API with artifact upload (README, Cluster)")
+                        "port: without authentication it is a read/write API with artifact upload (docs/cluster.md)")
     server.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     server.add_argument("--public-host", help="name or address the workers reach this node by (default: this "
                         "machine's fully qualified host name)")

@@ -1,4 +1,4 @@
-"""Exit codes of every ``ndebench`` command, in one place (README, Command line)."""
+"""Exit codes of every ``ndebench`` command, in one place (docs/cli.md and docs/faults.md)."""
 from __future__ import annotations
 
 OK = 0

@@ -255,7 +255,7 @@ class ContinuumDropout(Regularizer):
 
     On a CDE ``dz = f(z) dX``, ``scope="increment"`` (Eq. 8 read literally) pauses the whole increment, so a
     paused component never receives the data's increments of that period: on univariate sets this erases
-    the class signal and the model does not learn (README, "Continuum Dropout on Neural CDEs").
+    the class signal and the model does not learn (docs/regularizers.md, "Continuum Dropout on Neural CDEs").
     ``scope="time"``, ndebench's extension and not the paper's method (the paper keeps a paused component at its
     value), pauses only the time channel's ``f_0(z) dt`` and integrates the data channels unmasked.
     """

@@ -1,5 +1,5 @@
 """`ndebench bench throughput CONFIG`: the JSON contract and bad input (exit 2) on a tiny config; the 2x goal of
-stacking is measured by running the command (README, Performance), never by a timed test."""
+stacking is measured by running the command (docs/performance.md), never by a timed test."""
 import json
 
 import pytest

@@ -386,7 +386,7 @@ def parameter_count(name: str, classes: int, **kwargs) -> int:
 
 @pytest.mark.parametrize("name", IMAGE)
 def test_image_models_have_the_paper_sizes(name):
-    """Default extractor (width 64): +1.2% over App. E.3's counts (README explains); width 63: within 0.5%."""
+    """Default extractor (width 64): +1.2% over App. E.3's counts (docs/differences.md); width 63: within 0.5%."""
     for classes, size in PAPER_SIZES[name].items():
         count = parameter_count(name, classes)
         assert 0.005 < count / size - 1 < 0.013, f"{count} parameters for {classes} classes vs {size:.0f}"

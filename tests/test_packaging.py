@@ -72,6 +72,6 @@ def test_kuberay_example_runs_a_shipped_paper_config_against_a_tracking_server()
     assert "--address" not in job["spec"]["entrypoint"]
     assert "MLFLOW_TRACKING_URI" in yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
     assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
-    readme = (ROOT / "README.md").read_text()
-    heads = [line for line in readme.splitlines() if "ray start --head" in line]
+    cluster_page = (ROOT / "docs" / "cluster.md").read_text()
+    heads = [line for line in cluster_page.splitlines() if "ray start --head" in line]
     assert len(heads) == 2 and all("--dashboard-host 0.0.0.0" in line for line in heads)

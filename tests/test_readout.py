@@ -47,7 +47,7 @@ def test_final_index_is_each_stays_last_hour(bundle):
 def test_short_stay_gives_the_same_prediction_padded_to_72_hours_or_not(name, bundle):
     """Exact with a causal control (Hermite with backward differences). A natural cubic spline is fitted
     through the whole padded row, so its pieces before the stay's end move slightly with the flat padding;
-    the reference pipelines' natural splines on padded Sepsis rows share that (README, Differences)."""
+    the reference pipelines' natural splines on padded Sepsis rows share that (docs/differences.md)."""
     _, data = bundle
     split = data.train
     row = int(split.final_index.argmin())

@@ -53,6 +53,6 @@ def test_kuberay_runs_one_image_with_token_auth_and_the_driver_is_documented():
     assert cluster["authOptions"] == {"mode": "token"}
     constraints = (ROOT / "constraints.txt").read_text()
     assert "nvidia-cuda-runtime==13." in constraints
-    readme = (ROOT / "README.md").read_text()
-    assert "NVIDIA driver that supports CUDA 13" in readme and "R580" in readme
+    cluster_page = (ROOT / "docs" / "cluster.md").read_text()
+    assert "NVIDIA driver that supports CUDA 13" in cluster_page and "R580" in cluster_page
     assert ".git" in (ROOT / ".dockerignore").read_text().splitlines()

@@ -58,7 +58,7 @@ def test_ui_study_opens_on_the_cells_primary_metric_and_charts_of_shared_params(
     try:
         links = _printed_links(ui)
         wait_healthy(port, ui)
-        # The first screens, kept in pytest's temp dir for a person to look at (described in the README).
+        # The first screens, kept in pytest's temp dir for a person to look at (described in docs/mlflow.md).
         table = _rendered_text(links["runs"], tmp_path / "chromium", tmp_path / "ui-runs.png")
         charts = _rendered_text(links["compare"], tmp_path / "chromium", tmp_path / "ui-charts.png")
     finally:

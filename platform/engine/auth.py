@@ -97,6 +97,6 @@ def check_exposure(command: str, host: str, auth: bool, insecure: bool) -> str |
     exposed = (f"{command} --host {host} without --auth lets anyone who reaches the port read, change and delete "
                "every run and upload artifacts")
     if not insecure:
-        raise AuthError(f"{exposed}: pass --auth (README, 'A tracking server for a team'), or --insecure on a "
+        raise AuthError(f"{exposed}: pass --auth (docs/cluster.md, 'A tracking server for a team'), or --insecure on a "
                         "network only trusted machines reach")
     return f"warning: --insecure: {exposed}"

@@ -1,7 +1,7 @@
 """Learning dynamics of a study: per-epoch loss curves and the "did not learn" flag.
 
-A regularizer can stop a model from learning at all (Continuum Dropout on a univariate Neural CDE, see the
-README): its test metric is then a training failure, not a regularization effect. A cell is flagged when
+A regularizer can stop a model from learning at all (Continuum Dropout on a univariate Neural CDE, see
+docs/regularizers.md): its test metric is then a training failure, not a regularization effect. A cell is flagged when
 the mean over its ``ok`` seeds of the final epoch's training loss is not at least :data:`MARGIN` (5%) below
 the chance-level loss ``ln K`` of a K-class task (``ln 2`` for a binary one: the loss of predicting the
 uniform distribution). The check needs only each run's final metrics; the curves need each run's per-epoch
