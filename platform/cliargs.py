@@ -157,9 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking(ui)
     ui.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
     ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--study", help="print the URLs of this study's evaluate runs (model-training view) and of "
-                    "MLflow's compare page of its evaluate cell runs")
-    ui.add_argument("--open", action="store_true", help="open that URL (or the UI) in a web browser once it is up")
+    ui.add_argument("--study", help="print the URLs of this study's shared view of its evaluate cells (a runs "
+                    "table: primary metric, difference to none, its interval and p-value, best first) and of that "
+                    "view's charts; without it, the URL of the list of studies")
+    ui.add_argument("--open", action="store_true", help="open that URL in a web browser once the UI is up")
     _add_exposure(ui, "ui")
 
     server = sub.add_parser(

@@ -15,28 +15,41 @@ def tracking_uri(args: argparse.Namespace) -> str:
     return uri
 
 
+def studies_hint(names: list[str]) -> str:
+    """The line ``ndebench ui`` prints without ``--study``: the studies of the store and how to open one."""
+    if not names:
+        return "no studies yet (`ndebench run CONFIG` makes one); then `ndebench ui --study NAME` opens its results"
+    return f"{len(names)} studies: {', '.join(names)}; `ndebench ui --study NAME` opens one's results"
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     import webbrowser
 
     from ndebench.platform import api
     from ndebench.platform.engine.auth import check_exposure
     from ndebench.platform.engine.server import basic_auth_environment, serve, ui_command
+    from ndebench.platform.record.uiview import studies_url
 
     warning = check_exposure("ui", args.host, args.auth, args.insecure)
     uri = tracking_uri(args)
     env = basic_auth_environment(args.credentials_file) if args.auth else {}
     base = f"http://{args.host}:{args.port}"
-    url = base
     if args.study:
         links = api.study_links(args.study, uri, base)
         url = links.runs
+    else:
+        url = studies_url(base)
+        names = api.studies(uri)["study"].tolist()
     if warning:
         print(warning, file=sys.stderr, flush=True)
     print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
     if args.study:
         print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
-        print(f"study {args.study!r}, compare its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
+        print(f"study {args.study!r}, charts of its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
               flush=True)
+    else:
+        print(f"studies: {url}", flush=True)
+        print(studies_hint(names), flush=True)
     return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
                  on_ready=(lambda: webbrowser.open(url)) if args.open else None)
 

@@ -223,9 +223,7 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ui_prints_the_compare_page_of_exactly_the_studys_evaluate_cells(tmp_path, monkeypatch, capsys):
-    import urllib.parse
-
+def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, capsys):
     import ndebench.platform.engine.server as server
     from fakes import cell_study
     from ndebench.platform.record.tracking import client
@@ -235,15 +233,38 @@ def test_ui_prints_the_compare_page_of_exactly_the_studys_evaluate_cells(tmp_pat
     cell_study(uri, "other")  # another study's cells must not appear
     monkeypatch.setattr(server, "serve", lambda *args, **kwargs: 0)  # print the links, serve nothing
     assert main(["ui", "--tracking-uri", uri, "--study", "cmp", "--port", "5123"]) == 0
-    line, = [x for x in capsys.readouterr().out.splitlines() if "compare its 2 evaluate cells: " in x]
-    url = line.split("compare its 2 evaluate cells: ")[1]
-    prefix = "http://127.0.0.1:5123/#/compare-runs?"
-    assert url.startswith(prefix) and " " not in url
-    query = dict(part.split("=", 1) for part in url.removeprefix(prefix).split("&"))
-    assert sorted(query) == ["experiments", "runs"]
-    runs = json.loads(urllib.parse.unquote(query["runs"]))
-    assert sorted(runs) == sorted(c["run_id"] for c in cells.values())
-    assert json.loads(urllib.parse.unquote(query["experiments"])) == [
-        client(uri).get_experiment_by_name("cmp").experiment_id]
+    out = capsys.readouterr().out
+    runs, = [x.split("evaluate runs: ")[1] for x in out.splitlines() if "evaluate runs: " in x]
+    charts, = [x.split("charts of its 2 evaluate cells: ")[1] for x in out.splitlines()
+               if "charts of its 2 evaluate cells: " in x]
+    experiment = client(uri).get_experiment_by_name("cmp")
+    assert runs == (f"http://127.0.0.1:5123/#/experiments/{experiment.experiment_id}/runs?"
+                    "viewStateShareKey=ndebench-evaluate-cells&compareRunsMode=TABLE&workflowType=machine_learning")
+    assert charts == runs.replace("TABLE", "CHART")
+    # The shared view the links open filters the study's evaluate cell runs: exactly its two cells.
+    view = json.loads(experiment.tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
+    found = client(uri).search_runs([experiment.experiment_id], view["searchFilter"])
+    assert sorted(r.info.run_id for r in found) == sorted(c["run_id"] for c in cells.values())
     assert main(["ui", "--tracking-uri", uri, "--study", "nope"]) == 2
     assert "study 'nope' is not in sqlite:///" in capsys.readouterr().err
+
+
+def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp_path, monkeypatch, capsys):
+    import ndebench.platform.engine.server as server
+    from fakes import cell_study
+    from ndebench.platform.cliserve import studies_hint
+    from ndebench.platform.record.uiview import studies_url
+
+    assert studies_url("http://h:5") == "http://h:5/#/experiments?workflowType=machine_learning"
+    assert studies_hint([]).startswith("no studies yet")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cell_study(uri, "b-study")
+    cell_study(uri, "a-study")
+    opened = []
+    monkeypatch.setattr(server, "serve", lambda *args, on_ready=None, **kwargs: on_ready() or 0)
+    monkeypatch.setattr("webbrowser.open", opened.append)
+    assert main(["ui", "--tracking-uri", uri, "--port", "5124", "--open"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == ["studies: http://127.0.0.1:5124/#/experiments?workflowType=machine_learning",
+                         "2 studies: a-study, b-study; `ndebench ui --study NAME` opens one's results"]
+    assert opened == ["http://127.0.0.1:5124/#/experiments?workflowType=machine_learning"]

@@ -24,6 +24,8 @@ VIEW_KEY = "ndebench-evaluate-cells"
 CELL_FILTER = f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'evaluate'"
 COMPARISON = ("diff_vs_none", "diff_ci_low", "diff_ci_high", "p_value_vs_none")
 SECTION = "ndebench-answer"
+# The side bar MLflow 3.17 shows (its `workflowType` URL parameter; it defaults to "genai").
+MODEL_TRAINING = "machine_learning"
 
 
 def _column(kind: str, name: str) -> str:
@@ -91,5 +93,11 @@ def view_url(base_url: str, experiment_id: str, mode: str = "TABLE") -> str:
     ``mode`` (``TABLE``: the cells' table, ``CHART``: their charts), with the side bar on model training
     (``workflowType``; MLflow 3.17 defaults to its GenAI pages)."""
     query = urllib.parse.urlencode({"viewStateShareKey": VIEW_KEY, "compareRunsMode": mode,
-                                    "workflowType": "machine_learning"})
+                                    "workflowType": MODEL_TRAINING})
     return f"{base_url}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def studies_url(base_url: str) -> str:
+    """The UI's list of experiments (the studies), ``<base_url>/#/experiments``, with the side bar on model
+    training: MLflow 3.17's root page is its GenAI welcome page."""
+    return f"{base_url}/#/experiments?{urllib.parse.urlencode({'workflowType': MODEL_TRAINING})}"
