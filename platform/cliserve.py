@@ -19,7 +19,8 @@ def studies_hint(names: list[str]) -> str:
     """The line ``ndebench ui`` prints without ``--study``: the studies of the store and how to open one."""
     if not names:
         return "no studies yet (`ndebench run CONFIG` makes one); then `ndebench ui --study NAME` opens its results"
-    return f"{len(names)} studies: {', '.join(names)}; `ndebench ui --study NAME` opens one's results"
+    count = f"{len(names)} studies" if len(names) > 1 else "1 study"
+    return f"{count}: {', '.join(names)}; `ndebench ui --study NAME` opens one's results"
 
 
 def cmd_ui(args: argparse.Namespace) -> int:

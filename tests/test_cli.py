@@ -257,6 +257,7 @@ def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp
 
     assert studies_url("http://h:5") == "http://h:5/#/experiments?workflowType=machine_learning"
     assert studies_hint([]).startswith("no studies yet")
+    assert studies_hint(["s"]) == "1 study: s; `ndebench ui --study NAME` opens one's results"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cell_study(uri, "b-study")
     cell_study(uri, "a-study")

@@ -82,3 +82,24 @@ def test_ui_study_opens_on_the_cells_primary_metric_and_charts_of_shared_params(
     # has (training.lr) and the primary mean; none has no p or m, so there is no axis for them.
     assert "mean_test_accuracy" in charts and "training.lr" in charts, charts[:3000]
     assert "Parallel" in charts and "regularizer.p" not in charts and "regularizer.m" not in charts
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium to render the MLflow UI (not installed)")
+def test_ui_without_a_study_opens_the_study_list_in_the_model_training_view(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cell_study(uri, "cmp")
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri, "--port",
+                           str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True, cwd=tmp_path)
+    try:
+        url = next(line.split("studies: ")[1].strip() for line in ui.stdout if line.startswith("studies: "))
+        wait_healthy(port, ui)
+        page = _rendered_text(url, tmp_path / "chromium", tmp_path / "ui-studies.png")
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)
+        ui.wait(timeout=60)
+    # The experiment list, not the GenAI welcome page, with the side bar on model training (its "Model registry";
+    # the GenAI side bar has "Prompts" instead).
+    assert "Experiments - MLflow" in page and "cmp" in page, page[:3000]
+    assert "Model registry" in page and "Prompts" not in page
