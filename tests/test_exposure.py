@@ -22,7 +22,7 @@ from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.sweeplog import REDACTED, redact, write_private
 from ndebench.platform.engine.trainable import _resume_state, latest_checkpoint
 from ndebench.platform.record.tracking import TAG
-from ndebench.platform.trial import STATE_FILE
+from ndebench.platform.worker.state import STATE_FILE
 
 SECRET = "correct-horse-battery-staple"
 TINY = {"study": "expo", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],

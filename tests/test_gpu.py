@@ -82,7 +82,8 @@ def test_the_regularizer_generator_per_device_is_derived_once_from_the_seed(devi
 def test_a_whole_trial_trains_validates_and_tests_on_the_device(model, adjoint):
     from ndebench.models.integrate import SolverConfig
     from ndebench.platform.spec.config import TrainingConfig
-    from ndebench.platform.trial import TrialSpec, run_trial
+    from ndebench.platform.worker.loop import run_trial
+    from ndebench.platform.worker.spec import TrialSpec
 
     spec = TrialSpec(model=model, dataset="synthetic", regularizer="continuum_dropout",
                      regularizer_params={"p": 0.3, "m": 10, "n_mc": 3}, model_params={"hidden_size": 8},
