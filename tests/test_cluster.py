@@ -31,6 +31,20 @@ def test_joined_cluster_of_one_node_still_refuses_sqlite(tmp_path):
         check_cluster("sqlite:///x.db", str(tmp_path / "s"), str(tmp_path), nodes=nodes, node_check=_sees_all)
 
 
+def test_a_sweep_joining_a_cluster_refuses_sqlite_before_its_lease_creates_the_file(tmp_path):
+    from ndebench.platform.engine.sweep import Sweep
+    from ndebench.platform.spec.config import load_spec
+
+    config = tmp_path / "c.yaml"
+    config.write_text("study: s\nmodels: [neural_ode]\ndatasets: [synthetic]\nregularizers: [none]\n")
+    database = tmp_path / "local.db"
+    sweep = Sweep(load_spec(config), tracking_uri=f"sqlite:///{database}", storage_path=str(tmp_path / "r"),
+                  address="127.0.0.1:6379")
+    with pytest.raises(ClusterError, match="--single-node"):
+        sweep.run()
+    assert not database.exists()
+
+
 def test_single_node_opts_out_of_every_check(tmp_path):
     nodes = [{"NodeID": "only", "Alive": True}]
     assert check_cluster("sqlite:///x.db", str(tmp_path / "s"), str(tmp_path / "absent"), nodes=nodes,

@@ -16,7 +16,7 @@ import ray
 import yaml
 from ndebench.platform.cli import main
 from ndebench.platform.diskfull import disk_full, is_disk_full
-from ndebench.platform.engine.storage import Storage
+from ndebench.platform.engine.raysession import RaySession
 from ndebench.platform.record import tracking
 from ndebench.platform.record.tracking import TAG, run_status, search
 
@@ -73,17 +73,14 @@ def test_a_full_disk_under_the_tracking_database_exits_3_naming_it(tmp_path, mon
 def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "full.yaml").write_text(yaml.safe_dump(TINY))
-    logged = Storage.write_bytes
 
-    def write_bytes(self, data, *parts):
-        if parts[-1].endswith(".log"):
-            raise _enospc(self.path(*parts))
-        return logged(self, data, *parts)
+    def save_log(self, storage, *parts):
+        raise _enospc(storage.path(*parts))
 
     def log_report_artifacts(uri, study, files):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "mlartifacts" / files[0].name))
 
-    monkeypatch.setattr(Storage, "write_bytes", write_bytes)
+    monkeypatch.setattr(RaySession, "save_log", save_log)
     monkeypatch.setattr(tracking, "log_report_artifacts", log_report_artifacts)
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
              log_to_driver=False)

@@ -34,8 +34,8 @@ GRID = {
 TPE = {
     "study": "tpe", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
     "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
-    # 30 epochs (about 8 s a trial): long enough to stop the stage part-way, twice.
-    "training": {"epochs": 30, "min_epochs": 30, "patience": 30, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
+    # 60 epochs (about 16 s a trial): long enough to stop the stage part-way, twice, on a loaded machine.
+    "training": {"epochs": 60, "min_epochs": 60, "patience": 60, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
     "tune": {"sampler": "tpe", "num_samples": 5, "n_startup_trials": 2}, "resources": {"cpu": 1},
 }
 COMMAND = [sys.executable, "-m", "ndebench.platform.cli", "run"]

@@ -58,6 +58,18 @@ def shared_folder(storage_path: str) -> str | None:
     return None if _is_uri(storage_path) else str(_local(storage_path))
 
 
+def refuse_sqlite(tracking_uri: str, nodes: str = "") -> None:
+    """A sweep that joins a Ray cluster (``--address``, ``$RAY_ADDRESS``) without ``--single-node`` cannot write to
+    a sqlite file: raise :class:`ClusterError` before anything (the study's lease included) creates it."""
+    if tracking_uri.startswith("sqlite:"):
+        raise ClusterError(
+            f"the sweep joins a Ray cluster ({nodes + ', ' if nodes else ''}more nodes may join) but the tracking "
+            f"URI {tracking_uri!r} is a sqlite file: every node would write its own database. Start `ndebench "
+            "server` on the head node and pass the --tracking-uri http://HEAD:PORT it prints (or set "
+            "MLFLOW_TRACKING_URI), or pass --single-node for a cluster that stays one machine"
+        )
+
+
 def check_cluster(
     tracking_uri: str,
     storage_path: str,
@@ -79,13 +91,7 @@ def check_cluster(
     if single_node:
         return len(nodes)
     node_ids = [node["NodeID"] for node in nodes]
-    if tracking_uri.startswith("sqlite:"):
-        raise ClusterError(
-            f"the sweep joins a Ray cluster ({len(nodes)} node(s) now, more may join) but the tracking URI "
-            f"{tracking_uri!r} is a sqlite file: every node would write its own database. Start `ndebench server` "
-            "on the head node and pass the --tracking-uri http://HEAD:PORT it prints (or set MLFLOW_TRACKING_URI), "
-            "or pass --single-node for a cluster that stays one machine"
-        )
+    refuse_sqlite(tracking_uri, f"{len(nodes)} node(s) now")
     if not _is_uri(storage_path):
         folder = _local(storage_path)
         folder.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 from ndebench.datasets.check import preflight_problems
 from ndebench.platform.diskfull import disk_full, is_disk_full
-from ndebench.platform.engine.cluster import check_cluster
+from ndebench.platform.engine.cluster import check_cluster, refuse_sqlite
 from ndebench.platform.engine.evaluatestage import evaluate
 from ndebench.platform.engine.joining import gpu_request, ray_address
 from ndebench.platform.engine.provenance import driver_provenance
@@ -144,6 +144,8 @@ class Sweep:
         """Take the study's lease, preflight, start Ray, run the search stages of the protocol, evaluate every
         cell over the seeds; the lease is released at the end, whatever ended the sweep."""
         self._check_data()
+        if self.address and not self.single_node:
+            refuse_sqlite(self.ctx.tracking_uri)
         self._take_lease()
         try:
             return self._run_leased()

@@ -54,4 +54,4 @@ DATASETS: dict[str, tuple[str, ...]] = {
 DATASET_FAMILIES = frozenset({"uea"})
 
 # models.integrate.SolverConfig's fields
-SOLVER_KEYS = ("method", "step_size", "adjoint", "rtol", "atol", "max_steps")
+SOLVER_KEYS = ("method", "step_size", "adjoint", "rtol", "atol", "max_steps", "cuda_graph")
