@@ -71,11 +71,11 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
          "--public-host", "127.0.0.1", "--workers", "1"],
         cwd=server_dir, env=dict(env, MLFLOW_TRACKING_USERNAME=USER, MLFLOW_TRACKING_PASSWORD=PASSWORD),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    common = ["--num-cpus", "1", "--temp-dir", temp_dir, "--object-store-memory", str(100 * 1024**2)]
+    common = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2)]
     try:
         subprocess.run([*RAY, "start", "--head", "--port", str(ray_port), "--node-ip-address", "127.0.0.1",
                         *agent_ports(), "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-                        "--dashboard-port", str(dashboard_port), *common],
+                        "--dashboard-port", str(dashboard_port), "--temp-dir", temp_dir, *common],
                        env=env, check=True, timeout=180, capture_output=True)
         dashboard = f"http://127.0.0.1:{dashboard_port}"
         uri = f"http://127.0.0.1:{mlflow_port}"
@@ -91,8 +91,10 @@ def test_ray_job_lands_in_an_authenticated_server_and_sqlite_is_refused_on_a_hea
         assert "sqlite" in head_only.stdout and "--single-node" in head_only.stdout
         assert not local_db.exists()
 
+        # The second node keeps its own temp dir, as a machine of its own would: in a shared one, its runtime-env
+        # agent unpacks the job's working_dir again over the folder the head's driver runs in.
         subprocess.run([*RAY, "start", "--address", f"127.0.0.1:{ray_port}", "--node-ip-address", "127.0.0.1",
-                        *agent_ports(),
+                        *agent_ports(), "--temp-dir", f"{temp_dir}/node2",
                         *common], env=env, check=True, timeout=180, capture_output=True)
         job = _submit(dashboard, job_dir, {"MLFLOW_TRACKING_URI": uri, "MLFLOW_TRACKING_USERNAME": USER,
                                            "MLFLOW_TRACKING_PASSWORD": PASSWORD}, str(tmp_path / "shared"), env)
