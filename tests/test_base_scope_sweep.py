@@ -45,7 +45,8 @@ def test_each_row_is_evaluated_on_its_own_base(tmp_path):
         assert main(["report", "--study", "scoped", "--tracking-uri", uri, "--out", str(tmp_path / "paper"),
                      "--paper", "--figures", "none"]) == 0
     # `report --paper` prints the comparison: no paper cell for the synthetic set, Table 9's Neural CDE row beside it
-    assert "Not reported by the paper: neural_cde / synthetic / none" in printed.getvalue()
+    assert "Not reported by the paper: neural_cde / synthetic: the paper reports no accuracy for" \
+        in printed.getvalue()
     assert "| neural_cde | all (Table 9, 30 sets) | 0.709 -> 0.781 | +0.072 ± 0.012 |" in printed.getvalue()
     assert "paper_comparison" in json.loads((tmp_path / "paper" / "scoped" / "summary.json").read_text())
     assert "The paper&#x27;s cells beside the study" in (tmp_path / "paper" / "scoped" / "report.html").read_text()

@@ -29,7 +29,9 @@ OPTIMISTIC = ("The oracle is the best test mean over the grid's variant cells, t
 ADJUSTED = ("Oracle - none: the oracle's mean minus none's; plain p: Student's t-test of that one cell against none, "
             "as if it had not been chosen; selection-adjusted p: how often the best of the K grid points would beat "
             "none by at least this much if no grid point differed from none (max-statistic permutation test over "
-            "the seeds, Westfall-Young).")
+            "the seeds, Westfall-Young). The permutation test pairs the runs of one seed, which share the data split "
+            "and initialisation in every cell, while the plain p is the paper's unpaired test: when the cells move "
+            "together across seeds the adjusted p can be the smaller one.")
 SKIPPED = ("no regularizer has fixed-parameter variant cells, so there is no grid to audit; add "
            "`variants: {<regularizer>: grid}` to the config")
 

@@ -69,10 +69,10 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
     return low, high
 
 
-def compare_cells(runs: pd.DataFrame, primary: dict[str, str]) -> tuple[pd.DataFrame, list[str]]:
+def compare_cells(runs: pd.DataFrame, primary: dict[str, str]) -> tuple[pd.DataFrame, list[dict[str, str]]]:
     """Each (study cell, paper cell) pair with the same model, dataset, label and metric (columns
     :data:`CELL_COLUMNS`; percentages of the paper as fractions), and the study cells the paper reports nothing
-    for, as ``"model / dataset / label"`` lines."""
+    for, as ``{"model", "dataset", "regularizer", "reason"}`` records."""
     # Table 16 repeats its baseline row in both panels; one comparison per distinct reported value.
     paper = paper_cells().drop_duplicates(["table", "model", "dataset", "regularizer", "setting", "metric", "mean",
                                            "std"])
@@ -82,15 +82,15 @@ def compare_cells(runs: pd.DataFrame, primary: dict[str, str]) -> tuple[pd.DataF
     ok = runs[runs["status"] == "ok"]
     rows, missing = [], []
     for cell in _study_cells(runs, primary).itertuples(index=False):
-        name = f"{cell.model} / {cell.dataset} / {cell.regularizer}"
+        names = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer}
         if is_extension(cell.regularizer):
-            missing.append(f"{name}: an extension ({EXTENSION_NOTE})")
+            missing.append({**names, "reason": f"an extension ({EXTENSION_NOTE})"})
             continue
         metric = cell.metric.removeprefix("test_")
         match = paper[(paper["model"] == cell.model) & (paper["dataset"] == cell.dataset)
                       & (paper["key"] == cell.regularizer) & (paper["metric"] == metric)]
         if match.empty:
-            missing.append(f"{name}: the paper reports no {metric} for this cell")
+            missing.append({**names, "reason": f"the paper reports no {metric} for this cell"})
             continue
         values = ok[(ok["model"] == cell.model) & (ok["dataset"] == cell.dataset)
                     & (ok["regularizer"] == cell.regularizer)][cell.metric].astype(float).dropna().to_numpy()
@@ -192,7 +192,21 @@ def _pm(x: float, se: float, digits: int = 3) -> str:
     return "–" if not math.isfinite(x) else f"{x:+.{digits}f}" + (f" ± {se:.{digits}f}" if math.isfinite(se) else "")
 
 
-def paper_sections(cells: pd.DataFrame, missing: list[str], across: pd.DataFrame, notes: list[str]) -> list[Section]:
+def missing_notes(missing: list[dict[str, str]]) -> list[str]:
+    """One line per (model, dataset) and reason, naming its cells: a study of many variants on sets the paper
+    reports only inside Tables 9-11 would otherwise list every cell on a line of its own."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for m in missing:
+        grouped.setdefault((m["model"], m["dataset"], m["reason"].replace(" for this cell", "")),
+                           []).append(m["regularizer"])
+    return [f"Not compared with the paper: {model} / {dataset}: {', '.join(labels)}: {reason}"
+            if reason.startswith("an extension") else
+            f"Not reported by the paper: {model} / {dataset}: {reason} for {', '.join(labels)}"
+            for (model, dataset, reason), labels in grouped.items()]
+
+
+def paper_sections(cells: pd.DataFrame, missing: list[dict[str, str]], across: pd.DataFrame,
+                   notes: list[str]) -> list[Section]:
     """The two comparisons as report sections; a flagged cell's paper mean lies outside the study's interval."""
     cell_rows = [[Cell(str(r.table)), Cell(r.model), Cell(r.dataset), Cell(r.regularizer),
                   Cell(_ms(r.paper_mean, r.paper_std)), Cell(f"{_ms(r.study_mean, r.study_std)} n={r.study_n}"),
@@ -206,7 +220,8 @@ def paper_sections(cells: pd.DataFrame, missing: list[str], across: pd.DataFrame
                     cell_rows, "Each study cell beside every cell the paper reports for the same model, dataset, "
                                "regularizer (or variant) and metric; difference = study minus paper; the interval is "
                                "the Student-t 95% interval of the study's mean over its seeds.",
-                    notes=[f"Not reported by the paper: {m}" for m in missing],
+                    notes=([] if cell_rows else ["The paper reports none of the study's cells per dataset."])
+                    + missing_notes(missing),
                     flag_legend="the paper's mean lies outside the study's 95% interval")
     across_rows = [[Cell(r.model), Cell(f"{r.split} (Table {r.table}, {r.paper_n_datasets} sets)"),
                     Cell(f"{r.paper_baseline:.3f} -> {r.paper_proposed:.3f}"),
@@ -230,7 +245,8 @@ def paper_sections(cells: pd.DataFrame, missing: list[str], across: pd.DataFrame
     return [first, second]
 
 
-def paper_json(cells: pd.DataFrame, missing: list[str], across: pd.DataFrame, notes: list[str]) -> dict[str, Any]:
+def paper_json(cells: pd.DataFrame, missing: list[dict[str, str]], across: pd.DataFrame,
+               notes: list[str]) -> dict[str, Any]:
     """``summary.json``'s ``paper_comparison``."""
     return {"paper_comparison": {
         "cells": cells.to_dict(orient="records"), "not_reported": missing,
