@@ -391,18 +391,34 @@ def report_ui(uri: str) -> dict[str, str]:
             "ui_note": f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)"}
 
 
-def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str = "student",
-                 alpha: float = 0.05, correction: str = "none",
-                 failed: Mapping[str, str] | None = None, figures: str = "auto", paper: bool = False) -> Report | None:
+def study_report_settings(study: str, uri: str | None = None, **given: Any) -> dict[str, Any]:
+    """The ``test``, ``alpha``, ``correction`` and ``figures`` a report of ``study`` uses: each ``given`` value
+    that is not ``None``, else the ``report:`` section of the sweep YAML the study recorded (with its ``--set``
+    overrides), else the defaults; so a later report has the markers and figures of the sweep's own."""
+    from ndebench.platform.record.tracking import study_yaml
+    from ndebench.platform.spec.recorded import recorded_report, report_settings
+
+    uri = tracking_uri(uri)
+    _require_study(uri, study)
+    return report_settings(recorded_report(study_yaml(uri, study)), **given)
+
+
+def report_study(study: str, uri: str | None = None, out_dir: str | Path = "reports", *, test: str | None = None,
+                 alpha: float | None = None, correction: str | None = None,
+                 failed: Mapping[str, str] | None = None, figures: str | None = None,
+                 paper: bool = False) -> Report | None:
     """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
-    variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
-    evaluate run finished and cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
+    variant runs labelled, reported by :func:`report` with everything the command writes; ``test``, ``alpha``,
+    ``correction`` and ``figures`` left ``None`` come from the study's recorded config
+    (:func:`study_report_settings`). ``None`` when no evaluate run finished and cells ``failed``; ``ValueError``
+    when the study or its evaluate runs are missing."""
     from ndebench.platform.record.completeness import left_out_finished
     from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
     from ndebench.platform.report.analyses import label_variants
 
     uri = tracking_uri(uri)
-    _require_study(uri, study)
+    settings = study_report_settings(study, uri, test=test, alpha=alpha, correction=correction, figures=figures)
+    test, alpha, correction, figures = (settings[k] for k in ("test", "alpha", "correction", "figures"))
     found = recorded(uri, study)
     runs = evaluate_runs(uri, study, variants=True, runs=found)
     if runs.empty and failed:

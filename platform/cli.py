@@ -148,8 +148,8 @@ def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> st
     return None
 
 
-def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction: str = "none",
-            failed: dict[str, str] | None = None, figures: str = "auto", paper: bool = False) -> None:
+def _report(study: str, uri: str, out: Path, test: str | None, alpha: float | None, correction: str | None = None,
+            failed: dict[str, str] | None = None, figures: str | None = None, paper: bool = False) -> None:
     from ndebench.platform import api
 
     rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed,
@@ -167,13 +167,19 @@ def _report(study: str, uri: str, out: Path, test: str, alpha: float, correction
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
     from ndebench.platform.report.stats import check_alpha
     from ndebench.platform.spec.config import check_study_name
 
     check_study_name(args.study)
-    check_alpha(args.alpha)
-    _report(args.study, tracking_uri(args), Path(args.out), args.test, args.alpha, args.correction,
-            figures=args.figures, paper=args.paper)
+    if args.alpha is not None:
+        check_alpha(args.alpha)
+    uri = tracking_uri(args)
+    settings = api.study_report_settings(args.study, uri, test=args.test, alpha=args.alpha,
+                                         correction=args.correction, figures=args.figures)
+    print("[ndebench] report settings: " + " ".join(f"{k}={v}" for k, v in settings.items())
+          + " (the study's recorded config, unless given as flags)", flush=True)
+    _report(args.study, uri, Path(args.out), figures=settings.pop("figures"), paper=args.paper, **settings)
     return 0
 
 

@@ -127,15 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--study", required=True)
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
-    report.add_argument("--test", default="student", choices=TESTS,
-                        help="t-test against 'none'")
-    report.add_argument("--alpha", type=float, default=0.05, help="significance level for the markers (default 0.05)")
-    report.add_argument("--correction", default="none", choices=CORRECTIONS,
+    recorded = " (default: the study's own report.{0} from the sweep YAML it recorded, else {1})"
+    report.add_argument("--test", choices=TESTS, help="t-test against 'none'" + recorded.format("test", "student"))
+    report.add_argument("--alpha", type=float,
+                        help="significance level for the markers" + recorded.format("alpha", "0.05"))
+    report.add_argument("--correction", choices=CORRECTIONS,
                         help="multiple-testing correction of the p-values behind the markers, over each table's "
-                             "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)")
-    report.add_argument("--figures", default="auto", choices=FIGURE_MODES,
+                             "comparisons: none (the paper), holm (family-wise), bh (false-discovery rate)"
+                             + recorded.format("correction", "none"))
+    report.add_argument("--figures", choices=FIGURE_MODES,
                         help="figures to draw: all per-(model, dataset) figures, the summary ones (per model, and "
-                             "pairs that did not learn) or none (default auto: all below 50 pairs, else summary)")
+                             "pairs that did not learn) or none; auto: all below 50 pairs, else summary"
+                             + recorded.format("figures", "auto"))
     report.add_argument("--paper", action="store_true",
                         help="set the study beside the Continuum Dropout paper's reported numbers: every cell the "
                              "paper reports (difference, paper mean inside the study's 95%% interval) and the "

@@ -13,7 +13,7 @@ def test_the_reproduction_config_plans_what_its_header_says():
     assert set(spec.models) == {"neural_cde", "neural_ode", "neural_lnsde"}
     base, tune = plan_stages(spec)
     cells = sweep_cells(spec)
-    assert (base.trials, tune.trials, len(cells) * len(spec.evaluate.seeds)) == (24, 48, 380)
+    assert (base.trials, tune.trials, len(cells) * len(spec.evaluate.seeds)) == (48, 48, 380)
     assert {c.variant for c in cells if c.regularizer == "none" and c.variant} == {"none[n_mc=5]"}
     header = CONFIG.read_text()
-    assert "base 12 pairs x 2 lr = 24" in header and "= 48" in header and "= 380 runs" in header
+    assert "base 12 pairs x (2 hidden sizes x 2 lr) = 48" in header and "= 48" in header and "= 380 runs" in header

@@ -368,6 +368,21 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     return run_id
 
 
+def study_yaml(uri: str, study: str) -> str | None:
+    """The sweep YAML the study's run recorded (:func:`study_run`), ``None`` when it has none."""
+    import tempfile
+
+    found = _tagged(uri, study, {"kind": "study"})
+    if not found:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client(uri).download_artifacts(found[0].info.run_id, "sweep.yaml", tmp)
+        except Exception:  # noqa: BLE001 - a study written through the API records no YAML
+            return None
+        return Path(path).read_text()
+
+
 def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict[str, str]) -> str:
     """The parent run of one cell in one stage (``ndebench.kind=cell``, child of the study run). A resumed
     sweep reuses it, resetting a ``failed`` status to ``running``."""

@@ -1,0 +1,48 @@
+"""`ndebench report` reports a study with the test, alpha, correction and figures of the sweep YAML it recorded
+(and that YAML's `--set` overrides), unless a flag says otherwise."""
+import pytest
+from ndebench.platform.cli import main
+from ndebench.platform.record import synthetic, tracking
+from ndebench.platform.spec.config import ConfigError, ReportConfig
+from ndebench.platform.spec.recorded import recorded_report, report_settings
+
+RECORDED = "study: syn\nreport: {correction: holm, figures: none}\n# --set report.alpha=0.01\n"
+
+
+def test_the_recorded_report_section_with_its_overrides_and_the_defaults_elsewhere():
+    assert recorded_report(RECORDED) == ReportConfig(test="student", alpha=0.01, correction="holm", figures="none")
+    assert recorded_report(None) == recorded_report("study: syn\n") == ReportConfig()
+    assert report_settings(recorded_report(RECORDED), test="welch", alpha=None) == {
+        "test": "welch", "alpha": 0.01, "correction": "holm", "figures": "none"}
+    with pytest.raises(ConfigError, match="bonferroni"):
+        recorded_report("report: {correction: bonferroni}\n")
+
+
+def _study(uri: str, yaml_text: str | None) -> None:
+    tracking.study_run(uri, "syn", description="d", params={"evaluate.seeds": "[0, 1, 2, 3, 4]"},
+                       yaml_text=yaml_text)
+    synthetic.write_study(uri, "syn", 10)  # reuses the study run above
+
+
+def test_report_uses_the_studys_recorded_settings_and_flags_override_them(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _study(uri, RECORDED)
+    assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "a")]) == 0
+    assert "report settings: test=student alpha=0.01 correction=holm figures=none" in capsys.readouterr().out
+    table = (tmp_path / "a" / "syn" / "table.md").read_text()
+    assert "with p < 0.01" in table and "Holm" in table
+    assert not list((tmp_path / "a" / "syn").glob("*.png"))
+
+    assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "b"),
+                 "--correction", "none", "--alpha", "0.05"]) == 0
+    assert "report settings: test=student alpha=0.05 correction=none figures=none" in capsys.readouterr().out
+    table = (tmp_path / "b" / "syn" / "table.md").read_text()
+    assert "with p < 0.05" in table and "Holm" not in table.split("## Across datasets")[0]
+
+
+def test_a_study_without_a_recorded_yaml_gets_the_defaults(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _study(uri, None)
+    assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "a"),
+                 "--figures", "none"]) == 0
+    assert "report settings: test=student alpha=0.05 correction=none figures=none" in capsys.readouterr().out
