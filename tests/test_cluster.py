@@ -130,6 +130,22 @@ def test_git_state_outside_a_checkout(tmp_path):
     assert git_state(tmp_path) == ("unknown", None)
 
 
+def test_a_change_anywhere_in_the_checkout_makes_the_package_folder_dirty(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    package, models = tmp_path / "platform", tmp_path / "models"
+    package.mkdir(), models.mkdir()
+    (package / "a.py").write_text("A = 1\n"), (models / "b.py").write_text("B = 1\n")
+    git("init", "-q"), git("add", "."), git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    assert git_state(package)[1] is False
+    (models / "b.py").write_text("B = 2\n")  # a sibling folder of the package, as models/ is of platform/
+    assert git_state(package)[1] is True
+    git("checkout", "--", "models/b.py")
+    (tmp_path / "notes.txt").write_text("untracked at the root\n")
+    assert git_state(package)[1] is True
+
+
 def test_worker_provenance_outside_ray():
     tags = worker_provenance("cpu")
     assert tags["host"] == socket.gethostname()

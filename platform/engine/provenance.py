@@ -46,11 +46,12 @@ def build_info(source: Path) -> dict[str, str]:
 def git_state(source: Path) -> tuple[str, bool | None]:
     """``(commit, dirty)`` of the git checkout holding ``source``; outside a checkout (a wheel or an image) the
     commit the build recorded, else ``("unknown", None)``. Dirty means tracked or untracked-not-ignored files
-    differ from the commit."""
+    differ from the commit, anywhere in the checkout (models/ and regularizers/ decide results as much as
+    ``source`` does)."""
     commit = _git(source, "rev-parse", "HEAD")
     if commit is None:
         return build_info(source).get("git_commit", "unknown"), None
-    status = _git(source, "status", "--porcelain", "--untracked-files=normal", "--", ".")
+    status = _git(source, "status", "--porcelain", "--untracked-files=normal")
     return commit, bool(status)
 
 
