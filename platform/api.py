@@ -394,12 +394,15 @@ def report_ui(uri: str) -> dict[str, str]:
 def study_report_settings(study: str, uri: str | None = None, **given: Any) -> dict[str, Any]:
     """The ``test``, ``alpha``, ``correction`` and ``figures`` a report of ``study`` uses: each ``given`` value
     that is not ``None``, else the ``report:`` section of the sweep YAML the study recorded (with its ``--set``
-    overrides), else the defaults; so a later report has the markers and figures of the sweep's own."""
+    overrides), else the defaults; so a later report has the markers and figures of the sweep's own. The
+    recorded YAML is read only when a value is missing (``ndebench run`` and ``ndebench report`` pass all four)."""
     from ndebench.platform.record.tracking import study_yaml
     from ndebench.platform.spec.recorded import recorded_report, report_settings
 
     uri = tracking_uri(uri)
     _require_study(uri, study)
+    if all(value is not None for value in given.values()):
+        return dict(given)
     return report_settings(recorded_report(study_yaml(uri, study)), **given)
 
 
