@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ndebench.datasets.bundle import DatasetBundle
-from ndebench.platform.registry import Registry, UnknownNameError
+from ndebench.platform.common.registry import Registry, UnknownNameError
 
 Metric = Literal["accuracy", "auroc", "top5_accuracy"]
 METRICS: tuple[str, ...] = get_args(Metric)

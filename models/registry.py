@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 
 from ndebench.models.base import DataSpec, Family, NDEClassifier
 from ndebench.models.integrate import SolverConfig
-from ndebench.platform.registry import Registry
+from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
 
 InputKind = Literal["timeseries", "image"]

@@ -1,5 +1,5 @@
 """``python -m ndebench.platform``: the ``ndebench`` command line."""
-from ndebench.platform.cli import run
+from ndebench.platform.cli.main import run
 
 if __name__ == "__main__":
     run()

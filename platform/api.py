@@ -224,12 +224,12 @@ def trials(study: str, phase: str = "tune", uri: str | None = None) -> pd.DataFr
 def figures(runs: pd.DataFrame, metric: str | None = None) -> dict[str, Figure]:
     """The report's per-pair figures of a results frame (:func:`results`) as matplotlib figures, keyed as
     their files are named: ``reliability_<model>_<dataset>`` (the pooled calibration bins of each
-    regularizer, :func:`~ndebench.platform.report.figures.reliability_figure`; only where runs carry bins)
+    regularizer, :func:`~ndebench.platform.report.render.figures.reliability_figure`; only where runs carry bins)
     and ``seeds_<model>_<dataset>`` (the primary ``metric``, default each dataset's, one point per seed,
-    :func:`~ndebench.platform.report.figures.seed_figure`). Show one with ``display(figs[key])``."""
-    from ndebench.platform.report import figures as drawn
+    :func:`~ndebench.platform.report.render.figures.seed_figure`). Show one with ``display(figs[key])``."""
+    from ndebench.platform.report.render import figures as drawn
+    from ndebench.platform.report.render.studyfigures import pair_figure_inputs, slug
     from ndebench.platform.report.report import with_primary_metrics
-    from ndebench.platform.report.studyfigures import pair_figure_inputs, slug
 
     runs, primary = with_primary_metrics(runs, metric)
     out: dict[str, Figure] = {}
@@ -304,7 +304,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
     ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
     figures; ``figures`` (``auto``, ``all``, ``summary``, ``none``) chooses which figures are drawn,
-    :mod:`~ndebench.platform.report.drawing`).
+    :mod:`~ndebench.platform.report.render.drawing`).
 
     With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned seeds
     and (unless given) the learning curves read from there, of one seed per cell of the pairs whose figures are
@@ -314,7 +314,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     study), and every file logged as an artifact of the study's MLflow run; ``left_out``
     (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again.
     ``paper``: the study beside the Continuum Dropout paper's reported numbers
-    (:mod:`~ndebench.platform.report.paper`), in ``table.md``, ``report.html`` and ``summary.json``; ``protocol``
+    (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
+    ``protocol``
     (:func:`~ndebench.platform.report.protocol.protocol_note`, read from the study run with ``uri``) says which
     protocol produced the rows."""
     if study is None:
@@ -326,8 +327,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         from ndebench.platform.record.completeness import left_out_finished
         from ndebench.platform.record.runs import planned_seeds as planned
         from ndebench.platform.record.tracking import client
-        from ndebench.platform.report.drawing import figure_mode, pair_count
         from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
+        from ndebench.platform.report.render.drawing import figure_mode, pair_count
 
         planned_seeds = planned(uri, study) if planned_seeds is None else planned_seeds
         mode, _ = figure_mode(figures, pair_count(runs))

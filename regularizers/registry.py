@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ndebench.platform.registry import Registry
+from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
 
 if TYPE_CHECKING:  # models/ builds on regularizers/, never the other way at run time

@@ -261,7 +261,7 @@ def free_port() -> int:
 def start_server(cwd: Path) -> tuple[int, subprocess.Popen]:
     """``ndebench server`` with one worker on a free port, in its own process group; the port and process."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "server", "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "server", "--port", str(port),
                                 "--workers", "1"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
     return port, process

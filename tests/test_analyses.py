@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from fakes import CHANNELS, DATASETS, GRID, MODELS, RATES, study_frame
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record import tracking
-from ndebench.platform.report.significance import friedman_gate, mark
-from ndebench.platform.report.trajectories import sample_trajectories
+from ndebench.platform.report.render.trajectories import sample_trajectories
+from ndebench.platform.report.statistics.significance import friedman_gate, mark
 from scipy import stats as sps
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"

@@ -6,8 +6,8 @@ import configparser
 import stat
 
 import pytest
-from ndebench.platform.engine.auth import AuthError, admin_credentials, auth_environment, check_exposure, is_loopback
-from ndebench.platform.engine.server import ServerSettings, server_command
+from ndebench.platform.server.auth import AuthError, admin_credentials, auth_environment, check_exposure, is_loopback
+from ndebench.platform.server.launch import ServerSettings, server_command
 
 
 def test_credentials_from_environment_or_file(monkeypatch, tmp_path):
@@ -59,8 +59,8 @@ def test_exposure_beyond_localhost_needs_auth_or_insecure():
 
 @pytest.mark.parametrize("command", ["server", "ui"])
 def test_exposed_without_auth_exits_2_in_one_line_before_starting(command, monkeypatch, tmp_path, capsys):
-    from ndebench.platform import cli
-    from ndebench.platform.engine import server
+    from ndebench.platform.cli import main as cli
+    from ndebench.platform.server import launch as server
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(server, "serve", lambda *a, **k: pytest.fail("started"))
@@ -71,7 +71,7 @@ def test_exposed_without_auth_exits_2_in_one_line_before_starting(command, monke
 
 
 def test_server_auth_without_credentials_exits_2_before_starting(monkeypatch, tmp_path, capsys):
-    from ndebench.platform.cli import main
+    from ndebench.platform.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = pytest.mark.system

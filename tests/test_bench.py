@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-from ndebench.platform.bench import ROW_KEYS, interleaved_medians
-from ndebench.platform.cli import main
+from ndebench.platform.bench.speed import ROW_KEYS, interleaved_medians
+from ndebench.platform.cli.main import main
 
 TINY = ["--hidden", "4", "--batch", "3,5", "--length", "6", "--reps", "2", "--threads", "1"]
 
@@ -65,7 +65,7 @@ def test_interleaved_medians_rotate_the_order_and_skip_the_warmup():
 
 
 def test_steady_spacing_skips_the_completions_that_carry_the_stage_start():
-    from ndebench.platform.bench import _steady_spacing
+    from ndebench.platform.bench.speed import _steady_spacing
 
     assert _steady_spacing([13.0, 10.0, 12.0, 11.0], 1) == 1.0
     # Two workers: the first two completions open the window; then one trial every 0.5 s.

@@ -6,8 +6,8 @@ import pytest
 import torch
 import yaml
 from ndebench.platform import api
-from ndebench.platform.benchthroughput import cell_configs, fixed_value, pick_cell
-from ndebench.platform.cli import main
+from ndebench.platform.bench.throughput import cell_configs, fixed_value, pick_cell
+from ndebench.platform.cli.main import main
 from ndebench.platform.spec.sweepspec import Space
 
 TINY = {

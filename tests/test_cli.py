@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ndebench.models.registry import list_models
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.regularizers.rates import dropout_rate, expected_renewals
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def test_a_bad_config_exits_2_from_the_shell_with_its_line_and_no_traceback(tmp_
     raw = yaml.safe_load((ROOT / "tune_configs" / "quickstart.yaml").read_text())
     raw["models"] = ["neural_cdx"]
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    proc = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "bad.yaml"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "bad.yaml"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     line = (tmp_path / "bad.yaml").read_text().splitlines().index("- neural_cdx") + 1
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -93,7 +93,7 @@ def test_ui_serves_runs_with_their_tags(tmp_path):
             "regularizer": "none", "seed": "0"}
     TrialRecorder(uri, "uistudy", {"model": "neural_cde"}, "abc", tags).finish("ok", {"test_accuracy": 0.5}, {}, {})
     port = 5000 + os.getpid() % 1000
-    proc = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri,
+    proc = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "ui", "--tracking-uri", uri,
                              "--port", str(port)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -224,7 +224,7 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
 
 
 def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, capsys):
-    import ndebench.platform.engine.server as server
+    import ndebench.platform.server.launch as server
     from fakes import cell_study
     from ndebench.platform.record.tracking import client
 
@@ -250,9 +250,9 @@ def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, 
 
 
 def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp_path, monkeypatch, capsys):
-    import ndebench.platform.engine.server as server
+    import ndebench.platform.server.launch as server
     from fakes import cell_study
-    from ndebench.platform.cliserve import studies_hint
+    from ndebench.platform.cli.serving import studies_hint
     from ndebench.platform.record.uiview import studies_url
 
     assert studies_url("http://h:5") == "http://h:5/#/experiments?workflowType=machine_learning"

@@ -8,8 +8,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from ndebench.platform.engine.cluster import ClusterError, check_cluster
-from ndebench.platform.engine.joining import NodeNotReady, check_this_node
+from ndebench.platform.cluster.joining import NodeNotReady, check_this_node
+from ndebench.platform.cluster.preflight import ClusterError, check_cluster
 from ndebench.platform.engine.provenance import LIBRARIES, driver_provenance, git_state, worker_provenance
 
 REPO = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import time
 
 import optuna
 import pytest
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.engine.searcher import CellSearcher
 from ndebench.platform.engine.searchspace import Past, contains
 from ndebench.platform.record.interruption import INTERRUPTION, mark_interrupted

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.engine.evaluatestage import rerun_reason
 from ndebench.platform.record.completeness import (
     attempts,

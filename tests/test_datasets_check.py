@@ -13,7 +13,7 @@ from ndebench.datasets.check import (
     preflight_problems,
 )
 from ndebench.datasets.registry import dataset_info, list_datasets, register_dataset, split_name
-from ndebench.platform.registry import UnknownNameError
+from ndebench.platform.common.registry import UnknownNameError
 
 
 def test_statuses_cover_every_dataset_without_files(tmp_path):
@@ -180,7 +180,7 @@ def test_preflight_names_a_speech_clip_that_is_not_16khz_mono(tmp_path):
 
 def test_sweep_stops_before_ray_naming_the_corrupt_file(tmp_path, monkeypatch, capsys):
     import yaml
-    from ndebench.platform.cli import main
+    from ndebench.platform.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "Car").mkdir()

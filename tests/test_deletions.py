@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.engine import evaluatestage
 from ndebench.platform.record.deletions import check_not_deleted, deleted_error
 from ndebench.platform.record.schema import TAG

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
-from ndebench.platform.cli import main
-from ndebench.platform.diskfull import disk_full, is_disk_full
-from ndebench.platform.engine.raysession import RaySession
+from ndebench.platform.cli.main import main
+from ndebench.platform.cluster.raysession import RaySession
+from ndebench.platform.failures.diskfull import disk_full, is_disk_full
 from ndebench.platform.record import tracking
 from ndebench.platform.record.tracking import TAG, run_status, search
 
@@ -106,7 +106,7 @@ def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_p
 FILL_THEN_RUN = """
 import contextlib, sys
 from pathlib import Path
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.engine import sweep
 
 write_log = sweep.Sweep._write_log

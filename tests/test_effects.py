@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report.cellstats import cell_statistics
-from ndebench.platform.report.effects import effect_sizes, mean_interval
 from ndebench.platform.report.report import build_report
-from ndebench.platform.report.stats import compare_across_datasets, compare_to_baseline
+from ndebench.platform.report.statistics.effects import effect_sizes, mean_interval
+from ndebench.platform.report.statistics.stats import compare_across_datasets, compare_to_baseline
 from scipy import stats
 
 A = np.array([0.81, 0.84, 0.79, 0.86, 0.83])

@@ -8,7 +8,7 @@ from ndebench.datasets.registry import create_dataset
 from ndebench.models.base import DataSpec
 from ndebench.models.integrate import SolverConfig, TrialRNG
 from ndebench.models.registry import create_model
-from ndebench.platform.metrics import classification_metrics
+from ndebench.platform.common.metrics import classification_metrics
 from ndebench.platform.worker.build import Feed, resolve_batch_size
 from ndebench.platform.worker.evaluation import evaluate, protocol_tag
 from ndebench.regularizers.registry import create_regularizer

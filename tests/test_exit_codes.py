@@ -16,9 +16,9 @@ from fakes import free_port
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from ndebench.platform import api
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.engine.runchecks import check_tracking_reachable
-from ndebench.platform.outage import InfrastructureError, outage
+from ndebench.platform.failures.outage import InfrastructureError, outage
 
 TINY = {"study": "codes", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
         "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 from fakes import free_port, read_until
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
+from ndebench.platform.cluster.storage import Storage
+from ndebench.platform.cluster.sweeplog import REDACTED, redact, write_private
 from ndebench.platform.engine.safepaths import UnsafePathError
-from ndebench.platform.engine.storage import Storage
-from ndebench.platform.engine.sweeplog import REDACTED, redact, write_private
 from ndebench.platform.engine.trainable import _resume_state, latest_checkpoint
 from ndebench.platform.record.tracking import TAG
 from ndebench.platform.worker.state import STATE_FILE
@@ -161,7 +161,7 @@ def leak():
     print("worker sees", os.environ["MLFLOW_TRACKING_PASSWORD"], "and MLFLOW_TRACKING_PASSWORD=" +
           os.environ["MLFLOW_TRACKING_PASSWORD"])
 ray.get(leak.remote())
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 sys.exit(main(["run", "expo.yaml", "--storage-path", {str(tmp_path / "storage")!r},
                "--tracking-uri", {f"sqlite:///{tmp_path / 'mlflow.db'}"!r}, "--out", {str(tmp_path / "out")!r}]))
 """
@@ -186,7 +186,7 @@ sys.exit(main(["run", "expo.yaml", "--storage-path", {str(tmp_path / "storage")!
 
 
 def _ndebench(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ndebench.platform.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "ndebench.platform", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -203,7 +203,7 @@ def test_workers_write_the_study_as_a_granted_non_admin_user(tmp_path, monkeypat
     admin = dict(base, MLFLOW_TRACKING_USERNAME="lead", MLFLOW_TRACKING_PASSWORD="admin-" + SECRET)
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "server", "--auth", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "server", "--auth", "--port", str(port),
                                "--workers", "1"], cwd=tmp_path, env=admin, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.worker.loop import run_trial
@@ -68,7 +68,7 @@ def _run_killing_workers(tmp_path: Path, config: str, after_epochs: int, every_a
                          seconds: float) -> tuple[int, str, list[int]]:
     """Run ``ndebench run config`` and SIGKILL its trial worker once ``after_epochs`` epochs are logged: only
     the first attempt, or ``every_attempt`` (so retries are exhausted). Returns (exit code, output, killed pids)."""
-    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", config], cwd=tmp_path,
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "run", config], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     killed: list[int] = []
     try:
@@ -174,7 +174,7 @@ def test_resume_after_the_driver_is_killed_in_search_and_in_evaluate(tmp_path):
     then `--resume` again: every planned evaluate run exists once, the cut-off base trials were continued (one
     run per grid point) and no run is left running."""
     (tmp_path / "driver.yaml").write_text(yaml.safe_dump(DRIVER))
-    command = [sys.executable, "-m", "ndebench.platform.cli", "run", "driver.yaml"]
+    command = [sys.executable, "-m", "ndebench.platform", "run", "driver.yaml"]
     _kill_during(command, tmp_path, "base")
     _kill_during([*command, "--resume"], tmp_path, "evaluate")
     resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -199,7 +199,7 @@ def test_ctrl_c_stops_the_whole_sweep_with_exit_130(tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C in a terminal) during evaluate: the command stops at once and
     says `interrupted`, instead of Ray Tune ending only the stage and the sweep reporting lost workers."""
     (tmp_path / "driver.yaml").write_text(yaml.safe_dump(DRIVER))
-    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "run", "driver.yaml"], cwd=tmp_path,
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "run", "driver.yaml"], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:

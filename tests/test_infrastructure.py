@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from ndebench.platform import api
 from ndebench.platform.engine.progress import StageProgress
 from ndebench.platform.engine.trainable import trainable
-from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, raised_in_trial
+from ndebench.platform.failures.infrastructure import TrialInfrastructureError, infrastructure_failure, raised_in_trial
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import client, search
 from ndebench.platform.spec.plan import cell_template, sweep_cells
@@ -72,7 +72,7 @@ def test_the_failure_and_its_run_are_read_from_rays_text():
     text = ("Failure # 1 (occurred at 2026-11-26_06-00-00)\nray::ImplicitFunc.train() (pid=1, ip=10.0.0.1)\n"
             "  File \"trainable.py\", line 9, in run\nOSError: [Errno 28] No space left on device\n\n"
             "The above exception was the direct cause of the following exception:\n\n"
-            "ndebench.platform.infrastructure.TrialInfrastructureError: disk full: cannot write /x (No space) "
+            "ndebench.platform.failures.infrastructure.TrialInfrastructureError: disk full: cannot write /x (No space) "
             f"(run {'a' * 32})\n")
     assert raised_in_trial(text) == ("disk full: cannot write /x (No space)", "a" * 32)
     assert raised_in_trial(text.replace(f" (run {'a' * 32})", "")) == ("disk full: cannot write /x (No space)", None)
@@ -98,7 +98,7 @@ def test_the_driver_reads_a_trials_error_as_text_and_ray_is_left_no_pickle_to_re
     (tmp_path / "error.txt").write_text(
         "Failure # 1 (occurred at 2026-11-26_06-00-00)\nray.exceptions.ActorDiedError: The actor died\n"
         "Failure # 2 (occurred at 2026-11-26_06-00-09)\nTraceback ...\n"
-        "ndebench.platform.infrastructure.TrialInfrastructureError: the tracking store x failed: boom\n")
+        "ndebench.platform.failures.infrastructure.TrialInfrastructureError: the tracking store x failed: boom\n")
     progress = StageProgress("evaluate", {"c": 2}, {"c": "cell c"}, None, "min", print)
     trial, other = _Trial(tmp_path / "error.txt"), _Trial(tmp_path / "missing.txt")
     progress.on_trial_error(0, [trial], trial)

@@ -38,7 +38,7 @@ TPE = {
     "training": {"epochs": 60, "min_epochs": 60, "patience": 60, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
     "tune": {"sampler": "tpe", "num_samples": 5, "n_startup_trials": 2}, "resources": {"cpu": 1},
 }
-COMMAND = [sys.executable, "-m", "ndebench.platform.cli", "run"]
+COMMAND = [sys.executable, "-m", "ndebench.platform", "run"]
 
 
 def _count(db: Path, sql: str, *args: str) -> int:

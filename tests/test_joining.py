@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ndebench.platform.engine.joining import gpu_request, init_arguments, ray_address
+from ndebench.platform.cluster.joining import gpu_request, init_arguments, ray_address
 from ndebench.platform.record.tracking import default_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_gpu_request_kept_on_a_joined_cluster_and_refused_locally():
 def test_run_refuses_a_gpu_request_on_a_local_ray_without_gpus(tmp_path, monkeypatch, capsys):
     import torch
     import yaml
-    from ndebench.platform.cli import main
+    from ndebench.platform.cli.main import main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -75,7 +75,7 @@ def test_job_submission_and_client_addresses_exit_2_in_one_line_before_ray(tmp_p
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | ({"RAY_ADDRESS": address} if how == "env"
                                                                          else {})
     flag = ["--address", address] if how == "flag" else []
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "ndebench.platform.cli", "run",
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "ndebench.platform", "run",
                            str(ROOT / "tune_configs" / "quickstart.yaml"), *flag], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     lines = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]

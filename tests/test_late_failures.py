@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"study": "late", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],

@@ -33,7 +33,7 @@ def test_every_folder_with_code_is_packaged(folder):
 
 
 def test_stdlib_platform_not_shadowed_from_repo_root():
-    code = "import platform, uuid, torch; print(platform.system()); import ndebench.platform.cli"
+    code = "import platform, uuid, torch; print(platform.system()); import ndebench.platform.cli.main"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in {"Linux", "Darwin", "Windows"}

@@ -170,7 +170,7 @@ SWEEP = {
     "training": {"epochs": 40, "min_epochs": 40, "patience": 40, "lr": [0.01, 0.02]},
     "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
 }
-COMMAND = [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml"]
+COMMAND = [sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml"]
 ENV = os.environ | {heartbeat.STALE_ENV: "4"}
 
 

@@ -114,7 +114,7 @@ def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(THREE_ERRORS)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "ndebench.platform.cli", "validate", "bad.yaml"],
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "ndebench.platform", "validate", "bad.yaml"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     wall = time.perf_counter() - start
     print(f"\nndebench validate, three errors: {wall:.2f} s wall")

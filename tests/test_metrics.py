@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from ndebench.platform.metrics import (
+from ndebench.platform.common.metrics import (
     calibration_bins,
     classification_metrics,
     expected_calibration_error,

@@ -228,7 +228,7 @@ def test_register_model_takes_the_family_of_a_registered_parent(monkeypatch):
     from ndebench.models import registry
     from ndebench.models.neural_cde import NeuralCDE
     from ndebench.models.snsde import SNSDEClassifier
-    from ndebench.platform.registry import Registry
+    from ndebench.platform.common.registry import Registry
 
     monkeypatch.setattr(registry, "REGISTRY", Registry("model"))
 

@@ -24,7 +24,7 @@ CELL = "neural_cde__synthetic__none"
 
 
 def _run(folder: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "outage.yaml", *flags], cwd=folder,
+    return subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "outage.yaml", *flags], cwd=folder,
                           capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "PYTHONPATH": str(folder)})
 

@@ -1,6 +1,6 @@
 """`--set KEY=VALUE` on run and validate: applied before validation, checked like the YAML."""
 import pytest
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.spec.config import ConfigError, apply_overrides, load_spec, parse_spec
 
 QUICKSTART = "tune_configs/quickstart.yaml"

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_answer_without_torch(flag):
     code = (f"import sys; sys.argv = ['ndebench', '{flag}']\n"
-            "from ndebench.platform.cli import main\n"
+            "from ndebench.platform.cli.main import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules, 'ray' in sys.modules, 'mlflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)

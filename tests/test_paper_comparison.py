@@ -6,10 +6,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform.report import paper, selection
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.paperdata import paper_cells
+from ndebench.platform.report.paper import comparison as paper
+from ndebench.platform.report.paper.data import paper_cells
 from ndebench.platform.report.report import build_report
+from ndebench.platform.report.statistics import selection
 from scipy import stats as sps
 
 OFFSETS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
@@ -128,7 +129,7 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
 
 
 def test_the_report_command_takes_paper():
-    from ndebench.platform.cliargs import build_parser
+    from ndebench.platform.cli.arguments import build_parser
 
     args = build_parser().parse_args(["report", "--study", "s", "--paper"])
     assert args.paper is True and build_parser().parse_args(["report", "--study", "s"]).paper is False

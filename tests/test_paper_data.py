@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform.report.paperdata import PAPER_K, paper_cells, paper_datasets, paper_summary
+from ndebench.platform.report.paper.data import PAPER_K, paper_cells, paper_datasets, paper_summary
 
 # Lines copied verbatim from the paper's .tex (Tables 4, 9, 10, 11, 12, 16a).
 TEX = {

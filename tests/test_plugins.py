@@ -109,7 +109,7 @@ def test_entry_point_datasets_pass_the_cli_with_and_without_their_facts(tmp_path
         import json
         from pathlib import Path
         from ndebench.datasets.check import preflight_problems
-        from ndebench.platform.cli import main
+        from ndebench.platform.cli.main import main
         from ndebench.platform.spec.config import load_spec
         from ndebench.platform.spec.plan import sweep_cells
         from ndebench.platform.engine.sweep import Sweep
@@ -156,7 +156,7 @@ def test_a_broken_plugin_is_named(tmp_path):
 
 
 def test_plugins_key_modules_are_imported(tmp_path):
-    from ndebench.platform.plugins import PluginError, import_plugins
+    from ndebench.platform.common.plugins import PluginError, import_plugins
 
     with pytest.raises(PluginError, match="'no_such_module_xyz'"):
         import_plugins(["no_such_module_xyz"])
@@ -165,7 +165,7 @@ def test_plugins_key_modules_are_imported(tmp_path):
 def test_a_registry_loads_its_builtins_once_on_first_lookup(tmp_path, monkeypatch):
     import types
 
-    from ndebench.platform.registry import Registry, UnknownNameError
+    from ndebench.platform.common.registry import Registry, UnknownNameError
 
     holder = types.ModuleType("widget_holder")
     holder.REGISTRY, holder.imports = Registry("widget", builtins="widget_builtins"), 0

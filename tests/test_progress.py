@@ -6,7 +6,7 @@ import logging
 from types import SimpleNamespace
 
 import pytest
-from ndebench.platform.cliargs import build_parser
+from ndebench.platform.cli.arguments import build_parser
 from ndebench.platform.engine import progress
 from ndebench.platform.engine.progress import StageProgress, eta_seconds, sampled_values, trial_line
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import optuna
 import pyarrow.fs as pafs
 import pytest
+from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.engine.searcher import CellSearcher, PerCellASHA
-from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import full_config
 from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.platform.spec.plan import cell_template, chosen_keys, plan_stages, sweep_cells, tune_stage

@@ -2,7 +2,7 @@
 import math
 
 import pytest
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.regularizers import checks
 from ndebench.regularizers.rates import (
     M_RANGE,

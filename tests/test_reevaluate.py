@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 from ndebench.models.integrate import TrialRNG
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
+from ndebench.platform.common.weights import load_weights, log_weights
 from ndebench.platform.engine.reevaluate import parse_n_mc
 from ndebench.platform.record import tracking
-from ndebench.platform.weights import load_weights, log_weights
 from ndebench.platform.worker.build import build_trial
 from ndebench.platform.worker.evaluation import trial_loss
 from ndebench.platform.worker.spec import TrialSpec

@@ -4,9 +4,9 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform.metrics import calibration_bins
+from ndebench.platform.common.metrics import calibration_bins
+from ndebench.platform.report.render.tables import latex_escape
 from ndebench.platform.report.report import build_report, format_console_table, primary_metrics
-from ndebench.platform.report.tables import latex_escape
 from scipy import stats as sps
 
 BASE = np.array([0.80, 0.81, 0.82, 0.83, 0.84])

@@ -1,7 +1,7 @@
 """`ndebench report` reports a study with the test, alpha, correction and figures of the sweep YAML it recorded
 (and that YAML's `--set` overrides), unless a flag says otherwise."""
 import pytest
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record import synthetic, tracking
 from ndebench.platform.spec.config import ConfigError, ReportConfig
 from ndebench.platform.spec.recorded import recorded_report, report_settings

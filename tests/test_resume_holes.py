@@ -17,7 +17,7 @@ import pytest
 import ray
 import yaml
 from fakes import make_plugin
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.engine.evaluatestage import rerun_reason
 from ndebench.platform.record.completeness import attempts, current
 from ndebench.platform.record.runs import evaluate_runs

@@ -10,15 +10,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 from ndebench.platform import api
 from ndebench.platform.api import report_study
-from ndebench.platform.benchtrials import trivial_sweep
-from ndebench.platform.cli import main
-from ndebench.platform.metrics import calibration_bins
+from ndebench.platform.bench.scale import trivial_sweep
+from ndebench.platform.cli.main import main
+from ndebench.platform.common.metrics import calibration_bins
 from ndebench.platform.record import tracking
 from ndebench.platform.record.bulk import write_trial
 from ndebench.platform.record.runs import evaluate_runs, runs_frame
 from ndebench.platform.record.summaries import BIN_KEYS, calibration_from_run, calibration_tags, time_summaries
 from ndebench.platform.record.synthetic import cells, trial
-from ndebench.platform.report import drawing, figures, html_report
+from ndebench.platform.report.render import drawing, figures, html_report
 from ndebench.platform.report.report import build_report
 from ndebench.platform.spec import plan
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 from fakes import start_server, wait_healthy, write_fault_plugin
+from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.engine.safepaths import UnsafePathError, trial_folder
-from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import latest_checkpoint
 from ndebench.platform.record.tracking import TAG, search
 from ndebench.platform.worker.state import STATE_FILE
@@ -160,7 +160,7 @@ def test_the_tracking_server_attack_on_resume_is_refused(tmp_path):
         wait_healthy(port, server)
         (tmp_path / "sec.yaml").write_text(yaml.safe_dump(CONFIG))
         uri = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "ndebench.platform.cli", "run", "sec.yaml", "--tracking-uri", uri]
+        command = [sys.executable, "-m", "ndebench.platform", "run", "sec.yaml", "--tracking-uri", uri]
         first = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert first.returncode == 0, first.stdout + first.stderr
         trial = search(uri, "sec", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")[0]
@@ -231,7 +231,7 @@ def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path):
     attacker = threading.Thread(target=_plant, args=(tmp_path / "ray_results" / "sec", marker, stop, planted))
     attacker.start()
     try:
-        done = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "sec.yaml"], cwd=tmp_path,
+        done = subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "sec.yaml"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600,
                               env={**os.environ, "PYTHONPATH": str(tmp_path)})
     finally:

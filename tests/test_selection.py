@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report import audit
-from ndebench.platform.report.selection import chance_gain, selection_adjusted_p
-from ndebench.platform.report.stats import two_sample_test
+from ndebench.platform.report.statistics.selection import chance_gain, selection_adjusted_p
+from ndebench.platform.report.statistics.stats import two_sample_test
 
 
 def _brute_force(values: np.ndarray, sign: float = 1.0) -> float:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from fakes import free_port, read_until, start_server, wait_healthy
-from ndebench.platform.cli import main
-from ndebench.platform.engine.server import default_settings, server_command
+from ndebench.platform.cli.main import main
+from ndebench.platform.server.launch import default_settings, server_command
 
 
 def test_ui_for_an_unknown_study_names_the_known_ones(tmp_path, capsys):
@@ -60,7 +60,7 @@ def test_server_serves_and_stops_with_its_parent(tmp_path):
     """`ndebench server` answers on loopback by the public name it printed and takes its workers down on SIGTERM."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "ndebench.platform.cli", "server", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "ndebench.platform", "server", "--host", "127.0.0.1", "--port", str(port),
          "--public-host", "localhost", "--workers", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakes import free_port, read_until
 from ndebench.platform.engine.runchecks import check_tracking_reachable
-from ndebench.platform.outage import InfrastructureError
+from ndebench.platform.failures.outage import InfrastructureError
 
 STOP_LIMIT_S = 2.0
 
@@ -56,7 +56,7 @@ def _health(port: int) -> bool:
 
 
 def _start(command: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", *command], cwd=cwd, text=True,
+    return subprocess.Popen([sys.executable, "-m", "ndebench.platform", *command], cwd=cwd, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 

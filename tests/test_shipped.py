@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.spec.shipped import resolve_config, shipped_configs
 from ndebench.platform.spec.sweepspec import ConfigError
 

@@ -166,7 +166,7 @@ def test_a_stack_needs_one_hook_per_member():
 def test_a_resumed_member_finds_its_own_folder_in_a_stack_s_checkpoints(tmp_path):
     """After the driver died, an unfinished member run names the stack's trial folder; its state is the one in
     ``checkpoint_*/member-<its config hash>/``, the newest first, and a plain trial's checkpoint still loads."""
-    from ndebench.platform.engine.storage import Storage
+    from ndebench.platform.cluster.storage import Storage
     from ndebench.platform.engine.trainable import _resume_state, member_folder
     from ndebench.platform.record.schema import TAG
 

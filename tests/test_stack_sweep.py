@@ -10,7 +10,7 @@ import io
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.worker.spec import TrialSpec

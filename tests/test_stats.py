@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ndebench.platform.report import significance, stats
+from ndebench.platform.report.statistics import significance, stats
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 

@@ -4,8 +4,8 @@ import os
 import signal
 
 import pytest
-from ndebench.platform import exitcodes
-from ndebench.platform.stopping import Stopped, describe, reclaim, stop_on_signals
+from ndebench.platform.failures import exitcodes
+from ndebench.platform.failures.stopping import Stopped, describe, reclaim, stop_on_signals
 
 
 @pytest.mark.parametrize(("signum", "name", "code"), [(signal.SIGTERM, "SIGTERM", exitcodes.TERMINATED),

@@ -16,10 +16,10 @@ import pytest
 import yaml
 from fakes import make_plugin
 from ndebench.models.registry import list_models
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.tracking import TAG, search
-from ndebench.platform.report.effects import effect_sizes
+from ndebench.platform.report.statistics.effects import effect_sizes
 
 pytestmark = pytest.mark.system
 PARENT = "mlflow.parentRunId"

@@ -177,7 +177,7 @@ def test_a_trial_over_its_limit_ends_timeout_and_the_stage_goes_on(tmp_path):
     the limit named); the cell chooses the other, and both cells are evaluated: exit 0."""
     env = make_plugin(tmp_path / "site", SLOW_PLUGIN, module="ndebench_slowplugin")
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(SWEEP))
-    run = subprocess.run([sys.executable, "-m", "ndebench.platform.cli", "run", "slow.yaml"], cwd=tmp_path, env=env,
+    run = subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "slow.yaml"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     read = subprocess.run([sys.executable, "-c", READ], cwd=tmp_path, env=env, capture_output=True, text=True,

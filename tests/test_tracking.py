@@ -3,7 +3,7 @@ import subprocess
 import sys
 
 import pytest
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import evaluate_runs, planned_seeds, runs_frame
 from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
 from ndebench.platform.record.tracking import (

@@ -32,7 +32,7 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
     ray_port, mlflow_port = free_port(), free_port()
     env = dict(os.environ, RAY_AUTH_MODE="token")
     server = subprocess.Popen(
-        [sys.executable, "-m", "ndebench.platform.cli", "server", "--host", "127.0.0.1", "--port", str(mlflow_port),
+        [sys.executable, "-m", "ndebench.platform", "server", "--host", "127.0.0.1", "--port", str(mlflow_port),
          "--public-host", "127.0.0.1", "--workers", "1"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -45,7 +45,7 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
         uri = f"http://127.0.0.1:{mlflow_port}"
         (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(CONFIG))
         run = subprocess.run(
-            [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml", "--address", f"127.0.0.1:{ray_port}",
+            [sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml", "--address", f"127.0.0.1:{ray_port}",
              "--tracking-uri", uri, "--storage-path", str(tmp_path / "shared")],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout + run.stderr
@@ -56,7 +56,7 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
         assert len({r.data.tags[f"{TAG}node"] for r in trials}) == 2
         assert {r.data.tags[f"{TAG}host"] for r in trials} == {socket.gethostname()}
         refused = subprocess.run(
-            [sys.executable, "-m", "ndebench.platform.cli", "run", "sweep.yaml", "--address", f"127.0.0.1:{ray_port}",
+            [sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml", "--address", f"127.0.0.1:{ray_port}",
              "--tracking-uri", f"sqlite:///{tmp_path / 'local.db'}"], cwd=tmp_path, env=env, capture_output=True,
             text=True, timeout=300)
         assert refused.returncode == 2 and "--tracking-uri" in refused.stderr

@@ -52,7 +52,7 @@ def test_ui_study_opens_on_the_cells_primary_metric_and_charts_of_shared_params(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cells = cell_study(uri, "cmp")
     port = free_port()
-    ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--study", "cmp", "--tracking-uri",
+    ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "ui", "--study", "cmp", "--tracking-uri",
                            uri, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True, cwd=tmp_path)
     try:
@@ -89,7 +89,7 @@ def test_ui_without_a_study_opens_the_study_list_in_the_model_training_view(tmp_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cell_study(uri, "cmp")
     port = free_port()
-    ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform.cli", "ui", "--tracking-uri", uri, "--port",
+    ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "ui", "--tracking-uri", uri, "--port",
                            str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True, cwd=tmp_path)
     try:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ndebench.platform.cli import main
+from ndebench.platform.cli.main import main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "tune_configs").glob("*.yaml"))
 

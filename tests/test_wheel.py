@@ -61,7 +61,7 @@ def test_the_wheel_installs_beside_another_torch_and_runs_the_shipped_quickstart
     installed = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
     # A venv's own bundled setuptools may be upgraded for some requirement; torch and its CUDA libraries never.
     assert "ndebench" in installed and not [n for n in installed if n.startswith(("torch", "nvidia"))], installed
-    versions = _run([str(python), "-c", "import torch, ndebench.platform.cli as cli; print(torch.__version__); "
+    versions = _run([str(python), "-c", "import torch, ndebench.platform.cli.main as cli; print(torch.__version__); "
                      "print(cli.__file__)"]).stdout.split()
     assert versions[0] == other and versions[1].startswith(str(site)), versions
     requires = _run([str(python), "-c", "from importlib.metadata import requires; print(requires('ndebench'))"])

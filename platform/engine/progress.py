@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ndebench.platform.infrastructure import raised_in_trial
+from ndebench.platform.failures.infrastructure import raised_in_trial
 from ndebench.platform.record.tracking import mark_stopped
 from ray.tune import Callback
 

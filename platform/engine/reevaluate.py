@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 from ndebench.datasets.files import resolve_data_dir
+from ndebench.platform.common.weights import ARTIFACT, load_weights
 from ndebench.platform.record import tracking
 from ndebench.platform.record.runs import runs_frame
-from ndebench.platform.weights import ARTIFACT, load_weights
 from ndebench.platform.worker.build import build_trial
 from ndebench.platform.worker.evaluation import evaluate
 from ndebench.platform.worker.spec import TrialSpec

@@ -1,7 +1,8 @@
 """What ``ndebench run`` can know before Ray starts: a usable and reachable tracking URI, writable output and
 storage folders, trial resources the cluster can grant, and a plan of a sane size. Each check raises
 ``ValueError`` naming the flag or key, the bad value and what is expected (exit 2), or
-:class:`~ndebench.platform.outage.InfrastructureError` for a tracking store or storage that cannot be reached or
+:class:`~ndebench.platform.failures.outage.InfrastructureError` for a tracking store or storage that cannot be reached
+or
 written (exit 3), or returns warnings."""
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ndebench.platform.engine.storage import Storage
-from ndebench.platform.outage import InfrastructureError, cause_line
+from ndebench.platform.cluster.storage import Storage
+from ndebench.platform.failures.outage import InfrastructureError, cause_line
 from ndebench.platform.record.tracking import sqlite_path
 from ndebench.platform.spec.config import SweepSpec
 

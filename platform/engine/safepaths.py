@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pyarrow.fs as pafs
-from ndebench.platform.engine.storage import Storage
+from ndebench.platform.cluster.storage import Storage
 
 
 class UnsafePathError(ValueError):

@@ -16,9 +16,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ndebench.platform.engine.joining import check_this_node
+from ndebench.platform.cluster.joining import check_this_node
+from ndebench.platform.cluster.storage import Storage
+from ndebench.platform.common.plugins import import_plugins
 from ndebench.platform.engine.provenance import worker_provenance
-from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import (
     RUN_ID_FILE,
     _resume_state,
@@ -27,8 +28,11 @@ from ndebench.platform.engine.trainable import (
     trainable,
     trial_tags,
 )
-from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, infrastructure_retried
-from ndebench.platform.plugins import import_plugins
+from ndebench.platform.failures.infrastructure import (
+    TrialInfrastructureError,
+    infrastructure_failure,
+    infrastructure_retried,
+)
 from ndebench.platform.record.summaries import TIME_METRICS, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
 from ndebench.platform.record.tracking import TrialRecorder, epoch_values, last_logged_step
@@ -120,7 +124,7 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
     checkpoint of every member every ``checkpoint_every`` epochs; the final report's ``status`` is ``ok`` when
     every member's is, else the first other member status, with the members' messages. A failure of the tracking
     store, storage or disk leaves the members' runs open and goes to Ray, which retries the stack from its
-    checkpoint (:mod:`ndebench.platform.infrastructure`)."""
+    checkpoint (:mod:`ndebench.platform.failures.infrastructure`)."""
     from ray import tune
 
     if node_check:

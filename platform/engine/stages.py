@@ -15,12 +15,12 @@ from typing import Any
 
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.datasets.registry import dataset_info
-from ndebench.platform.engine.cluster import shared_folder
-from ndebench.platform.engine.joining import gpu_request
+from ndebench.platform.cluster.joining import gpu_request
+from ndebench.platform.cluster.preflight import shared_folder
+from ndebench.platform.cluster.raysession import RaySession
+from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.engine.provenance import driver_provenance
-from ndebench.platform.engine.raysession import RaySession
 from ndebench.platform.engine.stacktrainable import trial_or_stack
-from ndebench.platform.engine.storage import Storage
 from ndebench.platform.engine.trainable import full_config
 from ndebench.platform.record.heartbeat import Lease
 from ndebench.platform.record.interruption import interrupt_run

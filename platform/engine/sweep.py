@@ -7,7 +7,8 @@ one run per (cell, stage) under it, every trial run under its cell run. A cell w
 yields no usable trial is recorded as failed and the sweep goes on; ``resume`` reruns failed and unfinished
 search cells, reading every finished cell's chosen config back from MLflow, and every planned evaluate
 (cell, seed) without a current ``ok`` run (:func:`~ndebench.platform.engine.evaluatestage.rerun_reason`). The stages
-live in :mod:`.searchstage` and :mod:`.evaluatestage`, what they share in :mod:`.stages`, Ray in :mod:`.raysession`.
+live in :mod:`.searchstage` and :mod:`.evaluatestage`, what they share in :mod:`.stages`, Ray in
+:mod:`ndebench.platform.cluster.raysession`.
 """
 from __future__ import annotations
 
@@ -19,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.datasets.check import preflight_problems
-from ndebench.platform.diskfull import disk_full, is_disk_full
-from ndebench.platform.engine.cluster import check_cluster, refuse_sqlite
+from ndebench.platform.cluster.joining import gpu_request, ray_address
+from ndebench.platform.cluster.preflight import check_cluster, refuse_sqlite
 from ndebench.platform.engine.evaluatestage import evaluate
-from ndebench.platform.engine.joining import gpu_request, ray_address
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, search_stage
 from ndebench.platform.engine.stages import CellStatistics, Printer, StageContext
+from ndebench.platform.failures.diskfull import disk_full, is_disk_full
+from ndebench.platform.failures.stopping import describe
 from ndebench.platform.record.deletions import check_not_deleted, deleted_error
 from ndebench.platform.record.fence import LeaseLostError, fence_writes
 from ndebench.platform.record.heartbeat import Lease
@@ -40,7 +42,6 @@ from ndebench.platform.record.tracking import (
 )
 from ndebench.platform.spec.config import SweepSpec
 from ndebench.platform.spec.plan import base_key, base_stage, stage_for_cells, sweep_cells, tune_stage
-from ndebench.platform.stopping import describe
 
 
 def _print(message: str) -> None:

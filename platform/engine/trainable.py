@@ -19,12 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from ndebench.datasets.registry import dataset_info
-from ndebench.platform.engine.joining import check_this_node
+from ndebench.platform.cluster.joining import check_this_node
+from ndebench.platform.cluster.storage import Storage
+from ndebench.platform.common.plugins import import_plugins
 from ndebench.platform.engine.provenance import worker_provenance
 from ndebench.platform.engine.safepaths import UnsafePathError, inside_trial, trial_folder
-from ndebench.platform.engine.storage import Storage
-from ndebench.platform.infrastructure import TrialInfrastructureError, infrastructure_failure, infrastructure_retried
-from ndebench.platform.plugins import import_plugins
+from ndebench.platform.failures.infrastructure import (
+    TrialInfrastructureError,
+    infrastructure_failure,
+    infrastructure_retried,
+)
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
@@ -148,7 +152,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     A trial still running ``trial_timeout_s`` seconds after this worker started it (or restarted it from a
     checkpoint) ends with status ``timeout`` (run FAILED, ``ndebench.message`` naming ``tune.trial_timeout_s``).
     A failure of the tracking store, storage or disk is not the method's: it leaves the run open and goes to Ray,
-    which retries the trial from its checkpoint (:mod:`ndebench.platform.infrastructure`).
+    which retries the trial from its checkpoint (:mod:`ndebench.platform.failures.infrastructure`).
     """
     from ray import tune
 
@@ -242,7 +246,7 @@ def finish_run(recorder: TrialRecorder, result: TrialResult, phase: str, summari
     summary = summaries
     tags |= calibration_tags(result.calibration) if result.calibration else {}
     if save_weights and phase == "evaluate" and result.weights is not None:
-        from ndebench.platform.weights import log_weights
+        from ndebench.platform.common.weights import log_weights
 
         log_weights(recorder.client, recorder.run_id, result.weights)
     recorder.finish(result.status, final | summary, tags, artifacts)

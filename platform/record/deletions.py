@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ndebench.platform.diskfull import exception_chain
+from ndebench.platform.failures.diskfull import exception_chain
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import client, search
 

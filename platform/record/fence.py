@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ndebench.platform.outage import InfrastructureError
+from ndebench.platform.failures.outage import InfrastructureError
 from ndebench.platform.record.schema import TAG
 
 LEASE = "::lease::"

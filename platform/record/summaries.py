@@ -1,6 +1,6 @@
 """What a trial run carries as final metrics so that readers need only paged ``search_runs``.
 
-Calibration bins (:func:`~ndebench.platform.metrics.calibration_bins`, also kept as the ``calibration.json``
+Calibration bins (:func:`~ndebench.platform.common.metrics.calibration_bins`, also kept as the ``calibration.json``
 artifact for people) are one tag, ``ndebench.calibration``: the bins as compact JSON (floats written exactly),
 so ``search_runs`` returns them with the run and the UI's metric list keeps to the metrics people read (the
 summary is ``test_ece``). Runs recorded between the artifact-only layout and this one carry them as metrics

@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
-from ndebench.platform.metrics import calibration_bins, classification_metrics
+from ndebench.platform.common.metrics import calibration_bins, classification_metrics
 from ndebench.platform.record import tracking
 from ndebench.platform.record.bulk import write_trial
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries

@@ -12,18 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
-from ndebench.platform.report import (
-    audit,
-    controls,
-    html_report,
-    mc_samples,
-    report,
-    sections,
-    sensitivity,
-    summary,
-    timing,
-)
-from ndebench.platform.report.paper import EXTENSION
+from ndebench.platform.report import audit, controls, mc_samples, report, sensitivity, summary, timing
+from ndebench.platform.report.paper.comparison import EXTENSION
+from ndebench.platform.report.render import html_report, sections
 
 
 def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:

@@ -7,7 +7,8 @@ configurations with the baseline's single one, so it is optimistic. Where a stud
 fixed-parameter variant cells (``variants: {continuum_dropout: grid}``), the audit shows per (model, dataset,
 regularizer) both numbers and the gap on the primary metric, and the oracle's difference from ``none`` with its
 plain p-value (Student's t-test of that one cell) and its selection-adjusted p-value
-(:func:`~ndebench.platform.report.selection.selection_adjusted_p`: a max-statistic permutation test over the seeds
+(:func:`~ndebench.platform.report.statistics.selection.selection_adjusted_p`: a max-statistic permutation test over the
+seeds
 that counts the choice among K grid points).
 """
 from __future__ import annotations
@@ -16,9 +17,9 @@ import math
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.report import selection, stats
-from ndebench.platform.report.sections import Cell, Section
-from ndebench.platform.report.tables import fmt_p
+from ndebench.platform.report.render.sections import Cell, Section
+from ndebench.platform.report.render.tables import fmt_p
+from ndebench.platform.report.statistics import selection, stats
 from ndebench.regularizers.none import BASELINE
 
 COLUMNS = ["model", "dataset", "regularizer", "validation_selected", "oracle", "oracle_variant", "gap", "n_variants",
@@ -54,7 +55,7 @@ def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame
     Against ``none`` (NaN without its runs): ``oracle_difference`` (oracle mean minus ``none``'s, raw),
     ``oracle_plain_p`` (two-sided Student's t-test of the oracle cell alone, as if it had not been selected) and
     ``selection_adjusted_p`` (one-sided, for a best-of-K difference this good,
-    :func:`~ndebench.platform.report.selection.selection_adjusted_p`)."""
+    :func:`~ndebench.platform.report.statistics.selection.selection_adjusted_p`)."""
     if "variant" not in runs.columns:
         return pd.DataFrame(columns=COLUMNS)
     ok = runs[runs["status"] == "ok"]

@@ -1,7 +1,7 @@
 """The statistics of each cell's evaluate runs that the engine records on the cell's MLflow run.
 
-The same code as the report's tables (:func:`~ndebench.platform.report.stats.summarize_cells`,
-:func:`~ndebench.platform.report.stats.compare_to_baseline`), so that a number is computed once; the entry
+The same code as the report's tables (:func:`~ndebench.platform.report.statistics.stats.summarize_cells`,
+:func:`~ndebench.platform.report.statistics.stats.compare_to_baseline`), so that a number is computed once; the entry
 layer hands :func:`cell_statistics` to the sweep, which never imports the report wing.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report.report import primary_metrics
-from ndebench.platform.report.stats import compare_to_baseline, summarize_cells
+from ndebench.platform.report.statistics.stats import compare_to_baseline, summarize_cells
 from ndebench.regularizers.none import BASELINE
 
 # Metric names on the cell run for the primary metric's comparison with the baseline (the report's test).
@@ -22,10 +22,11 @@ def cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
                     test: str) -> dict[tuple[str, str, str], dict[str, float]]:
     """Per ``(model, dataset, regularizer)`` cell with an ``ok`` run, in this order: ``mean_<m>`` and ``std_<m>``
     of the dataset's primary metric ``m``; against the baseline ``none`` on ``m`` under ``test`` (the report's
-    :func:`~ndebench.platform.report.stats.compare_to_baseline`): ``diff_vs_none`` (cell mean minus ``none``'s
+    :func:`~ndebench.platform.report.statistics.stats.compare_to_baseline`): ``diff_vs_none`` (cell mean minus
+    ``none``'s
     mean), its 95% interval ``diff_ci_low``/``diff_ci_high``, the two-sided ``p_value_vs_none``, Hedges' g
     ``hedges_g`` with ``hedges_g_ci_low``/``hedges_g_ci_high``
-    (:func:`~ndebench.platform.report.effects.effect_sizes`); then ``n`` (its ok runs) and ``mean_<m>``,
+    (:func:`~ndebench.platform.report.statistics.effects.effect_sizes`); then ``n`` (its ok runs) and ``mean_<m>``,
     ``std_<m>`` of every other numeric ``test_*`` column. The primary metric comes first: MLflow's compare page
     plots the first metric the runs share. ``runs`` has one row per evaluate run with ``regularizer`` naming the
     cell (a variant's label for variant cells); cells without an ok run are left out."""

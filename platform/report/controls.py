@@ -12,9 +12,9 @@ import math
 import re
 
 import pandas as pd
-from ndebench.platform.report import stats
-from ndebench.platform.report.sections import Cell, Section, to_markdown
-from ndebench.platform.report.tables import fmt, fmt_p, interval
+from ndebench.platform.report.render.sections import Cell, Section, to_markdown
+from ndebench.platform.report.render.tables import fmt, fmt_p, interval
+from ndebench.platform.report.statistics import stats
 from ndebench.regularizers.none import BASELINE
 
 CONTROL = re.compile(rf"^{BASELINE}\[n_mc=(\d+)\]$")
@@ -32,7 +32,8 @@ def controls(runs: pd.DataFrame) -> dict[tuple[str, str], str]:
 def control_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> pd.DataFrame:
     """Every regularizer other than ``none`` and its controls against the control cell of its (model, dataset), on
     the dataset's ``primary`` metric with the report's ``test``
-    (:func:`~ndebench.platform.report.stats.compare_to_baseline` with ``baseline`` the control's label: difference
+    (:func:`~ndebench.platform.report.statistics.stats.compare_to_baseline` with ``baseline`` the control's label:
+    difference
     = regularizer mean - control mean, its 95% interval, p, Hedges' g); column ``baseline`` names the control."""
     frames = []
     for (model, dataset), label in controls(runs).items():

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from ndebench.datasets.registry import dataset_info
-from ndebench.platform.registry import UnknownNameError
-from ndebench.platform.report.figures import save_png_pdf
-from ndebench.platform.report.stats import CELL
+from ndebench.platform.common.registry import UnknownNameError
+from ndebench.platform.report.render.figures import save_png_pdf
+from ndebench.platform.report.statistics.stats import CELL
 
 MARGIN = 0.05
 CURVE_KEYS = ("train_loss", "val_loss")

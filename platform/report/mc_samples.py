@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform.report import stats, tables
-from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report.render import tables
+from ndebench.platform.report.render.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report.statistics import stats
 from ndebench.regularizers.none import BASELINE
 
 LABELS = {m: tables.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "test_auroc")}

@@ -3,11 +3,11 @@
 :func:`build_report` turns a frame of evaluate-phase runs (one row per run; columns ``run_id, study, model,
 dataset, regularizer, seed, status``, metric columns ``test_*``, ``test_protocol``, an optional ``metric``
 (the dataset's registered primary metric, tag ``ndebench.metric``) and an optional per-run ``calibration``
-dict from :func:`~ndebench.platform.metrics.calibration_bins`) into paper-style tables: rows are
+dict from :func:`~ndebench.platform.common.metrics.calibration_bins`) into paper-style tables: rows are
 regularizers, column groups are models and columns datasets, cells are "mean (std)" over seeds with
 ``*``/``**`` for the t-test against ``none`` and the best value per column in bold. This module validates
 the runs, picks the metrics and writes the files; the table model and its Markdown and LaTeX renderers
-are :mod:`~ndebench.platform.report.tables`.
+are :mod:`~ndebench.platform.report.render.tables`.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
-from ndebench.platform.report import audit, controls, learning, sections, significance, stats
-from ndebench.platform.report.drawing import figure_mode, pair_count
+from ndebench.platform.report import audit, controls, learning
 from ndebench.platform.report.leftout import left_out_markdown
-from ndebench.platform.report.paper import paper_comparison
-from ndebench.platform.report.studyfigures import pooled_calibration, study_figures
-from ndebench.platform.report.tables import (
+from ndebench.platform.report.paper.comparison import paper_comparison
+from ndebench.platform.report.render import sections
+from ndebench.platform.report.render.drawing import figure_mode, pair_count
+from ndebench.platform.report.render.studyfigures import pooled_calibration, study_figures
+from ndebench.platform.report.render.tables import (
     LABELS,
     TEST_NAMES,
     Table,
@@ -38,6 +39,7 @@ from ndebench.platform.report.tables import (
     md_escape,
     status_line,
 )
+from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
@@ -150,15 +152,17 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
     the ``ok`` runs; ``*`` (better) or ``†`` (worse) marks p < ``alpha`` and ``**``/``††`` p < ``alpha / 5``
     in a two-sided ``test`` (``student``, ``welch`` or ``paired``) against ``none``, the p-values adjusted
-    by ``correction`` (:mod:`~ndebench.platform.report.significance`); the best mean per column is bold; a cell
+    by ``correction`` (:mod:`~ndebench.platform.report.statistics.significance`); the best mean per column is bold; a
+    cell
     whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
     ``summary.json`` holds every statistic with its p-value, the across-dataset comparison
-    (:func:`~ndebench.platform.report.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
-    Figures (:mod:`~ndebench.platform.report.studyfigures`), as ``figures`` (``auto``, ``all``, ``summary`` or
-    ``none``, :func:`~ndebench.platform.report.drawing.figure_mode`) says, named in ``table.md`` and
+    (:func:`~ndebench.platform.report.statistics.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
+    Figures (:mod:`~ndebench.platform.report.render.studyfigures`), as ``figures`` (``auto``, ``all``, ``summary`` or
+    ``none``, :func:`~ndebench.platform.report.render.drawing.figure_mode`) says, named in ``table.md`` and
     ``summary.json`` (``figures``): a reliability diagram per (model, dataset) when runs carry calibration bins,
     a per-seed box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram
-    per model that passes :func:`~ndebench.platform.report.significance.friedman_gate` (else ``table.md`` says
+    per model that passes :func:`~ndebench.platform.report.statistics.significance.friedman_gate` (else ``table.md``
+    says
     why not).
 
     Selection audit (:mod:`~ndebench.platform.report.audit`): where a regularizer's grid was run as variant cells,
@@ -177,7 +181,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`): which protocol produced the rows, a
     line of ``table.md`` and ``summary.json``'s ``protocol``.
 
-    Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper`): every cell beside the paper's
+    Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper.comparison`): every cell beside the paper's
     cells with the same names and the across-dataset improvement beside Tables 9-11, in ``table.md`` and
     ``summary.json`` (``paper_comparison``).
 

@@ -20,15 +20,15 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from ndebench.platform.record.runs import PARAMS
-from ndebench.platform.report import stats
-from ndebench.platform.report.sections import Cell, Section, mean_std, save_figure
-from ndebench.platform.report.tables import LABELS
+from ndebench.platform.report.render.sections import Cell, Section, mean_std, save_figure
+from ndebench.platform.report.render.tables import LABELS
+from ndebench.platform.report.statistics import stats
 from ndebench.regularizers.none import BASELINE
 
 
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:
     """Per (model, dataset, variant label) of ``regularizer``: ``n, mean, std`` (from
-    :func:`~ndebench.platform.report.stats.summarize_cells`, ok runs only) and the variant's parameters
+    :func:`~ndebench.platform.report.statistics.stats.summarize_cells`, ok runs only) and the variant's parameters
     ``p, m, rate``."""
     part = runs[(runs["regularizer"] == regularizer) & (runs["variant"].fillna("") != "")]
     if part.empty:

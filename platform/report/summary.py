@@ -4,14 +4,14 @@ improvement +- SEM and the % change +- SEM, for all datasets and split into univ
 
 With per-dataset means ``r_d``, ``b_d`` (sign-adjusted so positive is better) the improvement is the mean
 over datasets of ``d_d = r_d - b_d`` with ``scipy.stats.sem`` and the % change the mean of
-``100 d_d / |b_d|`` with its SEM, both from :func:`~ndebench.platform.report.stats.compare_across_datasets`.
+``100 d_d / |b_d|`` with its SEM, both from :func:`~ndebench.platform.report.statistics.stats.compare_across_datasets`.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.report import stats
-from ndebench.platform.report.sections import Cell, Section
+from ndebench.platform.report.render.sections import Cell, Section
+from ndebench.platform.report.statistics import stats
 from ndebench.regularizers.none import BASELINE
 
 SPLITS = (("all", "datasets"), ("univariate", "univariate datasets (1 channel)"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.report import stats
-from ndebench.platform.report.sections import Cell, Section, mean_std
+from ndebench.platform.report.render.sections import Cell, Section, mean_std
+from ndebench.platform.report.statistics import stats
 from ndebench.regularizers.none import BASELINE
 
 REGULARIZER = "continuum_dropout"

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from ndebench.models.registry import REGISTRY as MODELS
 from ndebench.models.registry import list_models
-from ndebench.platform import fields as typed
-from ndebench.platform.registry import UnknownNameError
+from ndebench.platform.common.registry import UnknownNameError
+from ndebench.platform.spec import fields as typed
 from ndebench.platform.spec.lint import TOP_KEYS, check_study_name
 from ndebench.platform.spec.plan import check_grids, variant_models
 from ndebench.platform.spec.sections import (
@@ -146,7 +146,7 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
 
 def _plugins(raw: Any) -> tuple[str, ...]:
     """``plugins:``, modules imported before anything is looked up by name, so their components register."""
-    from ndebench.platform.plugins import PluginError, import_plugins
+    from ndebench.platform.common.plugins import PluginError, import_plugins
 
     _require("plugins", raw, typed.either(typed.one_of(None), typed.sequence_of(typed.text)))
     modules = tuple(raw or ())

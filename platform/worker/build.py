@@ -11,7 +11,7 @@ import torch
 from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.registry import create_model
-from ndebench.platform.deadline import Deadline
+from ndebench.platform.failures.deadline import Deadline
 from ndebench.platform.worker.spec import TrialSpec
 from ndebench.regularizers.registry import create_regularizer
 

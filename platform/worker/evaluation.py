@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from ndebench.models.base import NDEClassifier, Prediction
 from ndebench.models.integrate import TrialRNG
-from ndebench.platform.metrics import calibration_bins, classification_metrics, uncertainty_metrics
+from ndebench.platform.common.metrics import calibration_bins, classification_metrics, uncertainty_metrics
 from ndebench.platform.worker.build import Feed
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from ndebench.models.integrate import TrialRNG, step_limit
-from ndebench.platform.deadline import Deadline, TrialTimeout
+from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, protocol_tag, trial_loss

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from ndebench.models.base import Inputs, NDEClassifier, Prediction, TimedInputs, repeat_batch
 from ndebench.models.integrate import TrialRNG, step_limit
-from ndebench.platform.deadline import Deadline, TrialTimeout
+from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
 from ndebench.platform.worker.loop import Training, run_trial

@@ -1,0 +1,421 @@
+"""The ``ndebench`` command line: run, validate, report, ui, server, rates, list, datasets."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ndebench.platform.cli.arguments import build_parser
+from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
+from ndebench.platform.failures import exitcodes
+
+
+class CommandError(Exception):
+    """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    return [item for group in (args.set or []) for item in group]
+
+
+def _lint(args: argparse.Namespace) -> int | None:
+    """Every error of the config file that needs no registry, each on a line with its line number, before torch,
+    Ray or MLflow is imported: exit 2 when there is one. A shipped config's name becomes its path."""
+    from ndebench.platform.spec.lint import lint_file
+    from ndebench.platform.spec.shipped import resolve_config
+    from ndebench.platform.spec.sweepspec import ConfigError
+
+    try:
+        args.config = resolve_config(args.config)
+    except ConfigError as exc:
+        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    problems = lint_file(args.config, _overrides(args))
+    for problem in problems:
+        print(problem.format(args.config), file=sys.stderr)
+    if problems:
+        print(f"ndebench {args.command}: {len(problems)} error(s) in {args.config}; nothing was run", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    return None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    if (code := _lint(args)) is not None:
+        return code
+    from ndebench.platform import api
+    from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
+    from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
+    from ndebench.platform.spec.describe import describe_spec, total_trials
+    from ndebench.platform.spec.extensions import extension_warnings
+
+    spec = api.load(args.config, _overrides(args))
+    built = check_models_build(spec)
+    print(f"{args.config}: valid ({built} model configuration(s) built)")
+    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
+                    + size_warnings(total_trials(spec))):
+        print(f"warning: {warning}")
+    print(describe_spec(spec))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ndebench.platform.cluster.joining import ray_address
+
+    if (code := _lint(args)) is not None:
+        return code
+    try:
+        ray_address(args.address)
+    except ValueError as exc:  # answered here, before the error path imports MLflow
+        print(f"ndebench run: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    from ndebench.platform import api
+    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, size_warnings
+    from ndebench.platform.failures.diskfull import DiskFullError
+    from ndebench.platform.failures.stopping import describe, stop_on_signals
+    from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
+    from ndebench.platform.spec.describe import describe_spec, total_trials
+    from ndebench.platform.spec.plan import sweep_cells
+
+    if not args.verbose:
+        from ndebench.platform.engine.progress import quiet_libraries
+
+        quiet_libraries()
+    spec = api.load(args.config, _overrides(args))
+    warnings = api.validate(spec)
+    uri = tracking_uri(args)
+    check_tracking_reachable(uri)
+    check_out_dir(args.out)
+    print(describe_spec(spec), flush=True)
+    for warning in warnings + size_warnings(total_trials(spec)):
+        print(f"warning: {warning}", flush=True)
+    try:
+        with stop_on_signals():
+            outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address,
+                                resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
+                                retry_diverged=args.retry_diverged, single_node=args.single_node,
+                                progress_every_s=args.progress_every)
+    except KeyboardInterrupt as exc:
+        what, code = describe(exc)
+        print(f"[ndebench] exit {code}: interrupted by {what}; `ndebench run {args.config} --resume` continues the "
+              "study (cut-off trials from their checkpoints)", flush=True)
+        return code
+    except DiskFullError as exc:
+        try:
+            _report_if_possible(spec, uri, Path(args.out), {})
+        except Exception as report_exc:  # noqa: BLE001 - the full disk is what the exit code reports
+            print(f"[ndebench] no report: {report_exc}", flush=True)
+        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {exc}", flush=True)
+        return exitcodes.INFRASTRUCTURE
+    print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
+          f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
+    full = [m for m in (outcome.infrastructure, _report_if_possible(spec, uri, Path(args.out), outcome.failed)) if m]
+    if outcome.failed:
+        print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
+        for label, message in outcome.failed.items():
+            print(f"  {label}: {message}")
+    print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} --tracking-uri {uri}")
+    if full:
+        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {'; '.join(full)}", flush=True)
+        return exitcodes.INFRASTRUCTURE
+    statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
+    problems = [f"{len(outcome.failed)} failed cell(s)"] if outcome.failed else []
+    problems += [summary] if (summary := not_ok_summary(statuses)) else []
+    if problems:
+        print(f"[ndebench] exit {exitcodes.FAILED}: {'; '.join(problems)} (`ndebench run ... --resume` reruns them)",
+              flush=True)
+        return exitcodes.FAILED
+    print(f"[ndebench] all {len(statuses)} planned evaluate run(s) ok or diverged", flush=True)
+    return exitcodes.OK
+
+
+def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> str | None:
+    """The sweep's report; when a full disk stops it, what is full (the files written so far stay)."""
+    from ndebench.platform.failures.diskfull import disk_full, is_disk_full
+
+    try:
+        _report(spec.study, uri, out, spec.report.test, spec.report.alpha, spec.report.correction, failed,
+                spec.report.figures)
+    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here; anything else propagates
+        if not is_disk_full(exc):
+            raise
+        message = str(disk_full(exc, str(out.resolve())))
+        print(f"[ndebench] report not complete: {message}", flush=True)
+        return message
+    return None
+
+
+def _report(study: str, uri: str, out: Path, test: str | None, alpha: float | None, correction: str | None = None,
+            failed: dict[str, str] | None = None, figures: str | None = None, paper: bool = False) -> None:
+    from ndebench.platform import api
+
+    rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed,
+                           figures=figures, paper=paper)
+    if rep is None:
+        print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
+        return
+    print(rep.console)
+    if paper:
+        from ndebench.platform.report.render.sections import to_markdown
+
+        print("".join("\n" + to_markdown(s) for s in rep.files.paper))
+    print(f"\nreport written to {out.resolve() / study} ({', '.join(p.name for p in rep.paths)}) "
+          f"and logged to the study's MLflow run")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
+    from ndebench.platform.report.statistics.stats import check_alpha
+    from ndebench.platform.spec.config import check_study_name
+
+    check_study_name(args.study)
+    if args.alpha is not None:
+        check_alpha(args.alpha)
+    uri = tracking_uri(args)
+    settings = api.study_report_settings(args.study, uri, test=args.test, alpha=args.alpha,
+                                         correction=args.correction, figures=args.figures)
+    print("[ndebench] report settings: " + " ".join(f"{k}={v}" for k, v in settings.items())
+          + " (the study's recorded config, unless given as flags)", flush=True)
+    _report(args.study, uri, Path(args.out), figures=settings.pop("figures"), paper=args.paper, **settings)
+    return 0
+
+
+def cmd_reevaluate(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
+    from ndebench.platform.engine.reevaluate import parse_n_mc
+
+    n_mc = parse_n_mc(args.n_mc)
+    uri = tracking_uri(args)
+    created = api.reevaluate(args.study, n_mc, uri, data_dir=args.data_dir, log=lambda line: print(line, flush=True))
+    print(f"[ndebench] {len(created)} reevaluate run(s) recorded in study {args.study!r}; "
+          f"`ndebench report --study {args.study}` adds the MC-samples table")
+    return 0
+
+
+def cmd_rates(args: argparse.Namespace) -> int:
+    from ndebench.regularizers.rates import asymptotic_rates, dropout_rate, expected_renewals, solve_rates
+
+    rates = solve_rates(args.p, args.m, args.T)
+    approx = asymptotic_rates(args.p, args.m, args.T)
+    result = {
+        "p": args.p, "m": args.m, "T": args.T, "lambda1": rates.lambda1, "lambda2": rates.lambda2,
+        "check_p": dropout_rate(rates.lambda1, rates.lambda2, args.T),
+        "check_m": expected_renewals(rates.lambda1, rates.lambda2, args.T),
+        "asymptotic_lambda1": approx.lambda1, "asymptotic_lambda2": approx.lambda2,
+    }
+    if args.plot:
+        _plot_rates(args)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"lambda1 = {rates.lambda1:.10g}   (active periods ~ Exp(lambda1), mean {1 / rates.lambda1:.4g})")
+        print(f"lambda2 = {rates.lambda2:.10g}   (inactive periods ~ Exp(lambda2), mean {1 / rates.lambda2:.4g})")
+        print(f"check: p = {result['check_p']:.12g}, m = {result['check_m']:.12g}")
+        print(f"large-T approximation: lambda1 ~ {approx.lambda1:.6g}, lambda2 ~ {approx.lambda2:.6g}")
+    return 0
+
+
+def _plot_rates(args: argparse.Namespace) -> None:
+    from ndebench.platform.report.render.trajectories import parse_floats, trajectory_figure
+
+    if args.paths < 1:
+        raise ValueError(f"--paths {args.paths} must be >= 1")
+    ps = parse_floats(args.plot_p, "--plot-p") if args.plot_p else [args.p]
+    ms = parse_floats(args.plot_m, "--plot-m") if args.plot_m else [args.m]
+    written = trajectory_figure([(p, m) for p in ps for m in ms], Path(args.plot), args.T, n_paths=args.paths,
+                                seed=args.seed)
+    print(f"sample paths written to {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "models":
+        from ndebench.models.registry import list_models, model_info
+
+        for name in list_models():
+            info = model_info(name)
+            print(f"{name:28s} [{info.input_kind}, {info.family}] {info.summary}\n{'':28s} {info.paper}")
+    elif args.what == "regularizers":
+        from ndebench.models.registry import list_models, model_info
+        from ndebench.regularizers.registry import list_regularizers, regularizer_info
+
+        for name in list_regularizers():
+            info = regularizer_info(name)
+            space = ", ".join(f"{k} = {hp.choices[0]}" if len(hp.choices) == 1 else f"{k} in {list(hp.choices)}"
+                              for k, hp in info.hyperparams.items())
+            refused = [model for model in list_models() if info.incompatible(model_info(model))]
+            print(f"{name:22s} {info.summary}" + (f"\n{'':22s} default search: {space}" if space else "")
+                  + (f"\n{'':22s} not with: {', '.join(refused)}" if refused else ""))
+    else:
+        from ndebench.datasets.registry import dataset_info, list_datasets
+
+        for name in list_datasets():
+            print(f"{name:40s} {dataset_info(name).summary}")
+    return 0
+
+
+def cmd_configs(args: argparse.Namespace) -> int:
+    from ndebench.platform.spec.shipped import describe_shipped
+
+    for name, description in describe_shipped():
+        print(f"{name:40s} {description}")
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses
+
+    if args.action == "list":
+        statuses = dataset_statuses(args.data_dir)
+        print(f"data directory: {statuses[0]['data_dir']}")
+        for status in statuses:
+            where = status["source"] if status["available"] else "missing"
+            print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
+        return 0
+    status = dataset_status(args.name, args.data_dir)
+    if not status["available"]:
+        print(status["problem"], file=sys.stderr)
+        return 1
+    print(f"checking {args.name} from {status['source']} (expected {status['shape']}) ...", flush=True)
+    problems = check_dataset(args.name, args.data_dir)
+    for problem in problems:
+        print(f"  problem: {problem}")
+    print(f"{args.name}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+    from ndebench.platform.bench import speed as bench
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    say = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else print
+    if (args.config is not None) != (args.target == "throughput"):
+        raise ValueError("bench throughput needs a CONFIG, and only bench throughput takes one")
+    if args.target == "throughput":
+        from ndebench.platform import api
+        from ndebench.platform.bench.throughput import bench_throughput
+
+        result = bench_throughput(api.load(args.config), cell=args.cell, device=args.device, stack=args.stack,
+                                  concurrent=args.concurrent, trials=args.trials, threads=args.threads, say=say)
+        print(json.dumps(result) if args.json else "\n".join(f"{key:16s} {value}" for key, value in result.items()))
+        return 0
+    if args.target == "platform":
+        result = bench.bench_platform(trials=args.trials or 12, epochs=args.epochs, reuse_actors=args.reuse_actors,
+                                      say=say)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for key, value in result.items():
+                print(f"{key:24s} {value}")
+        return 0
+    if args.target == "scale":
+        if (args.runs is None) == (args.trials is None):
+            raise ValueError("bench scale needs one of --runs N (evaluate runs of a synthetic study, timing the "
+                             "report) or --trials N (trivial trials in one stage, timing the driver)")
+        if args.trials is not None:
+            from ndebench.platform.bench.scale import bench_trials
+
+            result = bench_trials(args.trials, nodes=args.nodes, cpus_per_node=args.cpus_per_node, say=say)
+        else:
+            result = bench.bench_scale(args.runs, args.tracking_uri, workers=args.workers, figures=args.figures,
+                                       say=say)
+        print(json.dumps(result) if args.json else "\n".join(f"{key:14s} {value}" for key, value in result.items()))
+        return 0
+    if args.target == "draw":
+        points = args.length or 161
+        result = bench.bench_draw(batch=args.batch[0] if args.batch else 256,
+                                  hidden=args.hidden[0] if args.hidden else 512,
+                                  points=points, horizon=args.horizon or points - 1.0, p=args.p,
+                                  m=args.m if args.m is not None else 100.0,
+                                  device=args.device, reps=args.reps)
+        print(json.dumps(result) if args.json else
+              f"mask draw, batch {result['batch']} x hidden {result['hidden']}, {points} grid points over "
+              f"[0, {result['horizon']:g}], p {args.p:g}, m {result['m']:g}, {result['device']}: "
+              f"{result['draw_ms']:.1f} ms")
+        return 0
+    cases = bench.model_cases(
+        args.models.split(","), args.hidden or [16, 128], args.batch or [64, 128], length=args.length or 100,
+        solver=args.solver, device=str(bench.check_device(args.device)), n_mc=args.n_mc, p=args.p,
+        cuda_graph=args.cuda_graph,
+        m=args.m if args.m is not None else 10.0,
+    )
+    if not args.json:
+        print(f"{'model':14s} {'hidden':>6s} {'batch':>5s} {'len':>4s}  train ms none / CD (ratio)   "
+              f"eval ms one / MC{args.n_mc} (ratio)   draw ms", flush=True)
+
+    def show(row: dict) -> None:
+        if not args.json:
+            print(f"{row['model']:14s} {row['hidden']:6d} {row['batch']:5d} {row['length']:4d}  "
+                  f"{row['train_ms_none']:8.1f} / {row['train_ms_cd']:8.1f} ({row['train_ratio']:.3f})   "
+                  f"{row['eval_ms_one']:8.1f} / {row['eval_ms_mc']:8.1f} ({row['mc_ratio']:.3f})   "
+                  f"{row['draw_ms']:7.2f}",
+                  flush=True)
+        else:
+            say(f"[bench] {row['model']} hidden {row['hidden']} batch {row['batch']}: done")
+
+    rows = bench.bench_models(cases, args.reps, on_row=show)
+    if args.json:
+        print(json.dumps({"rows": rows}))
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
+            "ui": cmd_ui, "server": cmd_server, "grant": cmd_grant, "rates": cmd_rates, "datasets": cmd_datasets,
+            "bench": cmd_bench, "list": cmd_list, "configs": cmd_configs}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ndebench`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "datasets" and args.action == "check" and not args.name:
+        parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
+    try:
+        return COMMANDS[args.command](args)
+    except Exception as exc:
+        # Only here, so that --help, --version and a config with errors answer without torch, Ray or MLflow.
+        from ndebench.platform.common.registry import UnknownNameError
+        from ndebench.platform.failures.credentials import credentials_refused
+        from ndebench.platform.failures.diskfull import disk_full, is_disk_full
+        from ndebench.platform.failures.infrastructure import infrastructure_failure
+        from ndebench.platform.failures.outage import outage
+        from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
+        from ndebench.platform.spec.sweepspec import ConfigError
+
+        uri = getattr(args, "tracking_uri", None) or default_tracking_uri()
+        if is_disk_full(exc):
+            database = sqlite_path(uri)
+            error = disk_full(exc, os.getcwd(), str(database) if database else None)
+            print(f"ndebench {args.command}: error: {error}", file=sys.stderr)
+            return exitcodes.INFRASTRUCTURE
+        if refusal := credentials_refused(exc, uri):
+            print(f"ndebench {args.command}: error: {refusal}", file=sys.stderr)
+            return exitcodes.BAD_INPUT
+        # Checked before the bad-input types: requests' connection errors are OSErrors.
+        if cause := outage(exc, uri) or infrastructure_failure(exc, uri, os.getcwd()):
+            print(f"ndebench {args.command}: error: {cause}", file=sys.stderr)
+            return exitcodes.INFRASTRUCTURE
+        if not isinstance(exc, (ConfigError, UnknownNameError, CommandError, ValueError, OSError, RuntimeError)):
+            raise
+        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+
+
+def run() -> None:
+    """Console-script entry: ``main`` with Unix pipe behaviour (``ndebench list models | head`` ends quietly)."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Ctrl-C outside a sweep (while loading torch, validating, reporting): a line, not a traceback.
+        print("ndebench: interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(exitcodes.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    run()

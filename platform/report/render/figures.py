@@ -1,0 +1,124 @@
+"""PNG figures of a report: reliability diagrams, per-seed box/strip plots, critical-difference diagrams.
+
+Each figure is saved as PNG and, beside it, as PDF. Figures are built on ``matplotlib.figure.Figure``
+rather than pyplot so no global backend or figure state is touched (reports may be written from a process that
+already uses matplotlib).
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from ndebench.platform.common.metrics import expected_calibration_error
+
+
+def save_png_pdf(fig: Figure, path: Path, **kwargs: Any) -> Path:
+    """Save ``path`` (PNG, for reports) and a PDF copy beside it (vector, for papers); return ``path``."""
+    fig.savefig(path, dpi=120, **kwargs)
+    fig.savefig(Path(path).with_suffix(".pdf"), **kwargs)
+    return path
+
+
+def reliability_diagram(curves: dict[str, dict[str, Any]], path: Path, title: str) -> Path:
+    """:func:`reliability_figure` saved to ``path`` (and a PDF beside it)."""
+    return save_png_pdf(reliability_figure(curves, title), path)
+
+
+def reliability_figure(curves: dict[str, dict[str, Any]], title: str) -> Figure:
+    """One curve per regularizer of bin accuracy ``correct_sum/count`` against mean confidence
+    ``confidence_sum/count`` over the non-empty bins of pooled
+    :func:`~ndebench.platform.common.metrics.calibration_bins`
+    output; the diagonal is perfect calibration and the legend gives each curve's pooled ECE."""
+    fig = Figure(figsize=(4.8, 4.4))
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1, label="perfect calibration")
+    for name, bins in curves.items():
+        count = np.asarray(bins["count"], dtype=float)
+        used = count > 0
+        confidence = np.asarray(bins["confidence_sum"], dtype=float)[used] / count[used]
+        accuracy = np.asarray(bins["correct_sum"], dtype=float)[used] / count[used]
+        ax.plot(confidence, accuracy, marker="o", markersize=4,
+                label=f"{name} (ECE {expected_calibration_error(bins):.3f})")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=title)
+    ax.legend(fontsize="small", loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def seed_plot(values: pd.DataFrame, order: list[str], path: Path, title: str, ylabel: str,
+              failed: dict[str, str] | None = None) -> Path:
+    """:func:`seed_figure` saved to ``path`` (and a PDF beside it)."""
+    return save_png_pdf(seed_figure(values, order, title, ylabel, failed), path)
+
+
+def seed_figure(values: pd.DataFrame, order: list[str], title: str, ylabel: str,
+                failed: dict[str, str] | None = None) -> Figure:
+    """Box plot per regularizer (in ``order``) of ``values["value"]`` with every seed drawn as a point;
+    ``failed`` describes the diverged/errored runs of a regularizer (e.g. "1 diverged"), written under its name."""
+    fig = Figure(figsize=(max(4.8, 1.2 + 1.1 * len(order)), 4.0))
+    ax = fig.add_subplot()
+    samples = [values.loc[values["regularizer"] == name, "value"].to_numpy(float) for name in order]
+    positions = np.arange(1, len(order) + 1)
+    non_empty = [i for i, s in enumerate(samples) if len(s)]
+    if non_empty:
+        ax.boxplot([samples[i] for i in non_empty], positions=positions[non_empty], widths=0.5, showfliers=False)
+    for position, sample in zip(positions, samples, strict=True):
+        offsets = np.linspace(-0.12, 0.12, len(sample)) if len(sample) > 1 else np.zeros(len(sample))
+        ax.scatter(position + offsets, sample, s=16, zorder=3)
+    failed = failed or {}
+    labels = [name + (f"\n({failed[name]})" if failed.get(name) else "") for name in order]
+    ax.set_xticks(positions, labels, rotation=20, fontsize="small")
+    ax.set(ylabel=ylabel)
+    ax.set_title(textwrap.fill(title, 48), fontsize="medium")
+    fig.tight_layout()
+    return fig
+
+
+def _cliques(names: list[str], not_different: set[frozenset[str]]) -> list[tuple[int, int]]:
+    """Maximal runs ``[i, j]`` of rank-ordered names whose members are pairwise not significantly different."""
+    runs = []
+    for i in range(len(names)):
+        j = i
+        while j + 1 < len(names) and all(frozenset((names[k], names[j + 1])) in not_different for k in range(i, j + 1)):
+            j += 1
+        if j > i and not any(a <= i and j <= b for a, b in runs):
+            runs.append((i, j))
+    return runs
+
+
+def critical_difference_diagram(ranks: pd.Series, pairs: pd.DataFrame, alpha: float, path: Path, title: str) -> Path:
+    """Average ranks (1 = best) on a horizontal axis; a bar joins regularizers whose pairwise
+    Holm-adjusted Wilcoxon p-value (``pairs`` from
+    :func:`~ndebench.platform.report.statistics.stats.pairwise_wilcoxon`) is
+    at least ``alpha``, i.e. that the data cannot tell apart."""
+    names = list(ranks.index)
+    k = len(names)
+    not_different = {frozenset((a, b)) for a, b, p in pairs[["a", "b", "p_holm"]].itertuples(index=False)
+                     if not p < alpha}
+    fig = Figure(figsize=(1.0 + 1.2 * k, 1.2 + 0.3 * k))
+    ax = fig.add_subplot()
+    ax.set_xlim(0.5, k + 0.5)
+    half = (k + 1) // 2
+    ax.set_ylim(-(half + 1) / 2, 0.6)
+    ax.axis("off")
+    ax.hlines(0, 1, k, color="black", linewidth=1)
+    for r in range(1, k + 1):
+        ax.vlines(r, 0, 0.15, color="black", linewidth=1)
+        ax.text(r, 0.2, str(r), ha="center", va="bottom", fontsize="small")
+    for i, name in enumerate(names):
+        left = i < half
+        y = -(i + 1) / 2 if left else -(k - i) / 2
+        x_text = 0.6 if left else k + 0.4
+        ax.plot([ranks[name], ranks[name], x_text], [0, y, y], color="black", linewidth=0.8)
+        ax.text(x_text, y, f"{name} ({ranks[name]:.2f})", ha="right" if left else "left", va="center",
+                fontsize="small")
+    for level, (i, j) in enumerate(_cliques(names, not_different)):
+        y = -0.15 - 0.12 * level
+        ax.hlines(y, ranks[names[i]] - 0.03, ranks[names[j]] + 0.03, color="tab:red", linewidth=3)
+    ax.set_title(f"{title}\naverage rank (1 = best); bars: Holm-adjusted Wilcoxon p >= {alpha:g}",
+                 fontsize="small")
+    return save_png_pdf(fig, path, bbox_inches="tight")

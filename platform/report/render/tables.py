@@ -1,0 +1,438 @@
+"""The table model of a study report and its Markdown and LaTeX renderers.
+
+A :class:`Table` is renderer-agnostic: columns are (model, dataset, metric), rows regularizers (``none``
+first), and each :class:`Cell` holds the "mean (std)" text over the ``ok`` seeds, the significance marker of
+the test against ``none``, whether it is the best of its column (bold), a note (other n, diverged or
+errored runs, missing seeds) and a ``flag`` for a cell whose model did not learn
+(:mod:`~ndebench.platform.report.learning`). :func:`markdown` and :func:`latex` render a study's tables, its
+across-dataset comparison and captions that name the metric, n, the test, alpha and the correction.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from ndebench.platform.record.schema import LISTED_STATUSES
+from ndebench.platform.report.learning import FLAG, MARGIN
+from ndebench.platform.report.statistics import significance, stats
+from ndebench.regularizers.none import BASELINE
+
+LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
+          "test_nll": "NLL", "test_ece": "ECE"}
+TEST_NAMES = {
+    "student": "Student's two-sample t-test (scipy.stats.ttest_ind, pooled variance)",
+    "welch": "Welch's two-sample t-test (scipy.stats.ttest_ind, equal_var=False)",
+    "paired": "paired t-test over the seeds both cells share (scipy.stats.ttest_rel)",
+}
+DIGITS = 3
+
+
+@dataclass
+class Cell:
+    """One rendered table cell: ``text`` ("mean (std)" or "–"), significance ``marker``, ``bold`` for the
+    best of its column, a bracketed ``note`` and ``flag`` ("did not learn", or "")."""
+
+    text: str
+    marker: str = ""
+    bold: bool = False
+    note: str = ""
+    flag: str = ""
+
+
+@dataclass
+class Table:
+    """Renderer-agnostic content of one table: ``columns`` are (model, dataset, metric) and ``cells`` map
+    (regularizer, column index) to a :class:`Cell`."""
+
+    title: str
+    columns: list[tuple[str, str, str]]
+    rows: list[str]
+    cells: dict[tuple[str, int], Cell]
+    usual_n: int
+    test: str
+    cell_stats: pd.DataFrame
+    comparisons: pd.DataFrame
+    protocols: dict[str, str]
+    correction: str = "none"
+    flagged: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, runs: pd.DataFrame, metrics: dict[str, str], title: str, test: str, alpha: float,
+              correction: str = "none", coverage: pd.DataFrame | None = None,
+              flagged: dict[tuple[str, str, str], str] | None = None) -> Table:
+        """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
+        :data:`~ndebench.platform.record.schema.COUNTED_STATUSES`: cell means and stds
+        (:func:`~ndebench.platform.report.statistics.stats.summarize_cells`), ``test`` against ``none`` marked at
+        ``alpha``
+        after ``correction``, the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)
+        and the cells in ``flagged`` (``(model, dataset, regularizer)`` -> why,
+        :func:`~ndebench.platform.report.learning.flags`) marked "did not learn"."""
+        flagged = flagged or {}
+        summaries, comparisons = [], []
+        for metric in sorted(set(metrics.values())):
+            part = runs[runs["dataset"].isin([d for d, m in metrics.items() if m == metric])]
+            summaries.append(stats.summarize_cells(part, metric))
+            comparisons.append(stats.compare_to_baseline(part, metric, test=test, alpha=alpha))
+        cell_stats = pd.concat(summaries, ignore_index=True)
+        comparison = pd.concat(comparisons, ignore_index=True)
+        comparison["p_holm"] = significance.adjust(comparison["p"].to_numpy(float), stats.CORRECTION, alpha)
+        comparison = significance.mark(comparison, alpha, correction)
+        columns = [(m, d, metrics[d]) for m, d in
+                   runs[["model", "dataset"]].drop_duplicates().sort_values(["model", "dataset"])
+                   .itertuples(index=False)]
+        rows = regularizer_order(runs)
+        ok_n = cell_stats.loc[cell_stats["n"] > 0, "n"]
+        usual_n = int(ok_n.mode().max()) if len(ok_n) else 0
+        by_cell = _records(cell_stats)
+        tests = _records(comparison)
+        gaps = {} if coverage is None else {tuple(k): n for k, n in zip(
+            coverage[stats.CELL].itertuples(index=False, name=None), coverage["note"], strict=True) if n}
+        cells = {}
+        for j, (model, dataset, metric) in enumerate(columns):
+            for regularizer in rows:
+                key = (model, dataset, regularizer)
+                if key in by_cell:
+                    cells[(regularizer, j)] = _cell(by_cell[key], tests.get(key), usual_n, gaps.get(key, ""))
+                    cells[(regularizer, j)].flag = FLAG if key in flagged else ""
+                elif key in gaps:
+                    cells[(regularizer, j)] = Cell("–", note=gaps[key])
+            _bold_best(cells, j, rows, by_cell, model, dataset, metric)
+        protocols = {}
+        if "test_protocol" in runs.columns:
+            named = runs[runs["test_protocol"].notna() & (runs["test_protocol"].astype(str) != "")]
+            protocols = {r: ", ".join(sorted(set(g["test_protocol"].astype(str))))
+                         for r, g in named.groupby("regularizer")}
+        return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction,
+                   {k: v for k, v in flagged.items() if k in by_cell})
+
+    def metric_names(self) -> list[str]:
+        """The distinct metric columns of the table, sorted."""
+        return sorted({m for _, _, m in self.columns})
+
+
+def regularizer_order(runs: pd.DataFrame) -> list[str]:
+    """``none`` first, then the other regularizers by name."""
+    names = set(runs["regularizer"])
+    return [BASELINE] * (BASELINE in names) + sorted(names - {BASELINE})
+
+
+def _records(frame: pd.DataFrame) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The rows of a per-cell frame by (model, dataset, regularizer): a dict lookup per cell, not an index search."""
+    return dict(zip(frame[list(stats.CELL)].itertuples(index=False, name=None), frame.to_dict("records"), strict=True))
+
+
+def _cell(row: dict[str, Any], comparison: dict[str, Any] | None, usual_n: int, gap: str = "") -> Cell:
+    notes = []
+    n = int(row["n"])
+    if n != usual_n:
+        notes.append(f"n={n}")
+    notes += [f"{int(row[c])} {word}" for c, word in
+              (("n_diverged", "diverged"), ("n_error", "error"), ("n_missing", "missing")) if row[c]]
+    notes += [gap] if gap else []
+    if comparison is not None and comparison["flag"] and comparison["flag"] != stats.TOO_FEW:
+        notes.append(str(comparison["flag"]))
+    text = "–" if n == 0 else (f"{row['mean']:.{DIGITS}f}" + (f" ({row['std']:.{DIGITS}f})" if n > 1 else ""))
+    marker = comparison["marker"] if comparison is not None else ""
+    return Cell(text, marker, False, "; ".join(notes))
+
+
+def _bold_best(cells: dict, j: int, rows: list[str], by_cell: dict[tuple[str, str, str], dict[str, Any]],
+               model: str, dataset: str, metric: str) -> None:
+    """Bold every cell of column ``j`` whose mean, rounded as displayed, is the best one."""
+    means = {r: round(float(by_cell[(model, dataset, r)]["mean"]), DIGITS) for r in rows
+             if (model, dataset, r) in by_cell and by_cell[(model, dataset, r)]["n"] > 0}
+    if not means:
+        return
+    best = (max if stats.higher_is_better(metric) else min)(means.values())
+    for r, value in means.items():
+        if value == best:
+            cells[(r, j)].bold = True
+
+
+def caption(table: Table, alpha: float, tex: bool) -> str:
+    """Caption naming the metric, n, the test, alpha and the markers; ``tex`` escapes it for LaTeX."""
+    esc = latex_escape if tex else (lambda text: text)
+    n_tests = int(np.isfinite(table.comparisons["p"].to_numpy(float)).sum())
+    metrics = table.metric_names()
+    label = " / ".join(LABELS.get(m, m) for m in metrics)
+    directions = "; ".join(f"{LABELS.get(m, m)}: {'higher' if stats.higher_is_better(m) else 'lower'} is better"
+                           for m in metrics)
+    return (esc(f"Test {label}: mean (sample std) over n = {table.usual_n} seeds per cell (cells with another n, "
+                "or with diverged/errored runs, say so in brackets). ")
+            + significance.caption(table.correction, n_tests, alpha, tex)
+            + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; "
+                  f"bold: best mean per column ({directions})." + _protocol_sentence(table) + _flag_sentence(table)))
+
+
+def _flag_sentence(table: Table) -> str:
+    if not table.flagged:
+        return ""
+    return (f" \"{FLAG}\": the mean final training loss over the seeds is not {MARGIN:.0%} below chance (ln K for"
+            " K classes), so the cell shows a training failure, not a regularization effect.")
+
+
+def flagged_lines(table: Table) -> list[str]:
+    """One Markdown line per cell of ``table`` that did not learn, with its training loss and chance level."""
+    if not table.flagged:
+        return []
+    return ["## Cells that did not learn", ""] + [f"- {md_escape(' / '.join(k))}: {why}"
+                                                  for k, why in sorted(table.flagged.items())] + [""]
+
+
+def _protocol_sentence(table: Table) -> str:
+    if not table.protocols:
+        return ""
+    return " Test-time protocol: " + "; ".join(f"{r}: {p}" for r, p in table.protocols.items()) + "."
+
+
+def _model_width(columns: list[tuple[str, str, str]]) -> list[tuple[str, int]]:
+    return [(model, len(list(group))) for model, group in itertools.groupby(c[0] for c in columns)]
+
+
+def column_title(table: Table, dataset: str, metric: str) -> str:
+    """The dataset, with its metric's label when the table mixes metrics (``Sepsis (AUROC)``)."""
+    return f"{dataset} ({LABELS.get(metric, metric)})" if len(table.metric_names()) > 1 else dataset
+
+
+# Markdown ---------------------------------------------------------------------------------------------
+
+def md_escape(text: str) -> str:
+    """Escape Markdown table and emphasis characters (``|``, ``*``)."""
+    return text.replace("|", "\\|").replace("*", "\\*")
+
+
+def status_line(runs: pd.DataFrame) -> str:
+    """One sentence counting the runs by status (``ok``, ``diverged``, ``error`` first), with a hint when
+    some are still ``running``."""
+    counts = runs["status"].value_counts()
+    others = sorted(set(counts.index) - set(LISTED_STATUSES))
+    parts = [f"{int(counts.get(s, 0))} {s}" for s in (*LISTED_STATUSES, *others)]
+    line = f"{len(runs)} evaluate-phase runs: " + ", ".join(parts) + "."
+    if "running" in counts or "interrupted" in counts:
+        line += (" Running and interrupted runs belong to a sweep in progress or one that was stopped "
+                 "(`ndebench run --resume` finishes them); the tables cover the finished runs.")
+    return line
+
+
+def failed_lines(runs: pd.DataFrame, limit: int = 50) -> list[str]:
+    """Markdown list of the runs that did not finish ok, with their messages."""
+    failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
+    if failed.empty:
+        return []
+    lines = ["## Runs that did not finish ok", ""]
+    for row in failed.head(limit).itertuples(index=False):
+        message = str(getattr(row, "message", "") or "").replace("\n", " ")
+        lines.append(f"- {md_escape(f'{row.model} / {row.dataset} / {row.regularizer}')}, seed {row.seed}: "
+                     f"{row.status}" + (f": {md_escape(message[:300])}" if message else ""))
+    if len(failed) > limit:
+        lines.append(f"- ... and {len(failed) - limit} more (see results.csv)")
+    return lines + [""]
+
+
+def _md_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return "–"
+    text = f"**{cell.text}**" if cell.bold else cell.text
+    text += md_escape(cell.marker)
+    return text + (f" [{cell.note}]" if cell.note else "") + (f" **{cell.flag}**" if cell.flag else "")
+
+
+def _md_table(table: Table, alpha: float) -> list[str]:
+    header = ["regularizer"] + [f"{md_escape(m)} / {md_escape(column_title(table, d, metric))}"
+                                for m, d, metric in table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * len(table.columns)]
+    for r in table.rows:
+        lines.append("| " + " | ".join([md_escape(r)] + [_md_cell(table.cells.get((r, j)))
+                                                            for j in range(len(table.columns))]) + " |")
+    return lines + ["", caption(table, alpha, tex=False)]
+
+
+def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
+    """``table.md`` of a study: the run counts, each table with its caption, the across-dataset comparison
+    and the runs that did not finish ok."""
+    lines = [f"# Study {study}", "", status_line(runs), ""]
+    for table in tables:
+        title = "Primary metric" if table.title == "primary" else table.title
+        lines += [f"## {title}", "", *_md_table(table, alpha), ""]
+    lines += flagged_lines(tables[0]) if tables else []
+    lines += effects_markdown(tables[0]) if tables else []
+    lines += ["## Across datasets", "", *_md_across(across, alpha), "", *failed_lines(runs)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _md_across(across: pd.DataFrame, alpha: float) -> list[str]:
+    if across.empty:
+        return ["No regularizer shares a dataset with the baseline none."]
+    lines = ["| model | regularizer | datasets | mean improvement (SE) [95% CI] | % change | wins | Wilcoxon p | "
+             "Holm p |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in across.itertuples(index=False):
+        lines.append(f"| {md_escape(row.model)} | {md_escape(row.regularizer)} | {row.n_datasets} | "
+                     f"{_improvement(row)} | {fmt(row.pct_change, 2, True)} | "
+                     f"{row.wins}/{row.n_datasets} | {fmt_p(row.p)} | {fmt_p(row.p_holm)} |")
+    lines += ["", _across_caption(alpha)]
+    notes = sorted({n for n in across["note"] if n})
+    return lines + ([""] + [f"- {n}" for n in notes] if notes else [])
+
+
+def _improvement(row: tuple) -> str:
+    """"mean (SE) [low, high]" of an across-dataset row (the interval left out where undefined)."""
+    return " ".join(x for x in (f"{fmt(row.mean_improvement, sign=True)} ({fmt(row.se)})",
+                                interval(row.ci_low, row.ci_high)) if x)
+
+
+def _across_caption(alpha: float) -> str:
+    return ("Improvement over none on each dataset's primary metric (sign-adjusted so that positive is "
+            "better), averaged over datasets with its standard error and 95% Student-t interval; % change is the "
+            "mean of the per-dataset "
+            "relative changes. Wilcoxon signed-rank test over datasets (scipy.stats.wilcoxon, two-sided), "
+            f"Holm-corrected over all (model, regularizer) rows (statsmodels multipletests, method='holm'), "
+            f"alpha = {alpha:g}.")
+
+
+def fmt(x: float, digits: int = DIGITS, sign: bool = False) -> str:
+    """``x`` with ``digits`` decimals (``sign``: always signed); ``n/a`` for None or NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def fmt_p(p: float) -> str:
+    """A p-value: 4 decimals, scientific below 1e-4, ``n/a`` for None or NaN."""
+    if p is None or math.isnan(p):
+        return "n/a"
+    return f"{p:.2e}" if p < 1e-4 else f"{p:.4f}"
+
+
+# LaTeX ------------------------------------------------------------------------------------------------
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+# Shrinks a table wider than the text to fit, leaves narrower ones at their natural size (graphicx).
+_FIT_WIDTH = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters (``continuum_dropout`` -> ``continuum\\_dropout``)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _tex_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return "--"
+    text = latex_escape(cell.text).replace("–", "--")
+    text = rf"\textbf{{{text}}}" if cell.bold else text
+    if cell.marker:
+        text += "$^{" + cell.marker.replace("†", r"\dagger") + "}$"
+    text += rf" {{\scriptsize [{latex_escape(cell.note)}]}}" if cell.note else ""
+    return text + (rf" {{\scriptsize\itshape {cell.flag}}}" if cell.flag else "")
+
+
+def _label(study: str, title: str) -> str:
+    return "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", f"{study}-{title}").strip("-").lower()
+
+
+def _tex_table(study: str, table: Table, alpha: float) -> list[str]:
+    k = len(table.columns)
+    groups = _model_width(table.columns)
+    group_row = [""] + [rf"\multicolumn{{{w}}}{{c}}{{{latex_escape(m)}}}" for m, w in groups]
+    rules, start = [], 2
+    for _, w in groups:
+        rules.append(rf"\cmidrule(lr){{{start}-{start + w - 1}}}")
+        start += w
+    lines = [r"\begin{table}[htbp]", r"\centering",
+             rf"\caption{{{caption(table, alpha, tex=True)}}}",
+             rf"\label{{{_label(study, table.title)}}}",
+             _FIT_WIDTH, rf"\begin{{tabular}}{{l{'c' * k}}}", r"\toprule",
+             " & ".join(group_row) + r" \\", " ".join(rules),
+             " & ".join(["Regularizer"] + [latex_escape(column_title(table, d, m)) for _, d, m in table.columns])
+             + r" \\", r"\midrule"]
+    for r in table.rows:
+        lines.append(" & ".join([latex_escape(r)] + [_tex_cell(table.cells.get((r, j))) for j in range(k)]) + r" \\")
+    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
+
+
+def _tex_across(study: str, across: pd.DataFrame, alpha: float) -> list[str]:
+    if across.empty:
+        return []
+    lines = [r"\begin{table}[htbp]", r"\centering",
+             rf"\caption{{{latex_escape(_across_caption(alpha))}}}", rf"\label{{{_label(study, 'across')}}}",
+             _FIT_WIDTH, r"\begin{tabular}{llrrrrrr}", r"\toprule",
+             r"Model & Regularizer & Datasets & Improvement (SE) & \% change & Wins & Wilcoxon $p$ & Holm $p$ \\",
+             r"\midrule"]
+    for row in across.itertuples(index=False):
+        lines.append(" & ".join([latex_escape(row.model), latex_escape(row.regularizer), str(row.n_datasets),
+                                 latex_escape(_improvement(row)),
+                                 fmt(row.pct_change, 2, True), f"{row.wins}/{row.n_datasets}",
+                                 fmt_p(row.p), fmt_p(row.p_holm)]) + r" \\")
+    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
+
+
+def latex(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
+    """``table.tex`` of a study: one booktabs ``table`` per table, then the across-dataset comparison."""
+    lines = [f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.", ""]
+    for table in tables:
+        lines += _tex_table(study, table, alpha)
+    lines += _tex_effects(study, tables[0]) if tables else []
+    return "\n".join(lines + _tex_across(study, across, alpha))
+
+
+# Effect sizes ------------------------------------------------------------------------------------------
+
+def interval(low: float, high: float, digits: int = DIGITS) -> str:
+    """``[low, high]`` with signs, or ``""`` when the interval is undefined."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return ""
+    return f"[{fmt(low, digits, True)}, {fmt(high, digits, True)}]"
+
+
+def effect_rows(table: Table) -> list[list[str]]:
+    """Per comparison of ``table`` with ``none``: model, dataset, regularizer, n vs n_baseline, the raw
+    difference with its 95% interval and Hedges' g with its interval."""
+    rows = []
+    for c in table.comparisons.sort_values(stats.CELL).itertuples(index=False):
+        rows.append([c.model, c.dataset, c.regularizer, f"{c.n} vs {c.n_baseline}",
+                     f"{fmt(c.difference, sign=True)} {interval(c.diff_ci_low, c.diff_ci_high)}".strip(),
+                     f"{fmt(c.hedges_g, 2, True)} {interval(c.hedges_g_ci_low, c.hedges_g_ci_high, 2)}".strip()])
+    return rows
+
+
+def effects_caption(table: Table) -> str:
+    """What the effect-size table shows, naming the test its intervals match."""
+    return (f"Difference = regularizer mean minus {BASELINE} mean on the primary metric (raw: for NLL and "
+            f"ECE a negative difference is better), with the 95% confidence interval of the "
+            f"{TEST_NAMES[table.test]}. Hedges' g: the difference in standard deviations (pooled for Student, "
+            "the average variance for Welch, the paired differences' for paired) times the small-sample "
+            "correction, with the normal-approximation 95% interval of Hedges & Olkin (1985).")
+
+
+EFFECT_HEADER = ["model", "dataset", "regularizer", "n", "difference [95% CI]", "Hedges' g [95% CI]"]
+
+
+def effects_markdown(table: Table) -> list[str]:
+    """The Markdown effect-size section of ``table`` (nothing when it has no comparison)."""
+    rows = effect_rows(table)
+    if not rows:
+        return []
+    lines = ["## Effect sizes against none", "", "| " + " | ".join(EFFECT_HEADER) + " |",
+             "|---|---|---|---:|---:|---:|"]
+    lines += ["| " + " | ".join(md_escape(x) for x in row) + " |" for row in rows]
+    return lines + ["", effects_caption(table), ""]
+
+
+def _tex_effects(study: str, table: Table) -> list[str]:
+    rows = effect_rows(table)
+    if not rows:
+        return []
+    lines = [r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(effects_caption(table))}}}",
+             rf"\label{{{_label(study, 'effects')}}}", _FIT_WIDTH, r"\begin{tabular}{lllrrr}", r"\toprule",
+             " & ".join(latex_escape(h) for h in EFFECT_HEADER) + r" \\", r"\midrule"]
+    lines += [" & ".join(latex_escape(x) for x in row) + r" \\" for row in rows]
+    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
+

@@ -1,0 +1,86 @@
+"""``ndebench grant``: a non-admin MLflow user for the nodes and jobs of one study, on a server run with ``--auth``.
+
+The admin account stays with whoever runs the server. Run as that admin (``$MLFLOW_TRACKING_USERNAME`` /
+``$MLFLOW_TRACKING_PASSWORD``), ``grant`` creates the study's experiment if it is missing, creates the worker user
+with a random password (or keeps an existing user's password), and gives it ``EDIT`` on that experiment only
+(MLflow's basic-auth permissions; the server's default for everything else is ``READ``). The new password is
+written to an owner-only file in the format of MLflow's own ``~/.mlflow/credentials``, never printed, so it reaches
+the nodes as a file rather than through a Ray Job's ``env_vars`` (which Ray logs and its dashboard shows).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from ndebench.platform.server.auth import USERNAME_VAR, AuthError
+
+PERMISSION = "EDIT"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The outcome: the user, the study's ``experiment_id``, whether the user was ``created`` and the
+    ``credentials_file`` written (``None`` for an existing user whose password was kept)."""
+
+    username: str
+    experiment_id: str
+    created: bool
+    credentials_file: Path | None
+
+
+def write_credentials(path: Path, username: str, password: str) -> None:
+    """``path`` (mode 0600, created so before any secret is written) in MLflow's credentials-file format."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as stream:
+        stream.write(f"[mlflow]\nmlflow_tracking_username = {username}\nmlflow_tracking_password = {password}\n")
+
+
+def grant_worker(uri: str, study: str, username: str, credentials_file: Path) -> Grant:
+    """Give ``username`` (created with a random 32-character password if missing) ``EDIT`` on ``study``'s
+    experiment on the tracking server ``uri``, as the admin of ``$MLFLOW_TRACKING_USERNAME``; a new password goes
+    to ``credentials_file`` only. Raises :class:`AuthError` for a worker named like the admin or a non-server URI."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
+    from mlflow.server.auth.client import AuthServiceClient
+    from ndebench.platform.record.tracking import ensure_experiment
+
+    if not uri.startswith(("http://", "https://")):
+        raise AuthError(f"--tracking-uri {uri!r}: users exist on a tracking server run with `ndebench server "
+                        "--auth` (http://HOST:PORT)")
+    if username == os.environ.get(USERNAME_VAR):
+        raise AuthError(f"--user {username!r} is the admin account (${USERNAME_VAR}); name a separate worker user")
+    experiment_id = ensure_experiment(uri, study)
+    client = AuthServiceClient(uri)
+    created, written = False, None
+    try:
+        client.get_user(username)
+    except MlflowException as exc:
+        if exc.error_code != ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            raise
+        password = secrets.token_urlsafe(24)
+        write_credentials(credentials_file, username, password)
+        client.create_user(username, password)
+        created, written = True, credentials_file
+    try:
+        client.grant_user_permission(username, "experiment", experiment_id, PERMISSION)
+    except MlflowException as exc:
+        if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+            raise
+        client.revoke_user_permission(username, "experiment", experiment_id)
+        client.grant_user_permission(username, "experiment", experiment_id, PERMISSION)
+    return Grant(username, experiment_id, created, written)
+
+
+def grant_command(uri: str, study: str, username: str, credentials_out: str | None) -> int:
+    """``ndebench grant``: :func:`grant_worker`, then a line on what was done and where the password is."""
+    granted = grant_worker(uri, study, username, Path(credentials_out or f"mlflow-credentials-{username}").resolve())
+    what = "created" if granted.created else "exists (password kept)"
+    print(f"user {username!r} {what}: {PERMISSION} on study {study!r} (experiment {granted.experiment_id})", flush=True)
+    if granted.credentials_file:
+        print(f"its password is in {granted.credentials_file} (mode 0600): copy it to ~/.mlflow/credentials on the "
+              "driver and every node (MLflow reads it there), instead of the admin's variables", flush=True)
+    return 0
