@@ -1,7 +1,8 @@
-"""The platform's wings import one way: entry -> engine -> worker -> spec, engine -> record, report -> record.
+"""The platform's wings import one way, and every wing is listed with what it owns and what it may import.
 
 Read from the source with ``ast`` (top-level and function-level imports alike), so a lazy import inside a
-function counts as much as one at the top of the file.
+function counts as much as one at the top of the file. The wings are folders without ``__init__.py`` (a
+namespace package each), so this table is where each wing states its job and its imports.
 """
 from __future__ import annotations
 
@@ -12,17 +13,30 @@ ROOT = Path(__file__).resolve().parents[1]
 PLATFORM = ROOT / "platform"
 PREFIX = "ndebench.platform."
 
-ENTRY = {"api", "cli", "cliargs", "cliserve", "bench", "benchtrials", "benchthroughput", "__main__"}
-# What each layer may import besides itself and the shared leaves (registry, plugins, fields, metrics, weights).
-ALLOWED = {
-    "entry": {"engine", "worker", "spec", "record", "report"},
-    "engine": {"worker", "spec", "record"},
-    "worker": {"spec"},
-    "spec": set(),
-    "record": set(),
-    "report": {"record"},
-    "leaf": set(),
+# wing: (what it owns, the wings it may import besides itself and the shared wings `common` and `failures`)
+WINGS = {
+    "": ("the front doors: api.py (the Python API every command goes through) and __main__.py",
+         {"cli", "bench", "engine", "cluster", "server", "worker", "spec", "record", "report"}),
+    "cli": ("the `ndebench` command line: its arguments, its commands, the serving commands",
+            {"", "bench", "engine", "cluster", "server", "worker", "spec", "record", "report"}),
+    "bench": ("`ndebench bench`: speed of a training step, trials per hour, the driver's cost per trial",
+              {"", "engine", "cluster", "worker", "spec", "record", "report"}),
+    "engine": ("one sweep: its stages, the per-cell searcher, the trainables, progress, provenance",
+               {"cluster", "worker", "spec", "record"}),
+    "cluster": ("the Ray cluster a sweep runs on: joining, preflight, the Ray session and its log, storage",
+                set()),
+    "server": ("the MLflow tracking server ndebench starts: processes, basic auth, worker credentials",
+               {"record"}),
+    "worker": ("one trial, free of Ray and MLflow: its model, data feeds, training loop, evaluation, stacks",
+               {"spec"}),
+    "spec": ("the sweep config: typed fields and objects, parsing, lint, the protocol's plan", set()),
+    "record": ("the MLflow record: its vocabulary, the writers, the one reader, the lease and its fences", set()),
+    "report": ("study reports: statistics/, paper/ (the paper's data and the comparison), render/ (tables,"
+               " HTML, figures) and the analyses at its root", {"record"}),
+    "failures": ("what stops a sweep or a trial: exit codes, signals, outages, full disks, deadlines", set()),
+    "common": ("the shared vocabulary: the registry, plugins, report choices, metrics, weights", set()),
 }
+SHARED = {"common", "failures"}
 
 
 def _modules() -> dict[str, Path]:
@@ -32,11 +46,7 @@ def _modules() -> dict[str, Path]:
 
 def _layer(module: str) -> str:
     wing, _, rest = module.partition(".")
-    if rest:
-        return wing
-    if module in ENTRY:
-        return "entry"
-    return "leaf"
+    return wing if rest else ""
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:
@@ -67,7 +77,7 @@ def test_wings_import_one_way():
         layer = _layer(module)
         for other in sorted(imported):
             target = _layer(other)
-            if target in {layer, "leaf"} or target in ALLOWED[layer]:
+            if target == layer or target in WINGS[layer][1] or (target in SHARED and layer != "common"):
                 continue
             wrong.append(f"{module} ({layer}) imports {other} ({target})")
     assert not wrong, "\n".join(wrong)
@@ -91,3 +101,13 @@ def test_no_import_circle():
         if module not in state:
             visit(module, [module])
     assert not circles, "\n".join(" -> ".join(c) for c in circles)
+
+
+def test_every_wing_is_listed_and_the_root_holds_only_front_doors():
+    wings = {p.relative_to(PLATFORM).parts[0] for p in PLATFORM.glob("*/*.py")}
+    assert wings == set(WINGS) - {""}, "list every platform/ folder in WINGS"
+    root = sorted(p.name for p in PLATFORM.glob("*.py"))
+    assert len(root) <= 4, f"platform/'s root holds only front doors: {root}"
+    crowded = {str(d.relative_to(PLATFORM)): n for d in {p.parent for p in PLATFORM.rglob("*.py")}
+               if (n := len(list(d.glob("*.py")))) > 15}
+    assert not crowded, f"a folder holds at most 15 modules: {crowded}"
