@@ -15,12 +15,12 @@ from torchvision.datasets.utils import calculate_md5
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    long_files = {item.path for item in items if "system" in item.keywords}
+    long_files = {item.path for item in items if item.get_closest_marker("system")}
     items.sort(key=lambda item: item.path not in long_files)
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in items:
-            if "gpu" in item.keywords:
+            if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
 
 
