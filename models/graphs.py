@@ -8,9 +8,14 @@ grid, forward and backward, through ``torch.cuda.make_graphed_callables``. The r
 eagerly for every pass and, with a CDE's control path, copied into the graph's static buffers before the
 replay, so each pass sees a fresh mask from the trial's generator: the same draws, in the same order, as
 the eager solve. The capture code is :class:`GridSolve` (the steps) and :meth:`GraphCache.solve`.
+
+``auto`` captures only a (model, method) whose captured pass was compared with the eager one on a real GPU
+(the model class's own ``graph_verified``, which names the run); ``on`` captures any solve the decision allows.
+A capture that fails leaves the process as it found it (:func:`end_failed_capture`) and the model runs eagerly.
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import math
@@ -21,17 +26,19 @@ import torch
 from torch import nn
 
 GRAPH_METHODS = ("euler", "midpoint", "rk4")
-GRAPH_SETTINGS = ("auto", "off")
+GRAPH_SETTINGS = ("auto", "on", "off")
 CAPTURED = "captured"
 
 
 def graph_decision(*, setting: str, device: torch.device | str, method: str, adjoint: bool,
                    step_size: float | None, kind: str, model_blocker: str | None,
-                   regularizer_blocker: str | None) -> str:
+                   regularizer_blocker: str | None, verified: tuple[str, ...] = ()) -> str:
     """``"captured"`` or ``"eager: <reason>"`` for a solve with these settings (the first reason that applies).
 
     ``setting`` is ``solver.cuda_graph``; ``kind`` ``"ode"`` or ``"sde"``; ``model_blocker`` and
-    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable).
+    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable);
+    ``verified`` the methods whose capture of this model was checked against the eager pass on a GPU, the
+    only ones ``auto`` captures.
     """
     if setting == "off":
         return "eager: solver.cuda_graph=off"
@@ -45,7 +52,12 @@ def graph_decision(*, setting: str, device: torch.device | str, method: str, adj
         return "eager: the adjoint solves its backward pass step by step on the host"
     if step_size is not None:
         return f"eager: solver.step_size={step_size:g} (the capture steps on the data's own grid)"
-    return f"eager: {model_blocker or regularizer_blocker}" if model_blocker or regularizer_blocker else CAPTURED
+    if model_blocker or regularizer_blocker:
+        return f"eager: {model_blocker or regularizer_blocker}"
+    if setting == "auto" and method not in verified:
+        return (f"eager: its {method} capture has not been compared with the eager pass on a GPU yet "
+                "(solver.cuda_graph: on captures it)")
+    return CAPTURED
 
 
 def _step(method: str, f: Callable[[float, torch.Tensor], torch.Tensor], t0: float, t1: float,
@@ -78,13 +90,16 @@ class GridSolve(nn.Module):
     ``method``; ``clock.step`` is set to ``k`` while step ``k`` evaluates the field, so the mask is looked up by
     counted step, with no search and no host synchronisation. Everything it does can be captured."""
 
-    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any):
+    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any, host_time: Any = None):
         super().__init__()
-        self.field, self.grid, self.method, self.clock = field, grid, method, clock
+        self.field, self.grid, self.method, self.clock, self.host_time = field, grid, method, clock, host_time
 
     def forward(self, z0: torch.Tensor) -> torch.Tensor:
         def f(t: float, y: torch.Tensor) -> torch.Tensor:
-            return self.field(z0.new_full((), t), y)
+            time = z0.new_full((), t)
+            if self.host_time is not None:
+                self.host_time.t = torch.tensor(t, dtype=z0.dtype).item()
+            return self.field(time, y)
 
         path, z = [z0], z0
         for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
@@ -99,6 +114,50 @@ class GridSolve(nn.Module):
 
 class CaptureError(RuntimeError):
     """A solve that :func:`graph_decision` let through could not be captured; the model falls back to eager."""
+
+
+class _HostTime:
+    """The time of the stage being captured, as a Python float (set by :class:`GridSolve` before each stage)."""
+
+    t: float = 0.0
+
+
+def host_indexed(control: nn.Module, host_time: _HostTime) -> nn.Module:
+    """``control`` (a torchcde interpolation) with its piece found on the host, so its ``derivative`` can be captured.
+
+    torchcde finds the piece of ``t`` with ``bucketize`` on the device and indexes with that tensor, a host
+    synchronisation that CUDA-graph capture refuses. On a fixed grid each stage's time is known on the host:
+    the piece ``i = clamp(bisect_left(knots, t) - 1, 0, L - 2)`` is the same one (``bucketize`` is
+    ``bisect_left``), and the fractional part ``t - knots[i]`` is computed on the device as torchcde does, so
+    the derivative is the same to the bit. Raises :class:`CaptureError` for a control without knots.
+    """
+    if not callable(getattr(control, "_interpret_t", None)) or not isinstance(getattr(control, "_t", None),
+                                                                              torch.Tensor):
+        raise CaptureError(f"the control path {type(control).__name__} has no knots to index on the host")
+    knots = control._t.tolist()
+
+    def interpret(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+        index = min(max(bisect.bisect_left(knots, host_time.t) - 1, 0), len(knots) - 2)
+        return t - control._t[index], index
+
+    control._interpret_t = interpret
+    return control
+
+
+def end_failed_capture(device: torch.device) -> None:
+    """Leave the process as a failed capture found it.
+
+    A capture that fails midway (an operation CUDA refuses while a stream captures) leaves torch's default CUDA
+    generator marked as capturing, and every later random draw on the device then raises "Offset increment
+    outside graph capture encountered unexpectedly" (seen on an H100 with torch 2.11). One small capture that
+    ends normally clears the mark; the caller restores the generator's state around the attempt.
+    """
+    with torch.cuda.device(device):
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.nn.functional.dropout(torch.ones(1, device=device), 0.5)
+        torch.cuda.synchronize()
 
 
 class _Entry:
@@ -146,11 +205,18 @@ class GraphCache:
             static = None if draw is None else dataclasses.replace(draw, step_masks=draw.step_masks.clone())
             static_control = None if control is None else copy.deepcopy(control)
             clock = None if static is None else static.spec.clock
-            module = GridSolve(make_field(static, static_control), grid, method, clock)
+            host_time = None if control is None else _HostTime()
+            field_control = None if control is None else host_indexed(static_control, host_time)
+            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time)
             sample = z0.detach().clone().requires_grad_(z0.requires_grad)
+            on_gpu = z0.device.type == "cuda"
+            state = torch.cuda.get_rng_state(z0.device) if on_gpu else None
             try:
                 graphed = torch.cuda.make_graphed_callables(module, (sample,))
             except (RuntimeError, AssertionError, TypeError) as exc:
+                if on_gpu:
+                    end_failed_capture(z0.device)
+                    torch.cuda.set_rng_state(state, z0.device)
                 raise CaptureError(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
             entry = _Entry(graphed, None if static is None else static.step_masks, static_control)
             self.entries[key] = entry

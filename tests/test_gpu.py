@@ -96,3 +96,23 @@ def test_a_whole_trial_trains_validates_and_tests_on_the_device(model, adjoint):
     assert all(t.device.type == "cuda" for t in result.weights.values() if torch.is_tensor(t))
     graph = result.protocol["graph"]
     assert graph.startswith("eager: the adjoint") if adjoint else graph == "captured"
+
+
+@pytest.mark.gpu
+def test_a_failed_capture_leaves_the_generator_and_the_capture_state_as_they_were():
+    # A field that reads a value back to the host mid-solve: CUDA refuses that while a stream captures.
+    from ndebench.models.graphs import CaptureError, GraphCache
+
+    class ReadsBack(torch.nn.Module):
+        def forward(self, t, z):
+            return z * float(z.sum())
+
+    torch.cuda.manual_seed(3)
+    before = torch.cuda.get_rng_state()
+    z0 = torch.randn(4, 3, device=CUDA, requires_grad=True)
+    after_draw = torch.cuda.get_rng_state()
+    with pytest.raises(CaptureError, match="capturing|capture"):
+        GraphCache().solve(lambda draw, control: ReadsBack(), z0, [0.0, 0.5, 1.0], "euler", None)
+    assert torch.equal(torch.cuda.get_rng_state(), after_draw) and not torch.equal(before, after_draw)
+    dropped = torch.nn.functional.dropout(torch.ones(1000, device=CUDA), 0.5)
+    assert 300 < int((dropped == 0).sum()) < 700
