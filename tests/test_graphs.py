@@ -192,3 +192,14 @@ def test_the_control_indexed_on_the_host_has_the_same_derivative_to_the_bit(inte
     for t in [e for pair in ends for e in pair] + [0.0, 0.5, 1.0, 0.3 + 1e-7]:
         clock.t = torch.tensor(t).item()
         assert torch.equal(staged.derivative(torch.tensor(t)), control.derivative(torch.tensor(t))), t
+
+
+def test_a_stack_solves_eagerly_since_its_gathered_weights_cannot_be_captured():
+    from ndebench.platform.worker.stack import Stack
+
+    times = torch.linspace(0, 1, 8)
+    model = create_model("neural_cde", DataSpec(3, 4, times=times), hidden_size=4,
+                         solver=SolverConfig("euler", cuda_graph="on"))
+    assert model.graph_note("cuda") == CAPTURED
+    assert Stack(model).model.graph_note("cuda") == "eager: solver.cuda_graph=off"
+    assert model.graph_note("cuda") == CAPTURED
