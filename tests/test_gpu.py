@@ -116,3 +116,28 @@ def test_a_failed_capture_leaves_the_generator_and_the_capture_state_as_they_wer
     assert torch.equal(torch.cuda.get_rng_state(), after_draw) and not torch.equal(before, after_draw)
     dropped = torch.nn.functional.dropout(torch.ones(1000, device=CUDA), 0.5)
     assert 300 < int((dropped == 0).sum()) < 700
+
+
+@pytest.mark.gpu
+def test_a_captured_and_an_eager_trial_of_one_seed_end_with_the_same_metrics():
+    # The captured solve sums the same steps as torchdiffeq's eager one, in another kernel order: float32
+    # rounding, a few ulps a step (test_graphs.py bounds one pass at rtol 1e-4). Over a short training that
+    # must leave every test metric equal up to that rounding: NLL and ECE within 1e-3 relative, accuracy
+    # within 0.02 (a sample or two of the synthetic test split, whose predictions sit near a class boundary).
+    from ndebench.models.integrate import SolverConfig
+    from ndebench.platform.spec.config import TrainingConfig
+    from ndebench.platform.worker.loop import run_trial
+    from ndebench.platform.worker.spec import TrialSpec
+
+    results = {}
+    for setting in ("on", "off"):
+        spec = TrialSpec(model="neural_cde", dataset="synthetic", regularizer="continuum_dropout",
+                         regularizer_params={"p": 0.3, "m": 10}, model_params={"hidden_size": 16},
+                         training=TrainingConfig(epochs=3, min_epochs=3, patience=3, lr=0.005),
+                         solver=SolverConfig("euler", adjoint=False, cuda_graph=setting), seed=2, device="cuda")
+        results[setting] = run_trial(spec)
+    captured, eager = results["on"], results["off"]
+    assert captured.protocol["graph"] == "captured" and eager.protocol["graph"] == "eager: solver.cuda_graph=off"
+    for key in ("test_nll", "test_ece"):
+        assert captured.test[key] == pytest.approx(eager.test[key], rel=1e-3, abs=1e-5), key
+    assert abs(captured.test["test_accuracy"] - eager.test["test_accuracy"]) <= 0.02
