@@ -122,8 +122,8 @@ def test_a_failed_capture_leaves_the_generator_and_the_capture_state_as_they_wer
 def test_a_captured_and_an_eager_trial_of_one_seed_end_with_the_same_metrics():
     # The captured solve sums the same steps as torchdiffeq's eager one, in another kernel order: float32
     # rounding, a few ulps a step (test_graphs.py bounds one pass at rtol 1e-4). Over a short training that
-    # must leave every test metric equal up to that rounding: NLL and ECE within 1e-3 relative, accuracy
-    # within 0.02 (a sample or two of the synthetic test split, whose predictions sit near a class boundary).
+    # must leave the test metrics equal up to that rounding: NLL within 1e-3 relative; accuracy within 0.02 and
+    # ECE within 0.01 (a sample or two of the synthetic test split near a class or bin boundary may move).
     from ndebench.models.integrate import SolverConfig
     from ndebench.platform.spec.config import TrainingConfig
     from ndebench.platform.worker.loop import run_trial
@@ -138,6 +138,6 @@ def test_a_captured_and_an_eager_trial_of_one_seed_end_with_the_same_metrics():
         results[setting] = run_trial(spec)
     captured, eager = results["on"], results["off"]
     assert captured.protocol["graph"] == "captured" and eager.protocol["graph"] == "eager: solver.cuda_graph=off"
-    for key in ("test_nll", "test_ece"):
-        assert captured.test[key] == pytest.approx(eager.test[key], rel=1e-3, abs=1e-5), key
+    assert captured.test["test_nll"] == pytest.approx(eager.test["test_nll"], rel=1e-3)
+    assert abs(captured.test["test_ece"] - eager.test["test_ece"]) <= 0.01
     assert abs(captured.test["test_accuracy"] - eager.test["test_accuracy"]) <= 0.02
