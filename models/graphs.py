@@ -44,8 +44,9 @@ def graph_decision(*, setting: str, device: torch.device | str, method: str, adj
         return "eager: solver.cuda_graph=off"
     if torch.device(device).type != "cuda":
         return f"eager: device {torch.device(device).type} (graphs are captured on CUDA only)"
-    if kind == "sde":
-        return "eager: torchsde builds its Brownian interval on the host during the solve"
+    if kind == "sde" and method != "euler":
+        return (f"eager: SDE method {method!r} is not captured (captured: euler, Euler-Maruyama with Brownian "
+                "increments drawn on the device)")
     if method not in GRAPH_METHODS:
         return f"eager: method {method!r} is not captured (captured: {', '.join(GRAPH_METHODS)})"
     if adjoint:
@@ -88,11 +89,16 @@ def _perturbed_ends(grid: list[float], dtype: torch.dtype) -> list[tuple[float, 
 class GridSolve(nn.Module):
     """``z0`` ``(B, H)`` -> the path ``(S+1, B, H)`` on ``grid`` (Python floats), stepping ``field`` with
     ``method``; ``clock.step`` is set to ``k`` while step ``k`` evaluates the field, so the mask is looked up by
-    counted step, with no search and no host synchronisation. Everything it does can be captured."""
+    counted step, with no search and no host synchronisation. Everything it does can be captured.
 
-    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any, host_time: Any = None):
+    With ``noise`` ``(S, B, H)`` the field is an Ito SDE with diagonal noise (``field.f``, ``field.g``) and the
+    step is Euler-Maruyama, ``z_{k+1} = z_k + f(t_k, z_k) dt_k + g(t_k, z_k) * dW_k``, ``dW_k = noise[k]``."""
+
+    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any, host_time: Any = None,
+                 noise: torch.Tensor | None = None):
         super().__init__()
         self.field, self.grid, self.method, self.clock, self.host_time = field, grid, method, clock, host_time
+        self.noise = noise
 
     def forward(self, z0: torch.Tensor) -> torch.Tensor:
         def f(t: float, y: torch.Tensor) -> torch.Tensor:
@@ -105,7 +111,11 @@ class GridSolve(nn.Module):
         for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
             if self.clock is not None:
                 self.clock.step = k
-            z = _step(self.method, f, self.grid[k], self.grid[k + 1], ends, z)
+            if self.noise is None:
+                z = _step(self.method, f, self.grid[k], self.grid[k + 1], ends, z)
+            else:
+                t = z0.new_full((), self.grid[k])
+                z = z + (self.grid[k + 1] - self.grid[k]) * self.field.f(t, z) + self.field.g(t, z) * self.noise[k]
             path.append(z)
         if self.clock is not None:
             self.clock.step = None
@@ -162,14 +172,16 @@ def end_failed_capture(device: torch.device) -> None:
 
 class _Entry:
     def __init__(self, solve: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor | None,
-                 control: nn.Module | None):
-        self.solve, self.masks = solve, masks
+                 control: nn.Module | None, noise: torch.Tensor | None):
+        self.solve, self.masks, self.noise = solve, masks, noise
         self.control = None if control is None else dict(control.named_buffers())
 
-    def stage(self, draw: Any, control: nn.Module | None) -> None:
-        """Copy this pass's mask and control path into the buffers the captured graph reads."""
+    def stage(self, draw: Any, control: nn.Module | None, noise: torch.Tensor | None) -> None:
+        """Copy this pass's mask, control path and Brownian increments into the buffers the captured graph reads."""
         if self.masks is not None:
             self.masks.copy_(draw.step_masks)
+        if self.noise is not None:
+            self.noise.copy_(noise)
         if self.control is not None:
             for name, buffer in control.named_buffers():
                 self.control[name].copy_(buffer)
@@ -180,26 +192,29 @@ class GraphCache:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...], _Entry] = {}
-        self._grids: dict[tuple[int, int], list[float]] = {}
+        self._grids: dict[tuple[int, int, bool], list[float]] = {}
 
-    def grid(self, times: torch.Tensor) -> list[float]:
-        """``times`` as Python floats, read from the device once per buffer (later passes need no sync)."""
-        key = (times.data_ptr(), times.numel())
+    def grid(self, times: torch.Tensor, make: Callable[[], torch.Tensor] | None = None) -> list[float]:
+        """``times`` (or the grid ``make()`` builds from them) as Python floats, read from the device once per
+        buffer (later passes need no sync)."""
+        key = (times.data_ptr(), times.numel(), make is None)
         if key not in self._grids:
-            self._grids[key] = times.tolist()
+            self._grids[key] = (times if make is None else make()).tolist()
         return self._grids[key]
 
     def solve(self, make_field: Callable[[Any, Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
-              draw: Any, control: nn.Module | None = None) -> torch.Tensor:
+              draw: Any, control: nn.Module | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw, control)`` builds the field that reads them.
 
         The first call for a shape captures: ``draw``'s mask and the ``control`` path (a torchcde interpolation,
         whose coefficients are module buffers), cloned, become the graph's static buffers. Later calls copy
-        their own mask and control into those buffers and replay. Raises :class:`CaptureError` when the capture
-        fails.
+        their own mask and control into those buffers and replay. ``noise`` ``(S, B, H)``: the pass's Brownian
+        increments of an SDE (``make_field`` then builds an object with ``f`` and ``g``), staged the same way.
+        Raises :class:`CaptureError` when the capture fails.
         """
         shapes = None if control is None else tuple((n, tuple(b.shape)) for n, b in control.named_buffers())
-        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes)
+        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes,
+               noise is None)
         entry = self.entries.get(key)
         if entry is None:
             static = None if draw is None else dataclasses.replace(draw, step_masks=draw.step_masks.clone())
@@ -207,7 +222,8 @@ class GraphCache:
             clock = None if static is None else static.spec.clock
             host_time = None if control is None else _HostTime()
             field_control = None if control is None else host_indexed(static_control, host_time)
-            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time)
+            static_noise = None if noise is None else noise.clone()
+            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time, static_noise)
             sample = z0.detach().clone().requires_grad_(z0.requires_grad)
             on_gpu = z0.device.type == "cuda"
             state = torch.cuda.get_rng_state(z0.device) if on_gpu else None
@@ -218,7 +234,7 @@ class GraphCache:
                     end_failed_capture(z0.device)
                     torch.cuda.set_rng_state(state, z0.device)
                 raise CaptureError(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
-            entry = _Entry(graphed, None if static is None else static.step_masks, static_control)
+            entry = _Entry(graphed, None if static is None else static.step_masks, static_control, static_noise)
             self.entries[key] = entry
-        entry.stage(draw, control)
+        entry.stage(draw, control, noise)
         return entry.solve(z0)
