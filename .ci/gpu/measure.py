@@ -1,7 +1,7 @@
 """GPU figures of ndebench without Ray or MLflow: one JSON line per measurement, appended to OUT.jsonl.
 
 python measure.py OUT.jsonl WHAT...
-  bench:MODEL:GRAPH[:HIDDEN:BATCH[:noadj]]   `ndebench bench` row (100 points, Euler) on cuda, GRAPH auto|off;
+  bench:MODEL:GRAPH[:HIDDEN:BATCH[:noadj]]   `ndebench bench` row (100 points, Euler) on cuda, GRAPH auto|on|off;
                                              noadj: the model's solver without the adjoint
   tp:DEVICE:STACK:PROCESSES:TRIALS[:THREADS[:CONFIG]]
                                              `bench throughput` of CONFIG (a YAML beside this file, default

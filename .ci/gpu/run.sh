@@ -14,15 +14,15 @@ if ! python3 -c "import mlflow" 2>/dev/null; then
   echo "MAX_EXPERIMENT_TAG_VAL_LENGTH = 5000" > /tmp/stub/mlflow/utils/validation.py; PYTHONPATH=$PYTHONPATH:/tmp/stub
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
-timeout ${T_TEST:-150} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py tests/test_graphs.py \
+timeout ${T_TEST:-120} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py tests/test_graphs.py \
   tests/test_checkpoint.py tests/test_continuum_dropout.py tests/test_gpu_packing.py > "$OUT/pytest.txt" 2>&1
 echo "pytest rc $?" >> "$OUT/pytest.txt"
 m() { timeout "$1" python3 "$HERE/measure.py" "$OUT/measure.jsonl" "${@:2}" >> "$OUT/measure.log" 2>&1 ||
       echo "{\"kind\": \"timeout\", \"what\": \"${*:2}\"}" >> "$OUT/measure.jsonl"; }
-m 60 bench:neural_cde:auto:128:128:noadj bench:neural_ode:auto
-m 60 bench:neural_cde:off:128:128:noadj bench:neural_ode:off
-m 90 tp:cuda:1:1:5 tp:cuda:16:1:16 tp:cuda:64:4:256
+m 60 bench:neural_cde:auto:128:128:noadj bench:neural_ode:auto bench:neural_cde:off:128:128:noadj
+m 60 bench:neural_sde:on bench:neural_sde:off bench:neural_ode:off
+m 100 tp:cuda:1:1:5 tp:cuda:16:1:16 tp:cuda:1:8:64 tp:cuda:16:4:128
 m 60 tp:cpu:5:16:80
-m 150 bench:neural_sde:auto bench:neural_lnsde:auto bench:neural_lsde:auto bench:neural_gsde:auto \
-      bench:ancde:auto:128:128:noadj bench:gru_ode:auto:128:128:noadj bench:ode_rnn:auto:128:128:noadj
+m 120 bench:neural_lnsde:auto bench:neural_lsde:auto bench:neural_gsde:auto bench:ancde:auto:128:128:noadj \
+      bench:gru_ode:auto:128:128:noadj bench:ode_rnn:auto:128:128:noadj
 tail -3 "$OUT/pytest.txt"; cut -c1-300 "$OUT/measure.jsonl"
