@@ -8,9 +8,14 @@ grid, forward and backward, through ``torch.cuda.make_graphed_callables``. The r
 eagerly for every pass and, with a CDE's control path, copied into the graph's static buffers before the
 replay, so each pass sees a fresh mask from the trial's generator: the same draws, in the same order, as
 the eager solve. The capture code is :class:`GridSolve` (the steps) and :meth:`GraphCache.solve`.
+
+``auto`` captures only a (model, method) whose captured pass was compared with the eager one on a real GPU
+(the model class's own ``graph_verified``, which names the run); ``on`` captures any solve the decision allows.
+A capture that fails leaves the process as it found it (:func:`end_failed_capture`) and the model runs eagerly.
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import math
@@ -21,31 +26,39 @@ import torch
 from torch import nn
 
 GRAPH_METHODS = ("euler", "midpoint", "rk4")
-GRAPH_SETTINGS = ("auto", "off")
+GRAPH_SETTINGS = ("auto", "on", "off")
 CAPTURED = "captured"
 
 
 def graph_decision(*, setting: str, device: torch.device | str, method: str, adjoint: bool,
                    step_size: float | None, kind: str, model_blocker: str | None,
-                   regularizer_blocker: str | None) -> str:
+                   regularizer_blocker: str | None, verified: tuple[str, ...] = ()) -> str:
     """``"captured"`` or ``"eager: <reason>"`` for a solve with these settings (the first reason that applies).
 
     ``setting`` is ``solver.cuda_graph``; ``kind`` ``"ode"`` or ``"sde"``; ``model_blocker`` and
-    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable).
+    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable);
+    ``verified`` the methods whose capture of this model was checked against the eager pass on a GPU, the
+    only ones ``auto`` captures.
     """
     if setting == "off":
         return "eager: solver.cuda_graph=off"
     if torch.device(device).type != "cuda":
         return f"eager: device {torch.device(device).type} (graphs are captured on CUDA only)"
-    if kind == "sde":
-        return "eager: torchsde builds its Brownian interval on the host during the solve"
+    if kind == "sde" and method != "euler":
+        return (f"eager: SDE method {method!r} is not captured (captured: euler, Euler-Maruyama with Brownian "
+                "increments drawn on the device)")
     if method not in GRAPH_METHODS:
         return f"eager: method {method!r} is not captured (captured: {', '.join(GRAPH_METHODS)})"
     if adjoint:
         return "eager: the adjoint solves its backward pass step by step on the host"
     if step_size is not None:
         return f"eager: solver.step_size={step_size:g} (the capture steps on the data's own grid)"
-    return f"eager: {model_blocker or regularizer_blocker}" if model_blocker or regularizer_blocker else CAPTURED
+    if model_blocker or regularizer_blocker:
+        return f"eager: {model_blocker or regularizer_blocker}"
+    if setting == "auto" and method not in verified:
+        return (f"eager: its {method} capture has not been compared with the eager pass on a GPU yet "
+                "(solver.cuda_graph: on captures it)")
+    return CAPTURED
 
 
 def _step(method: str, f: Callable[[float, torch.Tensor], torch.Tensor], t0: float, t1: float,
@@ -76,21 +89,33 @@ def _perturbed_ends(grid: list[float], dtype: torch.dtype) -> list[tuple[float, 
 class GridSolve(nn.Module):
     """``z0`` ``(B, H)`` -> the path ``(S+1, B, H)`` on ``grid`` (Python floats), stepping ``field`` with
     ``method``; ``clock.step`` is set to ``k`` while step ``k`` evaluates the field, so the mask is looked up by
-    counted step, with no search and no host synchronisation. Everything it does can be captured."""
+    counted step, with no search and no host synchronisation. Everything it does can be captured.
 
-    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any):
+    With ``noise`` ``(S, B, H)`` the field is an Ito SDE with diagonal noise (``field.f``, ``field.g``) and the
+    step is Euler-Maruyama, ``z_{k+1} = z_k + f(t_k, z_k) dt_k + g(t_k, z_k) * dW_k``, ``dW_k = noise[k]``."""
+
+    def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any, host_time: Any = None,
+                 noise: torch.Tensor | None = None):
         super().__init__()
-        self.field, self.grid, self.method, self.clock = field, grid, method, clock
+        self.field, self.grid, self.method, self.clock, self.host_time = field, grid, method, clock, host_time
+        self.noise = noise
 
     def forward(self, z0: torch.Tensor) -> torch.Tensor:
         def f(t: float, y: torch.Tensor) -> torch.Tensor:
-            return self.field(z0.new_full((), t), y)
+            time = z0.new_full((), t)
+            if self.host_time is not None:
+                self.host_time.t = torch.tensor(t, dtype=z0.dtype).item()
+            return self.field(time, y)
 
         path, z = [z0], z0
         for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
             if self.clock is not None:
                 self.clock.step = k
-            z = _step(self.method, f, self.grid[k], self.grid[k + 1], ends, z)
+            if self.noise is None:
+                z = _step(self.method, f, self.grid[k], self.grid[k + 1], ends, z)
+            else:
+                t = z0.new_full((), self.grid[k])
+                z = z + (self.grid[k + 1] - self.grid[k]) * self.field.f(t, z) + self.field.g(t, z) * self.noise[k]
             path.append(z)
         if self.clock is not None:
             self.clock.step = None
@@ -101,16 +126,62 @@ class CaptureError(RuntimeError):
     """A solve that :func:`graph_decision` let through could not be captured; the model falls back to eager."""
 
 
+class _HostTime:
+    """The time of the stage being captured, as a Python float (set by :class:`GridSolve` before each stage)."""
+
+    t: float = 0.0
+
+
+def host_indexed(control: nn.Module, host_time: _HostTime) -> nn.Module:
+    """``control`` (a torchcde interpolation) with its piece found on the host, so its ``derivative`` can be captured.
+
+    torchcde finds the piece of ``t`` with ``bucketize`` on the device and indexes with that tensor, a host
+    synchronisation that CUDA-graph capture refuses. On a fixed grid each stage's time is known on the host:
+    the piece ``i = clamp(bisect_left(knots, t) - 1, 0, L - 2)`` is the same one (``bucketize`` is
+    ``bisect_left``), and the fractional part ``t - knots[i]`` is computed on the device as torchcde does, so
+    the derivative is the same to the bit. Raises :class:`CaptureError` for a control without knots.
+    """
+    if not callable(getattr(control, "_interpret_t", None)) or not isinstance(getattr(control, "_t", None),
+                                                                              torch.Tensor):
+        raise CaptureError(f"the control path {type(control).__name__} has no knots to index on the host")
+    knots = control._t.tolist()
+
+    def interpret(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+        index = min(max(bisect.bisect_left(knots, host_time.t) - 1, 0), len(knots) - 2)
+        return t - control._t[index], index
+
+    control._interpret_t = interpret
+    return control
+
+
+def end_failed_capture(device: torch.device) -> None:
+    """Leave the process as a failed capture found it.
+
+    A capture that fails midway (an operation CUDA refuses while a stream captures) leaves torch's default CUDA
+    generator marked as capturing, and every later random draw on the device then raises "Offset increment
+    outside graph capture encountered unexpectedly" (seen on an H100 with torch 2.11). One small capture that
+    ends normally clears the mark; the caller restores the generator's state around the attempt.
+    """
+    with torch.cuda.device(device):
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.nn.functional.dropout(torch.ones(1, device=device), 0.5)
+        torch.cuda.synchronize()
+
+
 class _Entry:
     def __init__(self, solve: Callable[[torch.Tensor], torch.Tensor], masks: torch.Tensor | None,
-                 control: nn.Module | None):
-        self.solve, self.masks = solve, masks
+                 control: nn.Module | None, noise: torch.Tensor | None):
+        self.solve, self.masks, self.noise = solve, masks, noise
         self.control = None if control is None else dict(control.named_buffers())
 
-    def stage(self, draw: Any, control: nn.Module | None) -> None:
-        """Copy this pass's mask and control path into the buffers the captured graph reads."""
+    def stage(self, draw: Any, control: nn.Module | None, noise: torch.Tensor | None) -> None:
+        """Copy this pass's mask, control path and Brownian increments into the buffers the captured graph reads."""
         if self.masks is not None:
             self.masks.copy_(draw.step_masks)
+        if self.noise is not None:
+            self.noise.copy_(noise)
         if self.control is not None:
             for name, buffer in control.named_buffers():
                 self.control[name].copy_(buffer)
@@ -121,38 +192,49 @@ class GraphCache:
 
     def __init__(self) -> None:
         self.entries: dict[tuple[Any, ...], _Entry] = {}
-        self._grids: dict[tuple[int, int], list[float]] = {}
+        self._grids: dict[tuple[int, int, bool], list[float]] = {}
 
-    def grid(self, times: torch.Tensor) -> list[float]:
-        """``times`` as Python floats, read from the device once per buffer (later passes need no sync)."""
-        key = (times.data_ptr(), times.numel())
+    def grid(self, times: torch.Tensor, make: Callable[[], torch.Tensor] | None = None) -> list[float]:
+        """``times`` (or the grid ``make()`` builds from them) as Python floats, read from the device once per
+        buffer (later passes need no sync)."""
+        key = (times.data_ptr(), times.numel(), make is None)
         if key not in self._grids:
-            self._grids[key] = times.tolist()
+            self._grids[key] = (times if make is None else make()).tolist()
         return self._grids[key]
 
     def solve(self, make_field: Callable[[Any, Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
-              draw: Any, control: nn.Module | None = None) -> torch.Tensor:
+              draw: Any, control: nn.Module | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
         """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw, control)`` builds the field that reads them.
 
         The first call for a shape captures: ``draw``'s mask and the ``control`` path (a torchcde interpolation,
         whose coefficients are module buffers), cloned, become the graph's static buffers. Later calls copy
-        their own mask and control into those buffers and replay. Raises :class:`CaptureError` when the capture
-        fails.
+        their own mask and control into those buffers and replay. ``noise`` ``(S, B, H)``: the pass's Brownian
+        increments of an SDE (``make_field`` then builds an object with ``f`` and ``g``), staged the same way.
+        Raises :class:`CaptureError` when the capture fails.
         """
         shapes = None if control is None else tuple((n, tuple(b.shape)) for n, b in control.named_buffers())
-        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes)
+        key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes,
+               noise is None)
         entry = self.entries.get(key)
         if entry is None:
             static = None if draw is None else dataclasses.replace(draw, step_masks=draw.step_masks.clone())
             static_control = None if control is None else copy.deepcopy(control)
             clock = None if static is None else static.spec.clock
-            module = GridSolve(make_field(static, static_control), grid, method, clock)
+            host_time = None if control is None else _HostTime()
+            field_control = None if control is None else host_indexed(static_control, host_time)
+            static_noise = None if noise is None else noise.clone()
+            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time, static_noise)
             sample = z0.detach().clone().requires_grad_(z0.requires_grad)
+            on_gpu = z0.device.type == "cuda"
+            state = torch.cuda.get_rng_state(z0.device) if on_gpu else None
             try:
                 graphed = torch.cuda.make_graphed_callables(module, (sample,))
             except (RuntimeError, AssertionError, TypeError) as exc:
+                if on_gpu:
+                    end_failed_capture(z0.device)
+                    torch.cuda.set_rng_state(state, z0.device)
                 raise CaptureError(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
-            entry = _Entry(graphed, None if static is None else static.step_masks, static_control)
+            entry = _Entry(graphed, None if static is None else static.step_masks, static_control, static_noise)
             self.entries[key] = entry
-        entry.stage(draw, control)
+        entry.stage(draw, control, noise)
         return entry.solve(z0)

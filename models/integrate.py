@@ -117,6 +117,7 @@ class TrialRNG:
     noise: torch.Generator
     shuffle: torch.Generator
     _on_device: dict[str, torch.Generator] = field(default_factory=dict, repr=False)
+    _noise_on_device: dict[str, torch.Generator] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_seed(cls, seed: int) -> TrialRNG:
@@ -133,13 +134,17 @@ class TrialRNG:
         """The state of every generator, device generators included (for a trial checkpoint)."""
         return {"regularizer": self.regularizer.get_state(), "noise": self.noise.get_state(),
                 "shuffle": self.shuffle.get_state(),
-                "on_device": {key: g.get_state() for key, g in self._on_device.items()}}
+                "on_device": {key: g.get_state() for key, g in self._on_device.items()},
+                "noise_on_device": {key: g.get_state() for key, g in self._noise_on_device.items()}}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state`; a device generator is created first, then set, so nothing else is drawn."""
         generators = {key: self.regularizer_on(key) for key in state["on_device"]}
+        noise = {key: self.noise_on(key) for key in state.get("noise_on_device", {})}
         for key, value in state["on_device"].items():
             generators[key].set_state(value)
+        for key, value in state.get("noise_on_device", {}).items():
+            noise[key].set_state(value)
         self.regularizer.set_state(state["regularizer"])
         self.noise.set_state(state["noise"])
         self.shuffle.set_state(state["shuffle"])
@@ -158,6 +163,23 @@ class TrialRNG:
             seed = int(torch.randint(0, 2**62, (1,), generator=self.regularizer))
             self._on_device[key] = torch.Generator(device=device).manual_seed(seed)
         return self._on_device[key]
+
+
+    def noise_on(self, device: torch.device | str) -> torch.Generator:
+        """The Brownian-increment generator of a captured SDE solve on ``device``, seeded once from ``noise``."""
+        key = str(resolved_device(device))
+        if key not in self._noise_on_device:
+            seed = int(torch.randint(0, 2**62, (1,), generator=self.noise))
+            self._noise_on_device[key] = torch.Generator(device=key).manual_seed(seed)
+        return self._noise_on_device[key]
+
+
+def brownian_increments(grid: list[float], z0: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``dW`` ``(S, B, H)`` of a Brownian motion on the step grid (``S + 1`` floats): independent
+    ``N(0, t_{k+1} - t_k)`` per step, sample and component, drawn on ``z0``'s device in one call."""
+    steps = torch.tensor(grid[1:], dtype=z0.dtype) - torch.tensor(grid[:-1], dtype=z0.dtype)
+    noise = torch.randn(len(grid) - 1, *z0.shape, dtype=z0.dtype, device=z0.device, generator=generator)
+    return noise * steps.sqrt().to(z0.device).view(-1, *([1] * z0.dim()))
 
 
 def resolved_device(device: torch.device | str) -> torch.device:
@@ -371,6 +393,9 @@ def integrate(
     ``graphs``: the model's :class:`~ndebench.models.graphs.GraphCache` when :func:`graph_decision` captures its
     solve; a training pass (gradients on) of an ODE or CDE then replays a CUDA graph of the same steps
     (:class:`~ndebench.models.graphs.GridSolve`), the mask drawn and the control built as in the eager solve.
+    An SDE's (Euler, ``output="final"``) replays Euler-Maruyama steps on :func:`pass_grid`'s grid with Brownian
+    increments drawn on the device from ``rng.noise_on`` (:func:`brownian_increments`): the law of torchsde's
+    Euler solve, not its random stream.
 
     ``draw``: a draw made by :func:`begin_pass` for a pass that spans several calls; it is used as is (no
     new draw, no end-time move). ``regularized``: a contiguous slice of the state that the regularizer
@@ -392,11 +417,18 @@ def integrate(
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
             control_end = float(t1) if end > float(t1) else None
-    if (graphs is not None and kind == "ode" and control_end is None and z0.requires_grad and torch.is_grad_enabled()
+    trains = control_end is None and z0.requires_grad and torch.is_grad_enabled()
+    if (graphs is not None and kind == "ode" and trains
             and (control is None or isinstance(control, nn.Module))):
         path = graphs.solve(lambda d, x: _Field(drift, x, regularizer, d, None, part), z0, graphs.grid(times),
                             solver.method, draw, control)
         return path[-1] if output == "final" else path
+    if graphs is not None and kind == "sde" and trains and control is None and output == "final":
+        grid = graphs.grid(times, lambda: pass_grid(times, solver, "sde"))
+        noise = brownian_increments(grid, z0, rng.noise_on(z0.device))
+        path = graphs.solve(lambda d, x: _SDE(_Field(drift, None, regularizer, d, None, part), diffusion), z0, grid,
+                            solver.method, draw, None, noise)
+        return path[-1]
     clock = regularizer.step_clock if draw is not None else None
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:
         field: _Field = _SteppedField(drift, control, regularizer, draw, control_end, part, clock=clock,

@@ -106,6 +106,7 @@ class SNSDEClassifier(TimeSeriesNDE):
 
     drift_form: ClassVar[dict[str, bool]]
     diffusion_form: ClassVar[dict[str, bool]]
+    graph_blocker: ClassVar[str | None] = "its drift reads the control path X(t) inside the field (not staged)"
 
     def __init__(self, data: DataSpec, *, interpolation: Interpolation = "hermite", **common: Any):
         super().__init__(data, **common)
@@ -136,6 +137,7 @@ class NeuralSDE(SNSDEClassifier):
 
     drift_form = dict(time_features=True, control=False, geometric=False)
     diffusion_form = dict(state_input=True, multiplicative=False)
+    graph_blocker = None
 
 
 @register_model(

@@ -96,3 +96,48 @@ def test_a_whole_trial_trains_validates_and_tests_on_the_device(model, adjoint):
     assert all(t.device.type == "cuda" for t in result.weights.values() if torch.is_tensor(t))
     graph = result.protocol["graph"]
     assert graph.startswith("eager: the adjoint") if adjoint else graph == "captured"
+
+
+@pytest.mark.gpu
+def test_a_failed_capture_leaves_the_generator_and_the_capture_state_as_they_were():
+    # A field that reads a value back to the host mid-solve: CUDA refuses that while a stream captures.
+    from ndebench.models.graphs import CaptureError, GraphCache
+
+    class ReadsBack(torch.nn.Module):
+        def forward(self, t, z):
+            return z * float(z.sum())
+
+    torch.cuda.manual_seed(3)
+    before = torch.cuda.get_rng_state()
+    z0 = torch.randn(4, 3, device=CUDA, requires_grad=True)
+    after_draw = torch.cuda.get_rng_state()
+    with pytest.raises(CaptureError, match="capturing|capture"):
+        GraphCache().solve(lambda draw, control: ReadsBack(), z0, [0.0, 0.5, 1.0], "euler", None)
+    assert torch.equal(torch.cuda.get_rng_state(), after_draw) and not torch.equal(before, after_draw)
+    dropped = torch.nn.functional.dropout(torch.ones(1000, device=CUDA), 0.5)
+    assert 300 < int((dropped == 0).sum()) < 700
+
+
+@pytest.mark.gpu
+def test_a_captured_and_an_eager_trial_of_one_seed_end_with_the_same_metrics():
+    # The captured solve sums the same steps as torchdiffeq's eager one, in another kernel order: float32
+    # rounding, a few ulps a step (test_graphs.py bounds one pass at rtol 1e-4). Over a short training that
+    # must leave the test metrics equal up to that rounding: NLL within 1e-3 relative; accuracy within 0.02 and
+    # ECE within 0.01 (a sample or two of the synthetic test split near a class or bin boundary may move).
+    from ndebench.models.integrate import SolverConfig
+    from ndebench.platform.spec.config import TrainingConfig
+    from ndebench.platform.worker.loop import run_trial
+    from ndebench.platform.worker.spec import TrialSpec
+
+    results = {}
+    for setting in ("on", "off"):
+        spec = TrialSpec(model="neural_cde", dataset="synthetic", regularizer="continuum_dropout",
+                         regularizer_params={"p": 0.3, "m": 10}, model_params={"hidden_size": 16},
+                         training=TrainingConfig(epochs=3, min_epochs=3, patience=3, lr=0.005),
+                         solver=SolverConfig("euler", adjoint=False, cuda_graph=setting), seed=2, device="cuda")
+        results[setting] = run_trial(spec)
+    captured, eager = results["on"], results["off"]
+    assert captured.protocol["graph"] == "captured" and eager.protocol["graph"] == "eager: solver.cuda_graph=off"
+    assert captured.test["test_nll"] == pytest.approx(eager.test["test_nll"], rel=1e-3)
+    assert abs(captured.test["test_ece"] - eager.test["test_ece"]) <= 0.01
+    assert abs(captured.test["test_accuracy"] - eager.test["test_accuracy"]) <= 0.02

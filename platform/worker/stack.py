@@ -178,6 +178,10 @@ class Stack:
 
     def __init__(self, first: NDEClassifier, exact: bool = False):
         self.model = copy.deepcopy(first)
+        # A captured graph would keep reading the weights gathered at capture, and its backward would give the
+        # members' own weights no gradient: a stack's solve runs eager.
+        self.model.solver = dataclasses.replace(first.solver, cuda_graph="off")
+        self.model._graph_notes.clear()
         self.model.head = nn.Identity()
         self.linears: list[StackedLinear] = []
         for name, module in list(self.model.named_modules()):

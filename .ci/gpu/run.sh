@@ -1,0 +1,28 @@
+#!/bin/bash
+# The GPU check of ndebench (a copy of ../shared/gpu/run.sh for the wings' module paths), run from the project root
+# on a GPU machine: every GPU test case, `bench` rows captured and eager, GunPoint Neural CDE throughput on the GPU
+# beside the machine's CPU cores. Results under $OUT (default /tmp/gpu-check): pytest.txt, measure.jsonl.
+# The machine has torch with CUDA but no network: the pure-Python dependencies come as wheels in $WHL (default
+# .whl, an ignored folder sent along; ../shared/gpu/README.md says how to fill it), the package from its folders.
+HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$PWD; OUT=${OUT:-/tmp/gpu-check}; WHL=${WHL:-.whl}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHL"/*.whl > "$OUT/pip.txt" 2>&1
+mkdir -p /tmp/pkg/ndebench; for d in platform models regularizers datasets; do ln -sfn "$ROOT/$d" /tmp/pkg/ndebench/$d; done
+export PYTHONPATH=/tmp/pkg:/tmp/site
+# Where loading a config still imports MLflow, a one-constant stand-in lets bench run without it.
+if ! python3 -c "import mlflow" 2>/dev/null; then
+  mkdir -p /tmp/stub/mlflow/utils && touch /tmp/stub/mlflow/__init__.py /tmp/stub/mlflow/utils/__init__.py
+  echo "MAX_EXPERIMENT_TAG_VAL_LENGTH = 5000" > /tmp/stub/mlflow/utils/validation.py; PYTHONPATH=$PYTHONPATH:/tmp/stub
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+timeout ${T_TEST:-120} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py tests/test_graphs.py \
+  tests/test_checkpoint.py tests/test_continuum_dropout.py tests/test_gpu_packing.py > "$OUT/pytest.txt" 2>&1
+echo "pytest rc $?" >> "$OUT/pytest.txt"
+m() { timeout "$1" python3 "$HERE/measure.py" "$OUT/measure.jsonl" "${@:2}" >> "$OUT/measure.log" 2>&1 ||
+      echo "{\"kind\": \"timeout\", \"what\": \"${*:2}\"}" >> "$OUT/measure.jsonl"; }
+m 60 bench:neural_cde:auto:128:128:noadj bench:neural_ode:auto bench:neural_cde:off:128:128:noadj
+m 60 bench:neural_sde:on bench:neural_sde:off bench:neural_ode:off
+m 100 tp:cuda:1:1:5 tp:cuda:16:1:16 tp:cuda:1:8:64 tp:cuda:16:4:128
+m 60 tp:cpu:5:16:80
+m 120 bench:neural_lnsde:auto bench:neural_lsde:auto bench:neural_gsde:auto bench:ancde:auto:128:128:noadj \
+      bench:gru_ode:auto:128:128:noadj bench:ode_rnn:auto:128:128:noadj
+tail -3 "$OUT/pytest.txt"; cut -c1-300 "$OUT/measure.jsonl"
