@@ -30,6 +30,7 @@ from ndebench.platform.report.paper.data import PAPER_SEEDS, paper_summary
 from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import agreement as agr
 from ndebench.platform.report.statistics import stats
+from scipy import stats as sps
 from statsmodels.stats.power import TTestIndPower
 
 MARGIN_FRACTION = 0.5
@@ -161,6 +162,8 @@ def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.Dat
                     Cell(r.verdict, flag=r.verdict == "differs")]
                    for r in across.itertuples(index=False)]
     counts = across["verdict"].value_counts().to_dict() if len(across) else {}
+    quantiles = ", ".join(f"t(0.975, df = {df}) = {sps.t.ppf(0.975, df):.3f}"
+                          for df in sorted({int(d) for d in across["study_df"] if d >= 1}))
     first = Section(
         "Agreement with the paper across datasets",
         ["model", "split", "study improvement [95% CI]", "paper improvement [95% CI]", "study - paper [95% CI]",
@@ -171,7 +174,9 @@ def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.Dat
         "the study's own test against 0 detects with 80% power at alpha 0.05; power at paper: that test's power if "
         "the paper's improvement were true.",
         notes=[agr.RULE, MARGIN_TEXT, "Verdicts: " + ", ".join(f"{v} {counts.get(v, 0)} of {len(across)}"
-                                                              for v in agr.VERDICTS)],
+                                                              for v in agr.VERDICTS)]
+        + ([f"The study's intervals use t quantiles {quantiles}: with few sets the interval is that many standard "
+            "errors wide on each side."] if quantiles else []),
         flag_legend="differs from the paper")
     cell_rows = [[Cell(str(c.table)), Cell(c.model), Cell(c.dataset), Cell(c.regularizer),
                   Cell(f"{c.study_mean:.3f} vs {c.paper_mean:.3f}"),
