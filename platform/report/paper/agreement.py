@@ -150,10 +150,18 @@ def _num(x: float, fmt: str = "+.3f") -> str:
     return "–" if not math.isfinite(x) else format(x, fmt)
 
 
+def _study_text(r: Any) -> str:
+    if r.study_n_datasets < 1:
+        return "no set"
+    if r.study_df < 1:
+        return f"{_num(r.study_improvement)} (1 set: no interval)"
+    return f"{_num(r.study_improvement)} {_ci(r.study_ci_low, r.study_ci_high)} df={r.study_df}"
+
+
 def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.DataFrame) -> list[Section]:
     """The across-dataset agreement, the per-cell agreement and the per-set power as report sections."""
     across_rows = [[Cell(r.model), Cell(f"{r.split} (Table {r.table})"),
-                    Cell(f"{_num(r.study_improvement)} {_ci(r.study_ci_low, r.study_ci_high)} df={r.study_df}"),
+                    Cell(_study_text(r)),
                     Cell(f"{_num(r.paper_improvement)} {_ci(r.paper_ci_low, r.paper_ci_high)} df={r.paper_df}"),
                     Cell(f"{_num(r.difference)} {_ci(r.diff_ci_low, r.diff_ci_high)}"),
                     Cell(f"{_p(r.p_difference)} ({_p(r.p_difference_holm)})"),
