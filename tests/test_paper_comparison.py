@@ -257,4 +257,17 @@ def test_per_set_power_counts_significant_sets_and_ceilings():
     assert row["power"] == pytest.approx(sps.nct.sf(crit, 8, nc) + sps.nct.cdf(-crit, 8, nc), rel=1e-9)
     # Set0: +0.05 at seed std 0.0158 is significant; Set1: no difference
     assert row["study_significant"] == 1 and row["expected_significant"] == pytest.approx(2 * row["power"])
+    assert row["significant_sets"] == ["uea/Set0"] and row["sets"] == ["uea/Set0", "uea/Set1"]
     assert row["ceiling_sets"] == ["uea/Set0", "uea/Set1"]  # 1 - 0.93 < 0.098
+
+
+def test_the_chance_of_so_few_significant_sets_is_the_poisson_binomial():
+    import itertools
+
+    powers = [0.47, 0.18, 0.11, 0.4]
+    for observed in range(5):
+        brute = sum(np.prod([q if hit else 1 - q for q, hit in zip(powers, hits, strict=True)])
+                    for hits in itertools.product([0, 1], repeat=4) if sum(hits) <= observed)
+        assert agreement_stats.at_most(observed, powers) == pytest.approx(brute, abs=1e-15)
+    assert agreement_stats.at_most(2, [0.3] * 12) == pytest.approx(sps.binom.cdf(2, 12, 0.3), abs=1e-15)
+    assert agreement_stats.at_most(0, []) == 1.0

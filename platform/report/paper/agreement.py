@@ -42,7 +42,7 @@ CELL_COLUMNS = ["table", "model", "dataset", "regularizer", "metric", "study_mea
                 "diff_df", "diff_ci_low", "diff_ci_high", "p_difference", "p_difference_holm", "margin", "p_tost",
                 "p_tost_holm", "mde", "verdict"]
 POWER_COLUMNS = ["model", "split", "paper_d", "power", "study_sets", "study_significant", "expected_significant",
-                 "ceiling_sets"]
+                 "ceiling_sets", "significant_sets", "sets"]
 MARGIN_TEXT = (f"TOST margin: {MARGIN_FRACTION:g} x the paper's improvement (across datasets: the row's; per cell: "
                "the model's Table 9 improvement): a study within it of the paper keeps the claim's sign and at least "
                "half its size; a difference of half the claimed gain or more changes what the claim says.")
@@ -127,13 +127,14 @@ def per_set_power(runs: pd.DataFrame, primary: dict[str, str], across: pd.DataFr
         ref = paper.loc[(r.split, r.model)]
         d = float(ref["improvement"]) / math.sqrt((ref["baseline_std"] ** 2 + ref["proposed_std"] ** 2) / 2)
         power = float(TTestIndPower().power(d, nobs1=PAPER_SEEDS, alpha=agr.ALPHA, ratio=1.0))
-        hits = sum(_significant_better(runs, primary[ds], r.model, ds, proposed, baseline)
-                   for ds in r.study_datasets)
+        hits = [ds for ds in r.study_datasets if _significant_better(runs, primary[ds], r.model, ds, proposed,
+                                                                     baseline)]
         ok = runs[(runs["status"] == "ok") & (runs["model"] == r.model) & (runs["regularizer"] == baseline)]
         ceiling = [ds for ds in r.study_datasets
                    if 1 - ok[ok["dataset"] == ds][primary[ds]].astype(float).mean() < float(ref["improvement"])]
         rows.append({"model": r.model, "split": r.split, "paper_d": d, "power": power,
-                     "study_sets": r.study_n_datasets, "study_significant": hits,
+                     "study_sets": r.study_n_datasets, "study_significant": len(hits), "significant_sets": hits,
+                     "sets": list(r.study_datasets),
                      "expected_significant": power * r.study_n_datasets, "ceiling_sets": ceiling})
     return pd.DataFrame(rows, columns=POWER_COLUMNS)
 
@@ -148,6 +149,26 @@ def _p(p: float) -> str:
 
 def _num(x: float, fmt: str = "+.3f") -> str:
     return "–" if not math.isfinite(x) else format(x, fmt)
+
+
+def _count_note(rows: pd.DataFrame) -> str:
+    """The univariate and multivariate rows' significant sets against the count the paper's effects give, and the
+    chance of so few (:func:`~ndebench.platform.report.statistics.agreement.at_most`), over all their sets and over
+    those not near ceiling."""
+    if rows.empty:
+        return ""
+    sets = [(r.power, d in r.significant_sets, d in r.ceiling_sets) for r in rows.itertuples(index=False)
+            for d in r.sets]
+    hits = sum(hit for _, hit, _ in sets)
+    free = [(q, hit) for q, hit, ceiling in sets if not ceiling]
+    free_hits = sum(hit for _, hit in free)
+    return (f"Over the univariate and multivariate rows: {hits} of {len(sets)} sets significant; expected if the "
+            f"paper's effects held: {sum(q for q, _, _ in sets):.2f}; power per set {rows['power'].min():.2f}-"
+            f"{rows['power'].max():.2f}; chance of at most {hits} if they held (Poisson binomial over the sets' "
+            f"powers): {agr.at_most(hits, [q for q, _, _ in sets]):.3f}; over the {len(free)} sets not near "
+            f"ceiling, where the paper's gain can show in full: {free_hits} significant, chance of at most "
+            f"{free_hits}: {agr.at_most(free_hits, [q for q, _ in free]):.3f}. Read as 'differs' from the paper "
+            f"when that last chance is below {agr.ALPHA:g}, else 'inconclusive'.")
 
 
 def _study_text(r: Any) -> str:
@@ -205,11 +226,7 @@ def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.Dat
                    Cell(f"{p.study_significant} of {p.study_sets}"), Cell(f"{p.expected_significant:.2f}"),
                    Cell(", ".join(p.ceiling_sets) or "–", flag=bool(p.ceiling_sets))]
                   for p in powers.itertuples(index=False)]
-    per_split = powers[powers["split"] != "all"]
-    total = (f"Over the univariate and multivariate rows: {int(per_split['study_significant'].sum())} of "
-             f"{int(per_split['study_sets'].sum())} sets significant; expected if the paper's effects held: "
-             f"{per_split['expected_significant'].sum():.2f}; power per set "
-             f"{per_split['power'].min():.2f}-{per_split['power'].max():.2f}." if len(per_split) else "")
+    total = _count_note(powers[powers["split"] != "all"])
     d_text = (f"Power of the same test at d = 0.5 and 1: {TTestIndPower().power(0.5, PAPER_SEEDS, agr.ALPHA):.2f} "
               f"and {TTestIndPower().power(1.0, PAPER_SEEDS, agr.ALPHA):.2f}; d for 80% power: "
               f"{TTestIndPower().solve_power(None, nobs1=PAPER_SEEDS, alpha=agr.ALPHA, power=agr.POWER):.2f}.")

@@ -107,6 +107,16 @@ def verdict(p_difference: float, p_equivalence: float, alpha: float = ALPHA) -> 
     return "inconclusive"
 
 
+def at_most(observed: int, powers: list[float] | np.ndarray) -> float:
+    """``P(X <= observed)`` for ``X`` the number of successes of independent trials with success probabilities
+    ``powers`` (the Poisson binomial distribution, by convolving the trials' Bernoulli distributions): how likely
+    so few significant sets are if every set's test had the given power."""
+    pmf = np.array([1.0])
+    for q in np.asarray(powers, dtype=float):
+        pmf = np.convolve(pmf, [1 - q, q])
+    return float(pmf[: max(observed, -1) + 1].sum())
+
+
 @cache
 def expected_max(k: int) -> float:
     """``E[max of k independent standard normals] = int x k phi(x) Phi(x)^(k-1) dx`` (1.8675 for k = 20)."""
