@@ -7,11 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report.analyses import write_analyses
+from ndebench.platform.report.paper import agreement
 from ndebench.platform.report.paper import comparison as paper
 from ndebench.platform.report.paper.data import paper_cells
 from ndebench.platform.report.report import build_report
+from ndebench.platform.report.statistics import agreement as agreement_stats
 from ndebench.platform.report.statistics import selection
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_ind
 
 OFFSETS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
 H = 0.01
@@ -117,7 +122,13 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     comparison = json.loads(files.summary_json.read_text())["paper_comparison"]
     assert len(comparison["cells"]) == 7 and comparison["chance_gain"]["k"] == 20
     assert {r["split"] for r in comparison["across_datasets"]} == {"all", "univariate", "multivariate"}
-    assert len(files.paper) == 2
+    assert [s.title for s in files.paper] == [
+        "The paper's cells beside the study", "Across datasets beside the paper's Tables 9-11",
+        "Agreement with the paper across datasets", "Agreement with the paper per cell",
+        "Per-set power at the paper's effect", "Chance gain of best-of-20 at the paper's own spread",
+        "Test selection in the paper's tables: reported cells at their grid's maximum"]
+    assert {r["verdict"] for r in comparison["agreement_cells"]} <= {"agrees", "differs", "inconclusive"}
+    assert "Verdict rule" in text and "TOST margin" in text
     runs = _study()
     write_analyses(runs.assign(run_id=range(len(runs)), p=np.nan, m=np.nan, rate=np.nan), runs, files, "s",
                    alpha=0.05)
@@ -133,3 +144,130 @@ def test_the_report_command_takes_paper():
 
     args = build_parser().parse_args(["report", "--study", "s", "--paper"])
     assert args.paper is True and build_parser().parse_args(["report", "--study", "s"]).paper is False
+
+
+# --- agreement with the paper's values: studies of known values that land in each verdict ---
+
+def _improvement_study(model: str, improvements: list[float], base: float = 0.5) -> pd.DataFrame:
+    """One set per improvement, none at ``base`` and continuum_dropout at ``base + improvement`` (seeds
+    ``+ OFFSETS * H``), so that each set's improvement is exactly the given one."""
+    rows = [{"study": "s", "model": model, "dataset": f"uea/Set{i}", "regularizer": r, "variant": "", "seed": s,
+             "status": "ok", "metric": "accuracy", "test_accuracy": base + (d if r == "continuum_dropout" else 0)
+             + OFFSETS[s] * H} for i, d in enumerate(improvements) for r in ("none", "continuum_dropout")
+            for s in range(5)]
+    return pd.DataFrame(rows)
+
+
+def _paper_sample(mean: float, std: float, n: int) -> np.ndarray:
+    """n values with exactly this mean and sample std: a stand-in for the paper's unpublished seeds or sets."""
+    z = np.linspace(-1, 1, n)
+    return mean + std * (z - z.mean()) / z.std(ddof=1)
+
+
+def _across(improvements: list[float]) -> pd.Series:
+    runs = _improvement_study("neural_cde", improvements)
+    channels = dict.fromkeys(sorted(set(runs["dataset"])), 1)
+    across, _ = paper.compare_summary(runs, _primary(runs), channels)
+    rows = agreement.across_agreement(across).set_index("split")
+    assert math.isnan(rows.loc["multivariate", "p_difference"])  # no multivariate set: outside the Holm family
+    return rows.loc["univariate"]
+
+
+@pytest.mark.parametrize(("improvements", "verdict"), [
+    ([0.098 + 0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)], "agrees"),   # 8 sets at the paper's +0.098
+    ([-0.05 + 0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)], "differs"),  # 8 sets at -0.05
+    ([0.0, 0.2], "inconclusive"),                                               # 2 sets: t(df = 1) = 12.7
+])
+def test_an_across_dataset_row_lands_in_its_verdict(improvements, verdict):
+    row = _across(improvements)
+    k = len(improvements)
+    study, ref = np.array(improvements), _paper_sample(0.098, 0.020 * math.sqrt(15), 15)  # Table 10: 0.098 +- 0.020
+    assert row["study_improvement"] == pytest.approx(study.mean(), abs=1e-12)
+    half = sps.t.ppf(0.975, k - 1) * sps.sem(study)
+    assert (row["study_ci_low"], row["study_ci_high"]) == pytest.approx((study.mean() - half, study.mean() + half))
+    paper_half = sps.t.ppf(0.975, 14) * 0.020
+    assert (row["paper_ci_low"], row["paper_ci_high"]) == pytest.approx((0.098 - paper_half, 0.098 + paper_half))
+    welch = sps.ttest_ind(study, ref, equal_var=False)
+    assert row["p_difference"] == pytest.approx(welch.pvalue, rel=1e-9)
+    ci = welch.confidence_interval()
+    assert (row["diff_ci_low"], row["diff_ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    margin = 0.5 * 0.098
+    assert row["margin"] == pytest.approx(margin)
+    assert row["p_tost"] == pytest.approx(ttost_ind(study, ref, -margin, margin, usevar="unequal")[0], rel=1e-9)
+    # the univariate row's p-values are adjusted with the "all" row's (Holm over the finite ones)
+    assert row["p_difference_holm"] >= row["p_difference"] and row["p_tost_holm"] >= row["p_tost"]
+    assert row["verdict"] == verdict
+    assert agreement_stats.power(row["study_mde"], sps.sem(study), k - 1) == pytest.approx(0.8, abs=1e-9)
+    if verdict == "inconclusive":  # the study cannot tell the paper's effect from none
+        assert row["power_at_paper"] < 0.8 < 1 and row["study_mde"] > 0.098
+    if verdict == "agrees":
+        assert row["power_at_paper"] > 0.99
+
+
+def test_a_study_mde_matches_statsmodels_one_sample_power():
+    se, k = 0.01, 8
+    d = TTestPower().solve_power(effect_size=None, nobs=k, alpha=0.05, power=0.8)
+    assert agreement_stats.mde(se, k - 1) == pytest.approx(d * se * math.sqrt(k), rel=1e-6)
+
+
+def _cell_study(means: dict[str, tuple[float, float]]) -> pd.DataFrame:
+    """neural_ode none cells on Table 2's sets: dataset -> (mean, spread per OFFSETS step)."""
+    return pd.DataFrame([{"study": "s", "model": "neural_ode", "dataset": d, "regularizer": "none", "variant": "",
+                          "seed": s, "status": "ok", "metric": "accuracy", "test_accuracy": m + OFFSETS[s] * h}
+                         for d, (m, h) in means.items() for s in range(5)])
+
+
+def test_each_cell_lands_in_its_verdict_with_holm_over_the_cells():
+    # paper (Tables 2 and 16, none): ArticularyWordRecognition 0.859 (0.005), ERing 0.839 (0.018),
+    # RacketSports 0.565 (0.065); margin 0.5 x Table 9's neural_ode +0.047
+    means = {"uea/ArticularyWordRecognition": (0.859, 0.001), "uea/ERing": (0.70, 0.01),
+             "uea/RacketSports": (0.585, 0.05)}
+    runs = _cell_study(means)
+    cells, _ = paper.compare_cells(runs, _primary(runs))
+    got = agreement.cell_agreement(cells)
+    assert len(got) == 6  # each set's none cell in Table 2 and in Table 16
+    margin = 0.5 * 0.047
+    raw_d, raw_e = [], []
+    for row in got.itertuples(index=False):
+        mean, h = means[row.dataset]
+        study = mean + OFFSETS * h
+        ref = _paper_sample(row.paper_mean, float(cells.loc[cells["dataset"] == row.dataset, "paper_std"].iloc[0]), 5)
+        assert row.margin == pytest.approx(margin)
+        assert row.p_difference == pytest.approx(sps.ttest_ind(study, ref, equal_var=False).pvalue, rel=1e-9)
+        assert row.p_tost == pytest.approx(ttost_ind(study, ref, -margin, margin, usevar="unequal")[0], rel=1e-9)
+        raw_d.append(row.p_difference)
+        raw_e.append(row.p_tost)
+    assert got["p_difference_holm"].to_numpy() == pytest.approx(multipletests(raw_d, method="holm")[1])
+    assert got["p_tost_holm"].to_numpy() == pytest.approx(multipletests(raw_e, method="holm")[1])
+    assert got.groupby("dataset")["verdict"].agg(set).to_dict() == {
+        "uea/ArticularyWordRecognition": {"agrees"}, "uea/ERing": {"differs"}, "uea/RacketSports": {"inconclusive"}}
+    assert (got["mde"] > 0).all()
+
+
+def test_per_set_power_counts_significant_sets_and_ceilings():
+    # neural_cde univariate (Table 10): d = 0.098 / sqrt((0.079^2 + 0.065^2) / 2)
+    runs = _improvement_study("neural_cde", [0.05, 0.0], base=0.93)
+    channels = dict.fromkeys(sorted(set(runs["dataset"])), 1)
+    across, _ = paper.compare_summary(runs, _primary(runs), channels)
+    power = agreement.per_set_power(runs, _primary(runs), across, "continuum_dropout", "none").set_index("split")
+    d = 0.098 / math.sqrt((0.079 ** 2 + 0.065 ** 2) / 2)
+    row = power.loc["univariate"]
+    assert row["paper_d"] == pytest.approx(d)
+    nc, crit = d * math.sqrt(5 / 2), sps.t.ppf(0.975, 8)
+    assert row["power"] == pytest.approx(sps.nct.sf(crit, 8, nc) + sps.nct.cdf(-crit, 8, nc), rel=1e-9)
+    # Set0: +0.05 at seed std 0.0158 is significant; Set1: no difference
+    assert row["study_significant"] == 1 and row["expected_significant"] == pytest.approx(2 * row["power"])
+    assert row["significant_sets"] == ["uea/Set0"] and row["sets"] == ["uea/Set0", "uea/Set1"]
+    assert row["ceiling_sets"] == ["uea/Set0", "uea/Set1"]  # 1 - 0.93 < 0.098
+
+
+def test_the_chance_of_so_few_significant_sets_is_the_poisson_binomial():
+    import itertools
+
+    powers = [0.47, 0.18, 0.11, 0.4]
+    for observed in range(5):
+        brute = sum(np.prod([q if hit else 1 - q for q, hit in zip(powers, hits, strict=True)])
+                    for hits in itertools.product([0, 1], repeat=4) if sum(hits) <= observed)
+        assert agreement_stats.at_most(observed, powers) == pytest.approx(brute, abs=1e-15)
+    assert agreement_stats.at_most(2, [0.3] * 12) == pytest.approx(sps.binom.cdf(2, 12, 0.3), abs=1e-15)
+    assert agreement_stats.at_most(0, []) == 1.0

@@ -89,3 +89,20 @@ def test_the_audit_row_carries_the_adjusted_p_of_its_grid():
     best = np.array(list(cell[row.oracle_variant].values()))
     assert row.oracle_difference == pytest.approx(best.mean() - np.mean(list(cell["none"].values())), abs=1e-12)
     assert row.oracle_plain_p == two_sample_test(best, np.array(list(cell["none"].values())), "student").p
+
+
+def test_the_expected_maximum_of_k_normals_and_the_chance_factor():
+    from ndebench.platform.report.statistics.agreement import chance_factor, expected_max
+
+    assert expected_max(1) == pytest.approx(0.0, abs=1e-12)
+    assert expected_max(2) == pytest.approx(1 / np.sqrt(np.pi), rel=1e-10)  # E[max(Z1, Z2)] = 1 / sqrt(pi)
+    assert expected_max(3) == pytest.approx(1.5 / np.sqrt(np.pi), rel=1e-10)
+    assert chance_factor(20, 5) == pytest.approx(expected_max(20) / np.sqrt(5))
+    # the bootstrap chance gain of normal residuals approaches expected_max(k) sigma / sqrt(n)
+    residuals = np.random.default_rng(0).standard_normal(20000)
+    draws = 4000
+    gain = chance_gain(residuals, 20, 5, draws=draws)
+    se = np.sqrt((0.28 + 1) / 5 / draws)  # per draw: Var(max of 20 normals) = 0.28 over 5 seeds, plus one mean
+    assert gain == pytest.approx(chance_factor(20, 5), abs=4 * se)
+    with pytest.raises(ValueError, match="k must be at least 1, got 0"):
+        expected_max(0)

@@ -141,8 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                              + recorded.format("figures", "auto"))
     report.add_argument("--paper", action="store_true",
                         help="set the study beside the Continuum Dropout paper's reported numbers: every cell the "
-                             "paper reports (difference, paper mean inside the study's 95%% interval) and the "
-                             "improvement over datasets beside its Tables 9-11 (table.md, report.html, summary.json)")
+                             "paper reports and the improvement over datasets beside its Tables 9-11, with both "
+                             "intervals, Welch differences, TOST, power and an agrees/differs/inconclusive verdict, "
+                             "and the paper's own selection (table.md, report.html, summary.json)")
 
     reevaluate = sub.add_parser(
         "reevaluate", help="re-score trained evaluate runs with several numbers of test-time MC passes",

@@ -16,6 +16,10 @@ Two comparisons, from the paper's numbers shipped as data (:mod:`~ndebench.platf
   chance when no grid point differs from ``none``, estimated from the study's own seed spread
   (:func:`~ndebench.platform.report.statistics.selection.chance_gain`).
 
+Beside both, whether the study agrees with the paper's values (intervals on both sides, Welch differences, TOST,
+power; :mod:`~ndebench.platform.report.paper.agreement`) and the selection measured on the paper's own numbers
+(:mod:`~ndebench.platform.report.paper.evidence`).
+
 A cell of ``scope: time`` (ndebench's extension for CDEs, not the paper's method: the paper keeps a paused
 component at its value) is never compared with the paper's Continuum Dropout; it is listed as an extension.
 """
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.report import summary
+from ndebench.platform.report.paper import agreement, evidence
 from ndebench.platform.report.paper.data import (
     PAPER_K,
     PAPER_SEEDS,
@@ -240,8 +245,9 @@ def paper_sections(cells: pd.DataFrame, missing: list[dict[str, str]], across: p
                      "univariate and multivariate by the datasets' channel count. Chance gain: the mean improvement "
                      f"that choosing the best of {PAPER_K} grid points on the test mean of {PAPER_SEEDS} seeds shows "
                      "when no grid point differs from none, estimated from the study's own seed spread on the same "
-                     "sets (an upper bound: grid cells that share seeds are correlated). The paper's rows select "
-                     "that way; the study's improvement uses the validation-selected configuration.",
+                     "sets (an upper bound: grid cells that share seeds are correlated); the same at the paper's own "
+                     "spread, and the evidence that the paper's cells were chosen on the test set, follow below. "
+                     "The study's improvement uses the validation-selected configuration.",
                      notes=notes)
     return [first, second]
 
@@ -258,8 +264,18 @@ def paper_json(cells: pd.DataFrame, missing: list[dict[str, str]], across: pd.Da
 
 def paper_comparison(runs: pd.DataFrame, primary: dict[str, str],
                      channels: dict[str, int | None] | None = None) -> tuple[list[Section], dict[str, Any]]:
-    """Both comparisons of ``runs`` (counted statuses, ``regularizer`` holding variant labels) as report sections
-    and as ``summary.json``'s ``paper_comparison``."""
+    """Both comparisons of ``runs`` (counted statuses, ``regularizer`` holding variant labels), their agreement
+    with the paper's values (:mod:`~ndebench.platform.report.paper.agreement`) and the selection measured on the
+    paper's own numbers (:mod:`~ndebench.platform.report.paper.evidence`), as report sections and as
+    ``summary.json``'s ``paper_comparison``."""
     cells, missing = compare_cells(runs, primary)
     across, notes = compare_summary(runs, primary, channels)
-    return paper_sections(cells, missing, across, notes), paper_json(cells, missing, across, notes)
+    agree_across, agree_cells = agreement.across_agreement(across), agreement.cell_agreement(cells)
+    powers = agreement.per_set_power(runs, primary, across, PROPOSED, BASELINE)
+    chance, maxima = evidence.paper_chance_gains(across), evidence.column_maxima()
+    found = paper_json(cells, missing, across, notes)
+    found["paper_comparison"] |= (agreement.agreement_json(agree_across, agree_cells, powers)
+                                  | evidence.evidence_json(chance, maxima))
+    return (paper_sections(cells, missing, across, notes)
+            + agreement.agreement_sections(agree_across, agree_cells, powers)
+            + evidence.evidence_sections(chance, maxima)), found

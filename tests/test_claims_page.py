@@ -1,0 +1,114 @@
+"""The claims page (docs/reproduction/README.md) and the README's claims section say only what committed files show.
+
+Every decimal number they quote must be written, at the same precision, in a committed report file
+(``table.md``, ``summary.json``, ``paper_comparison.md``, ``selection_audit.md``) or, for the design, in a committed
+config of docs/reproduction/; every "N of M" count must be written as such in one of them. Numbers in the pages'
+code blocks and links are not quotes. The pending configs validate and plan the trials their headers state, and
+the verdicts the page gives are the ones paper_comparison.md computes.
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+from ndebench.platform import api
+from ndebench.platform.spec.plan import plan_stages, sweep_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "docs" / "reproduction"
+REPORT = FOLDER / "report" / "reproduction"
+REPORT_FILES = ["table.md", "summary.json", "paper_comparison.md", "selection_audit.md"]
+CONFIGS = ["reproduction.yaml", "hidden_sizes.yaml", "reproduction_large.yaml"]
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
+COUNT = re.compile(r"\b(\d+) of (\d+)\b")
+CODE = re.compile(r"```.*?```|`[^`]*`|\]\([^)]*\)", re.S)
+
+
+def _sources() -> tuple[str, list[float]]:
+    """The committed files' text, and the per-cell t-test p-values that only ``summary.json`` writes out."""
+    text = "\n".join((REPORT / name).read_text() for name in REPORT_FILES if name.endswith(".md"))
+    text += "\n".join((FOLDER / name).read_text() for name in CONFIGS)
+    summary = json.loads((REPORT / "summary.json").read_text())
+    return text, [float(c["p"]) for table in summary["tables"] for c in table["comparisons"] if c["p"] is not None]
+
+
+def _written(number: str, text: str, p_values: list[float]) -> bool:
+    """Whether ``number`` (unsigned, d decimals) is written in ``text`` at d or more decimals rounding to it, or
+    is a per-cell p-value of ``summary.json`` printed at d decimals."""
+    digits = len(number.partition(".")[2])
+    for found in re.findall(r"\d+\.\d+", text):
+        if found == number or (len(found.partition(".")[2]) > digits and f"{float(found):.{digits}f}" == number):
+            return True
+    return any(f"{p:.{digits}f}" == number for p in p_values)
+
+
+def _claims_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("## The paper's claims, tested", 1)[1].split("\n## ", 1)[0]
+
+
+def _quoted(page: str) -> str:
+    return CODE.sub(" ", page)
+
+
+@pytest.mark.parametrize("page", ["docs/reproduction/README.md", "README.md"])
+def test_every_decimal_and_count_on_the_page_is_in_a_committed_file(page):
+    text = (ROOT / page).read_text() if page != "README.md" else _claims_section()
+    quoted = _quoted(text)
+    sources, values = _sources()
+    decimals = DECIMAL.findall(quoted)
+    if page != "README.md":
+        assert len(decimals) > 80  # the page quotes the report; the check must see its numbers
+    assert [n for n in decimals if not _written(n, sources, values)] == []
+    counts = [m.group(0) for m in COUNT.finditer(quoted)]
+    assert counts and [c for c in counts if c not in sources] == []
+
+
+def test_the_check_catches_a_number_no_file_holds():
+    sources, values = _sources()
+    assert _written("0.037", sources, values)  # the oracle's gap 0.0375 is written +0.037 (0.038 is another number)
+    # the hidden-16 results of a run never committed, and a wall time no file holds
+    assert not any(_written(n, sources, values) for n in ("0.0085", "0.913", "4687.0"))
+    assert _written("12.706", sources, values) and _written("0.835", sources, values)
+    assert _written("0.064", sources, values)  # 0.0641 in selection_audit.md
+    assert DECIMAL.findall(_quoted("p 0.15-0.72, [-1.059, +0.942], `1.5` (see [x](a/1.2.md)) 0.1.")) == [
+        "0.15", "0.72", "1.059", "0.942", "0.1"]
+
+
+def test_the_pages_verdicts_are_the_ones_the_comparison_computes():
+    page = (FOLDER / "README.md").read_text()
+    across = json.loads((REPORT / "summary.json").read_text())["paper_comparison"]["agreement_across_datasets"]
+    verdicts = {row["verdict"] for row in across}
+    assert verdicts == {"inconclusive"} and len(across) == 9
+    assert "All 9 across-dataset rows are **inconclusive**" in page
+    rows = [line for line in page.splitlines() if re.match(r"\| [1-7] \|", line)]
+    assert len(rows) == 7
+    verdict = {int(line.split("|")[1]): line.rstrip(" |").rsplit("|", 1)[1].strip() for line in rows}
+    assert all(verdict[k].startswith("inconclusive") for k in (1, 2, 3, 4, 6))
+    assert "not supported" not in page and "That claim is withdrawn" in page
+    gaps = json.loads((REPORT / "summary.json").read_text())["selection_audit"]
+    assert f"0 to +{max(r['gap'] for r in gaps):.3f}" in page
+    # the rule the verdicts follow is stated on the page in the words of the output
+    comparison = (REPORT / "paper_comparison.md").read_text()
+    assert "Verdict rule: 'differs' when the 95% Welch interval" in comparison
+    assert "**differs**" in page and "**agrees**" in page and "**inconclusive**" in page
+
+
+@pytest.mark.parametrize(("name", "trials"), [("hidden_sizes.yaml", (8, 16, 440)),
+                                              ("reproduction_large.yaml", (72, 72, 570))])
+def test_the_pending_configs_plan_what_their_headers_say(name, trials):
+    config = FOLDER / name
+    spec = api.load(config)
+    base, tune = plan_stages(spec)
+    cells = sweep_cells(spec)
+    assert (base.trials, tune.trials, len(cells) * len(spec.evaluate.seeds)) == trials
+    assert spec.resources.stack == 5
+    header = config.read_text()
+    assert f"= {trials[0]}" in header and f"= {trials[1]}" in header and f"= {trials[2]} runs" in header
+    assert "Pending: not run yet." in header
+    if name == "hidden_sizes.yaml":
+        sizes = {c.variant for c in cells if c.regularizer == "none" and c.variant}
+        assert sizes == {f"none[model.hidden_size={h}]" for h in (16, 32, 64, 128)}
+        assert list(spec.models) == ["neural_cde"]
+    else:
+        assert {"uea/ItalyPowerDemand", "uea/OSULeaf"} <= set(spec.datasets)
