@@ -8,10 +8,15 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ndebench.platform.cli.arguments import build_parser
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.failures import exitcodes
+
+if TYPE_CHECKING:
+    from ndebench.platform.spec.lint import Problem
+    from ndebench.platform.spec.sweepspec import SweepSpec
 
 
 class CommandError(Exception):
@@ -34,7 +39,11 @@ def _lint(args: argparse.Namespace) -> int | None:
     except ConfigError as exc:
         print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
-    problems = lint_file(args.config, _overrides(args))
+    return _refuse(args, lint_file(args.config, _overrides(args)))
+
+
+def _refuse(args: argparse.Namespace, problems: Sequence[Problem]) -> int | None:
+    """Print ``problems`` as ``file:line: message`` lines and a count; exit 2 when there is one."""
     for problem in problems:
         print(problem.format(args.config), file=sys.stderr)
     if problems:
@@ -43,17 +52,44 @@ def _lint(args: argparse.Namespace) -> int | None:
     return None
 
 
+def _located(args: argparse.Namespace, exc: Exception) -> int:
+    """A full-validation error printed in the linter's ``file:line: message`` form (a file it cannot read: as
+    ``error:``); the exit code."""
+    from ndebench.platform.spec.lint import locate
+
+    if (problem := locate(args.config, str(exc))) is None:
+        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
+        return exitcodes.BAD_INPUT
+    return _refuse(args, [problem]) or exitcodes.BAD_INPUT
+
+
+def _load(args: argparse.Namespace) -> SweepSpec | int:
+    """The config's spec, or the exit code once its error was printed (:func:`_located`)."""
+    from ndebench.platform import api
+    from ndebench.platform.spec.sweepspec import ConfigError
+
+    try:
+        return api.load(args.config, _overrides(args))
+    except ConfigError as exc:
+        return _located(args, exc)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     if (code := _lint(args)) is not None:
         return code
-    from ndebench.platform import api
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.spec.describe import describe_spec, total_trials
     from ndebench.platform.spec.extensions import extension_warnings
+    from ndebench.platform.spec.sweepspec import ConfigError
 
-    spec = api.load(args.config, _overrides(args))
-    built = check_models_build(spec)
+    spec = _load(args)
+    if isinstance(spec, int):
+        return spec
+    try:
+        built = check_models_build(spec)
+    except ConfigError as exc:
+        return _located(args, exc)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
     for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
                     + size_warnings(total_trials(spec))):
@@ -84,7 +120,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ndebench.platform.engine.progress import quiet_libraries
 
         quiet_libraries()
-    spec = api.load(args.config, _overrides(args))
+    spec = _load(args)
+    if isinstance(spec, int):
+        return spec
     warnings = api.validate(spec)
     uri = tracking_uri(args)
     check_tracking_reachable(uri)

@@ -8,6 +8,11 @@ its names checked by the registries only.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ndebench.platform.spec.fields import Rule
+
 ENTRY_POINT_GROUPS = ("ndebench.models", "ndebench.regularizers", "ndebench.datasets")
 
 # model name -> its hyperparameters (models.registry.model_options)
@@ -38,6 +43,30 @@ REGULARIZERS: dict[str, tuple[str, ...]] = {
     "steer": ("b",),
     "tabn": ("bins", "decay"),
 }
+
+
+
+def regularizer_rules() -> dict[str, dict[str, Rule]]:
+    """Regularizer name -> hyperparameter -> the rule its values must pass: the registry's check after the type of
+    its default choices (``sections.check_hyperparam``), built from torch-free parts so that ``validate`` names a
+    bad value together with a bad name. ``tests/test_lint.py`` compares each rule's verdicts with the registry's."""
+    from ndebench.platform.spec.fields import one_of
+    from ndebench.regularizers import checks
+
+    count = checks.integer_at_least(1)
+    jumps = {"rate": checks.positive, "scale": one_of("rate", "per_step"), "size": checks.positive}
+    return {
+        "continuum_dropout": {"m": checks.expected_renewals, "mask": one_of("left", "occupancy"), "n_mc": count,
+                              "p": checks.dropout_rate, "scope": one_of("increment", "time")},
+        "jump_diffusion": jumps,
+        "jump_diffusion_ttn": {**jumps, "n_mc": count},
+        "naive_dropout_drift": {"p": checks.open_unit},
+        "naive_dropout_head": {"p": checks.open_unit},
+        "none": {"n_mc": count},
+        "steer": {"b": checks.open_unit},
+        "tabn": {"bins": checks.integer_at_least(2), "decay": checks.non_negative},
+    }
+
 
 # dataset (family) name -> its options (datasets.registry.dataset_options)
 DATASETS: dict[str, tuple[str, ...]] = {
