@@ -8,74 +8,19 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ndebench.platform.cli.arguments import build_parser
+from ndebench.platform.cli.configcheck import lint, load, located
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.failures import exitcodes
-
-if TYPE_CHECKING:
-    from ndebench.platform.spec.lint import Problem
-    from ndebench.platform.spec.sweepspec import SweepSpec
 
 
 class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    return [item for group in (args.set or []) for item in group]
-
-
-def _lint(args: argparse.Namespace) -> int | None:
-    """Every error of the config file that needs no registry, each on a line with its line number, before torch,
-    Ray or MLflow is imported: exit 2 when there is one. A shipped config's name becomes its path."""
-    from ndebench.platform.spec.lint import lint_file
-    from ndebench.platform.spec.shipped import resolve_config
-    from ndebench.platform.spec.sweepspec import ConfigError
-
-    try:
-        args.config = resolve_config(args.config)
-    except ConfigError as exc:
-        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
-        return exitcodes.BAD_INPUT
-    return _refuse(args, lint_file(args.config, _overrides(args)))
-
-
-def _refuse(args: argparse.Namespace, problems: Sequence[Problem]) -> int | None:
-    """Print ``problems`` as ``file:line: message`` lines and a count; exit 2 when there is one."""
-    for problem in problems:
-        print(problem.format(args.config), file=sys.stderr)
-    if problems:
-        print(f"ndebench {args.command}: {len(problems)} error(s) in {args.config}; nothing was run", file=sys.stderr)
-        return exitcodes.BAD_INPUT
-    return None
-
-
-def _located(args: argparse.Namespace, exc: Exception) -> int:
-    """A full-validation error printed in the linter's ``file:line: message`` form (a file it cannot read: as
-    ``error:``); the exit code."""
-    from ndebench.platform.spec.lint import locate
-
-    if (problem := locate(args.config, str(exc))) is None:
-        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
-        return exitcodes.BAD_INPUT
-    return _refuse(args, [problem]) or exitcodes.BAD_INPUT
-
-
-def _load(args: argparse.Namespace) -> SweepSpec | int:
-    """The config's spec, or the exit code once its error was printed (:func:`_located`)."""
-    from ndebench.platform import api
-    from ndebench.platform.spec.sweepspec import ConfigError
-
-    try:
-        return api.load(args.config, _overrides(args))
-    except ConfigError as exc:
-        return _located(args, exc)
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    if (code := _lint(args)) is not None:
+    if (code := lint(args)) is not None:
         return code
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
@@ -83,13 +28,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ndebench.platform.spec.extensions import extension_warnings
     from ndebench.platform.spec.sweepspec import ConfigError
 
-    spec = _load(args)
+    spec = load(args)
     if isinstance(spec, int):
         return spec
     try:
         built = check_models_build(spec)
     except ConfigError as exc:
-        return _located(args, exc)
+        return located(args, exc)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
     for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
                     + size_warnings(total_trials(spec))):
@@ -101,7 +46,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform.cluster.joining import ray_address
 
-    if (code := _lint(args)) is not None:
+    if (code := lint(args)) is not None:
         return code
     try:
         ray_address(args.address)
@@ -120,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ndebench.platform.engine.progress import quiet_libraries
 
         quiet_libraries()
-    spec = _load(args)
+    spec = load(args)
     if isinstance(spec, int):
         return spec
     warnings = api.validate(spec)

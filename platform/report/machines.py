@@ -2,7 +2,7 @@
 
 A trial reruns bit for bit with the same code, libraries, CPU capability (the instruction set torch dispatches
 its CPU kernels to), torch thread count and GPU; across those, kernels sum in another order and a run's
-metrics can move by more than rounding (docs/reproduction.md). The runs carry them as tags
+metrics can move by more than rounding (docs/faults.md, "Reproducibility across machines"). The runs carry them as tags
 (:data:`~ndebench.platform.record.schema.MACHINE_TAGS`, columns of ``runs.evaluate_runs``).
 """
 from __future__ import annotations
@@ -33,4 +33,4 @@ def _note(counts: dict[str, dict[str, int]], mixed: list[str]) -> str | None:
                      for tag in mixed)
     return (f"Mixed machines: the runs differ in {what}. Floating-point kernels differ between these, so a "
             "seed's metrics can differ by more than rounding between them; compare runs of one kind, or rerun on "
-            "one (docs/reproduction.md).")
+            "one (docs/faults.md, \"Reproducibility across machines\").")
