@@ -156,6 +156,14 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path)
     keys = ("accuracy", "vs none", "p vs none", "CI low", "CI high", "sd accuracy")
     assert [cd[k] for k in keys] == ["0.875", "+0.0625", "0.0234", "0.0156", "0.109", "0.0312"]
     assert [none[k] for k in keys] == ["0.812", "-", "-", "-", "-", "0.0312"]
+    # Trailing zeros stay, so that a column's values line up: none's 0.7 of the quickstart is 0.700.
+    from types import SimpleNamespace
+
+    from ndebench.platform.record.uiview import display_tags
+
+    quickstart = SimpleNamespace(data=SimpleNamespace(metrics={"mean_test_accuracy": 0.7, "std_test_accuracy": 0.075}))
+    assert display_tags(quickstart, ["mean_test_accuracy"]) == {
+        "accuracy": "0.700", "vs none": "-", "p vs none": "-", "CI low": "-", "CI high": "-", "sd accuracy": "0.0750"}
     # Both cells ran at one learning rate: no param differs, so there is no parallel-coordinates plot.
     assert [c["type"] for c in view["compareRunCharts"]] == ["BAR", "BAR"]
 

@@ -50,19 +50,20 @@ def _chart(uuid: str, kind: str, **config: Any) -> dict[str, Any]:
             **config}
 
 
-def _shown(value: float | None, fmt: str = ".3g") -> str:
-    return "-" if value is None else format(value, fmt)
+def _shown(value: float | None, spec: str = "#.3g") -> str:
+    """``value`` at 3 significant digits, trailing zeros kept (``0.700``), ``-`` for none."""
+    return "-" if value is None else format(value, spec).removesuffix(".")
 
 
 def display_tags(run: Any, means: list[str]) -> dict[str, str]:
     """What the first screen shows of a cell run, at 3 significant digits, each short enough for the table's
-    column: per primary mean (``mean_test_<m>``) a tag ``<m>`` (``0.767``), then ``vs none`` (``diff_vs_none``,
+    column: per primary mean (``mean_test_<m>``) a tag ``<m>`` (``0.700``), then ``vs none`` (``diff_vs_none``,
     signed: ``+0.0667``), ``p vs none``, the 95% interval's ``CI low`` and ``CI high``, and per primary metric its
     standard deviation over the seeds (``sd <m>``); ``-`` where the cell has no value (``none`` itself, a metric of
     another dataset). Names for people; the raw metrics stay the record."""
     metrics = run.data.metrics
     tags = {mean.removeprefix("mean_test_"): _shown(metrics.get(mean)) for mean in means}
-    tags |= {"vs none": _shown(metrics.get("diff_vs_none"), "+.3g"),
+    tags |= {"vs none": _shown(metrics.get("diff_vs_none"), "+#.3g"),
              "p vs none": _shown(metrics.get("p_value_vs_none")),
              "CI low": _shown(metrics.get("diff_ci_low")), "CI high": _shown(metrics.get("diff_ci_high"))}
     return tags | {f"sd {mean.removeprefix('mean_test_')}": _shown(metrics.get(mean.replace("mean_", "std_", 1)))
