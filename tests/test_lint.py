@@ -12,7 +12,7 @@ import pytest
 from ndebench.platform.spec.lint import lint_file, lint_text
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "ray", "mlflow")
+HEAVY = ("torch", "ray", "mlflow", "scipy")
 
 THREE_ERRORS = """\
 study: typo_demo
@@ -65,8 +65,10 @@ print(json.dumps({
 }))
 """
     from ndebench.platform.spec import names
+    from ndebench.regularizers.rates import M_RANGE, P_RANGE
 
-    script = script.replace("PROBES", repr(json.dumps(PROBES)))
+    edges = (*P_RANGE, P_RANGE[0] / 2, (1 + P_RANGE[1]) / 2, *M_RANGE, M_RANGE[1] * 2)
+    script = script.replace("PROBES", repr(json.dumps([*PROBES, *edges])))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     truth = json.loads(proc.stdout)
     rules = names.regularizer_rules()
@@ -145,7 +147,7 @@ def test_every_candidate_of_a_searched_hyperparameter_is_checked(value, bad):
     text = f"study: a\nmodels: [neural_ode]\ndatasets: [synthetic]\nregularizers:\n  steer: {{b: {value}}}\n"
     problems = lint_text(text)
     assert [p.message for p in problems] == ([] if bad is None else [
-        f"regularizers.steer.b={bad!r} must lie in the open interval (0, 1)"])
+        f"regularizers.steer.b={bad!r} must be a finite number in (0, 1)"])
 
 
 def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
@@ -167,7 +169,7 @@ def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
         "bad.yaml:2: models: unknown model 'neural_cdee' (did you mean 'neural_cde'?); valid: ancde, gru_ode, "
         "image_node, image_nsde_additive, image_nsde_multiplicative, neural_cde, neural_gsde, neural_lnsde, "
         "neural_lsde, neural_ode, neural_sde, ode_rnn",
-        "bad.yaml:7: regularizers.continuum_dropout.p=1.5 must lie in [1e-06, 1 - 1e-06] (a dropout rate in (0, 1))",
+        "bad.yaml:7: regularizers.continuum_dropout.p=1.5 must be a finite number in [1e-06, 0.999999]",
         "bad.yaml:8: unknown key 'mm' in regularizers.continuum_dropout (did you mean 'm'?); valid keys: m, mask, "
         "n_mc, p, scope",
         "ndebench validate: 3 error(s) in bad.yaml; nothing was run",

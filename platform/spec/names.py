@@ -47,24 +47,25 @@ REGULARIZERS: dict[str, tuple[str, ...]] = {
 
 
 def regularizer_rules() -> dict[str, dict[str, Rule]]:
-    """Regularizer name -> hyperparameter -> the rule its values must pass: the registry's check after the type of
-    its default choices (``sections.check_hyperparam``), built from torch-free parts so that ``validate`` names a
-    bad value together with a bad name. ``tests/test_lint.py`` compares each rule's verdicts with the registry's."""
-    from ndebench.platform.spec.fields import one_of
-    from ndebench.regularizers import checks
+    """Regularizer name -> hyperparameter -> the rule its values must pass, as the registry checks them
+    (``sections.check_hyperparam``: the type of its default choices, then its own check), written here so that
+    ``validate`` names a bad value together with a bad name without importing torch or SciPy (which
+    ``regularizers.rates`` imports). ``tests/test_lint.py`` compares each rule's verdicts with the registry's,
+    at the bounds of Continuum Dropout's rate solver too."""
+    from ndebench.platform.spec.fields import integer, number, one_of
 
-    count = checks.integer_at_least(1)
-    jumps = {"rate": checks.positive, "scale": one_of("rate", "per_step"), "size": checks.positive}
+    count, unit = integer(1), number(0, 1, low_open=True, high_open=True)
+    jumps = {"rate": number(0, low_open=True), "scale": one_of("rate", "per_step"), "size": number(0, low_open=True)}
     return {
-        "continuum_dropout": {"m": checks.expected_renewals, "mask": one_of("left", "occupancy"), "n_mc": count,
-                              "p": checks.dropout_rate, "scope": one_of("increment", "time")},
+        "continuum_dropout": {"m": number(1e-6, 1e6), "mask": one_of("left", "occupancy"), "n_mc": count,
+                              "p": number(1e-6, 1 - 1e-6), "scope": one_of("increment", "time")},
         "jump_diffusion": jumps,
         "jump_diffusion_ttn": {**jumps, "n_mc": count},
-        "naive_dropout_drift": {"p": checks.open_unit},
-        "naive_dropout_head": {"p": checks.open_unit},
+        "naive_dropout_drift": {"p": unit},
+        "naive_dropout_head": {"p": unit},
         "none": {"n_mc": count},
-        "steer": {"b": checks.open_unit},
-        "tabn": {"bins": checks.integer_at_least(2), "decay": checks.non_negative},
+        "steer": {"b": unit},
+        "tabn": {"bins": integer(2), "decay": number(0)},
     }
 
 
