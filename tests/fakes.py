@@ -310,10 +310,11 @@ def agent_ports() -> list[str]:
             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
 
 
-def cell_study(uri: str, study: str) -> dict[str, dict]:
+def cell_study(uri: str, study: str, lrs: tuple[float, float] = (0.01, 0.01)) -> dict[str, dict]:
     """A study's MLflow runs as a sweep leaves them, without Ray: the study run, a tune cell run and an evaluate cell
-    run per regularizer (``none``, ``continuum_dropout``), the evaluate ones closed with their aggregates in the
-    engine's order. Returns each evaluate cell run's id, params and metrics by cell key."""
+    run per regularizer (``none``, ``continuum_dropout``, trained at learning rates ``lrs``), the evaluate ones
+    closed with their aggregates in the engine's order. Returns each evaluate cell run's id, params and metrics by
+    cell key."""
     from ndebench.platform.record.tracking import cell_run, ensure_experiment, finish_cell, study_run
 
     ensure_experiment(uri, study)
@@ -322,7 +323,7 @@ def cell_study(uri: str, study: str) -> dict[str, dict]:
     for i, regularizer in enumerate(("none", "continuum_dropout")):
         key = f"neural_lsde__synthetic__{regularizer}"
         tags = {"model": "neural_lsde", "dataset": "synthetic", "regularizer": regularizer, "metric": "accuracy"}
-        params = {"training.lr": 0.01} | ({"regularizer.p": 0.3, "regularizer.m": 10} if i else {})
+        params = {"training.lr": lrs[i]} | ({"regularizer.p": 0.3, "regularizer.m": 10} if i else {})
         tune = cell_run(uri, study, parent, "tune", key, tags)
         finish_cell(uri, tune, "done", params={k: v for k, v in params.items() if k.startswith("regularizer.")})
         metrics = {"mean_test_accuracy": 0.8125 + 0.0625 * i, "std_test_accuracy": 0.03125}

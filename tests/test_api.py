@@ -145,11 +145,41 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path)
     view = json.loads(client(uri).get_experiment("1").tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
     assert view["searchFilter"] == "tags.`ndebench.kind` = 'cell' and tags.`ndebench.phase` = 'evaluate'"
     assert view["orderByKey"] == "metrics.`mean_test_accuracy`" and view["orderByAsc"] is False
-    assert view["selectedColumns"][:5] == ["metrics.`mean_test_accuracy`", "metrics.`diff_vs_none`",
-                                           "metrics.`diff_ci_low`", "metrics.`diff_ci_high`",
-                                           "metrics.`p_value_vs_none`"]
-    parallel = next(c for c in view["compareRunCharts"] if c["type"] == "PARALLEL")
-    # none's cell has no regularizer.p or regularizer.m: only training.lr, which both cells have, gets an axis.
+    # Display copies at 3 significant digits first, then the raw metrics.
+    assert view["selectedColumns"][:11] == ["tags.`accuracy`", "tags.`vs none`", "tags.`p vs none`",
+                                            "tags.`CI low`", "tags.`CI high`", "tags.`sd accuracy`",
+                                            "metrics.`mean_test_accuracy`", "metrics.`diff_vs_none`",
+                                            "metrics.`diff_ci_low`", "metrics.`diff_ci_high`",
+                                            "metrics.`p_value_vs_none`"]
+    shown = {key: client(uri).get_run(c["run_id"]).data.tags for key, c in cells.items()}
+    cd, none = shown["neural_lsde__synthetic__continuum_dropout"], shown["neural_lsde__synthetic__none"]
+    keys = ("accuracy", "vs none", "p vs none", "CI low", "CI high", "sd accuracy")
+    assert [cd[k] for k in keys] == ["0.875", "+0.0625", "0.0234", "0.0156", "0.109", "0.0312"]
+    assert [none[k] for k in keys] == ["0.812", "-", "-", "-", "-", "0.0312"]
+    # Trailing zeros stay, so that a column's values line up: none's 0.7 of the quickstart is 0.700.
+    from types import SimpleNamespace
+
+    from ndebench.platform.record.uiview import display_tags
+
+    quickstart = SimpleNamespace(data=SimpleNamespace(metrics={"mean_test_accuracy": 0.7, "std_test_accuracy": 0.075}))
+    assert display_tags(quickstart, ["mean_test_accuracy"]) == {
+        "accuracy": "0.700", "vs none": "-", "p vs none": "-", "CI low": "-", "CI high": "-", "sd accuracy": "0.0750"}
+    # Both cells ran at one learning rate: no param differs, so there is no parallel-coordinates plot.
+    assert [c["type"] for c in view["compareRunCharts"]] == ["BAR", "BAR"]
+
+
+def test_the_parallel_plot_has_an_axis_per_param_that_differs_between_the_cells(tmp_path):
+    import json
+
+    from fakes import cell_study
+    from ndebench.platform.record.tracking import client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cell_study(uri, "cmp", lrs=(0.01, 0.005))
+    api.study_links("cmp", uri)
+    view = json.loads(client(uri).get_experiment("1").tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
+    parallel, = (c for c in view["compareRunCharts"] if c["type"] == "PARALLEL")
+    # none's cell has no regularizer.p or regularizer.m: only training.lr, which both have and which differs.
     assert parallel["selectedParams"] == ["training.lr"] and parallel["selectedMetrics"] == ["mean_test_accuracy"]
 
 

@@ -200,3 +200,39 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
 def test_every_field_is_type_checked(path, value, message):
     with pytest.raises(ConfigError, match=message):
         parse_spec(with_(path, value))
+
+
+def test_the_note_limit_is_mlflows():
+    from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
+    from ndebench.platform.spec.config import MAX_NOTE_LENGTH
+
+    assert MAX_NOTE_LENGTH == MAX_EXPERIMENT_TAG_VAL_LENGTH
+
+
+LIGHT_NODE = """
+import sys
+from ndebench.platform.cli.main import main
+from ndebench.platform.spec.config import load_spec
+load_spec("tiny.yaml")
+assert main(["validate", "tiny.yaml"]) == 0
+assert main(["bench", "throughput", "tiny.yaml", "--trials", "1"]) == 0
+assert main(["bench", "models", "--models", "neural_ode", "--hidden", "4", "--batch", "2", "--length", "4",
+             "--reps", "1"]) == 0
+print(sorted({name.split(".")[0] for name in sys.modules} & {"mlflow", "ray"}))
+"""
+
+
+def test_loading_validating_and_benching_import_neither_mlflow_nor_ray(tmp_path):
+    """A GPU node's image may hold neither (issue 38): a fresh interpreter loads and validates a config, trains one
+    trial of it with `bench throughput` and times a step with `bench models`."""
+    import subprocess
+    import sys
+
+    raw = {"study": "tiny", "models": ["neural_ode"], "datasets": ["synthetic"],
+           "dataset_options": {"num_samples": 32, "length": 8}, "regularizers": {"none": {}},
+           "model": {"hidden_size": 4}, "training": {"epochs": 1, "min_epochs": 1}, "evaluate": {"seeds": [0]}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(raw))
+    proc = subprocess.run([sys.executable, "-c", LIGHT_NODE], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "[]"

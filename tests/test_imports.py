@@ -17,7 +17,7 @@ PREFIX = "ndebench.platform."
 WINGS = {
     "": ("the front doors: api.py (the Python API every command goes through) and __main__.py",
          {"cli", "bench", "engine", "cluster", "server", "worker", "spec", "record", "report"}),
-    "cli": ("the `ndebench` command line: its arguments, its commands, the serving commands",
+    "cli": ("the `ndebench` command line: its arguments, its commands, the config check, the serving commands",
             {"", "bench", "engine", "cluster", "server", "worker", "spec", "record", "report"}),
     "bench": ("`ndebench bench`: speed of a training step, trials per hour, the driver's cost per trial",
               {"", "engine", "cluster", "worker", "spec", "record", "report"}),

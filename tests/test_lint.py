@@ -12,7 +12,7 @@ import pytest
 from ndebench.platform.spec.lint import lint_file, lint_text
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "ray", "mlflow")
+HEAVY = ("torch", "ray", "mlflow", "scipy")
 
 THREE_ERRORS = """\
 study: typo_demo
@@ -27,6 +27,13 @@ trainng:
   epochs: 2
 """
 
+# The issue's three kinds at once: an unknown name, an unknown key and a value out of range.
+UNKNOWN_MODEL_KEY_AND_VALUE = THREE_ERRORS.replace("p: [0.1, 0.3]", "p: 1.5").replace("trainng", "training")
+
+# Values each regularizer rule is asked about, beside the hyperparameter's own default choices.
+PROBES = (-1, 0, 1e-7, 0.5, 1, 1.5, 2, 1e7, True, None, "x", "left", "occupancy", "increment", "time", "rate",
+          "per_step", [0.1])
+
 
 def test_names_agree_with_the_registries():
     """Run in a fresh interpreter: other tests register components of their own in this one."""
@@ -37,7 +44,19 @@ from ndebench.models.integrate import SolverConfig
 from ndebench.models.registry import list_models, model_options
 from ndebench.regularizers.registry import list_regularizers, regularizer_info
 first = {family: next(n for n in list_datasets() if n.partition('/')[0] == family) for family in DATASETS.names()}
+from ndebench.platform.spec import sections
+from ndebench.platform.spec.sweepspec import ConfigError
+def refused(r, k, v):
+    try:
+        sections.check_hyperparam(r, k, v, "x")
+    except ConfigError:
+        return True
+    return False
+probes = {r: {k: list(hp.choices) + json.loads(PROBES) for k, hp in regularizer_info(r).hyperparams.items()}
+          for r in list_regularizers()}
 print(json.dumps({
+    "probes": probes,
+    "refused": {r: {k: [refused(r, k, v) for v in vs] for k, vs in keys.items()} for r, keys in probes.items()},
     "models": {m: sorted(model_options(m)) for m in list_models()},
     "regularizers": {r: sorted(regularizer_info(r).hyperparams) for r in list_regularizers()},
     "datasets": {f: dataset_options(first[f]) for f in DATASETS.names()},
@@ -46,9 +65,17 @@ print(json.dumps({
 }))
 """
     from ndebench.platform.spec import names
+    from ndebench.regularizers.rates import M_RANGE, P_RANGE
 
+    edges = (*P_RANGE, P_RANGE[0] / 2, (1 + P_RANGE[1]) / 2, *M_RANGE, M_RANGE[1] * 2)
+    script = script.replace("PROBES", repr(json.dumps([*PROBES, *edges])))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     truth = json.loads(proc.stdout)
+    rules = names.regularizer_rules()
+    assert {r: sorted(keys) for r, keys in rules.items()} == {r: sorted(v) for r, v in names.REGULARIZERS.items()}
+    verdicts = {r: {k: [rules[r][k](v) is not None for v in values] for k, values in keys.items()}
+                for r, keys in truth["probes"].items()}
+    assert verdicts == truth["refused"]
     assert truth["models"] == {k: sorted(v) for k, v in names.MODELS.items()}
     assert truth["regularizers"] == {k: sorted(v) for k, v in names.REGULARIZERS.items()}
     assert truth["datasets"] == {k: sorted(v) for k, v in names.DATASETS.items()}
@@ -108,11 +135,26 @@ def test_an_override_replaces_what_it_sets(tmp_path):
                                                                             "trainng"]
 
 
+def test_a_value_out_of_range_is_named_beside_the_bad_names():
+    problems = lint_text(UNKNOWN_MODEL_KEY_AND_VALUE)
+    assert [(p.line, p.where) for p in problems] == [(2, "models"), (7, "regularizers.continuum_dropout.p"),
+                                                     (8, "regularizers.continuum_dropout.mm")]
+
+
+@pytest.mark.parametrize("value,bad", [("[0.1, 1.5]", 1.5), ("{uniform: [0.0, 0.5]}", 0.0), ("[0.1, 0.3]", None),
+                                       ("{choice: [0.2, 1]}", 1), ("{loguniform: [0.01, 0.5]}", None)])
+def test_every_candidate_of_a_searched_hyperparameter_is_checked(value, bad):
+    text = f"study: a\nmodels: [neural_ode]\ndatasets: [synthetic]\nregularizers:\n  steer: {{b: {value}}}\n"
+    problems = lint_text(text)
+    assert [p.message for p in problems] == ([] if bad is None else [
+        f"regularizers.steer.b={bad!r} must be a finite number in (0, 1)"])
+
+
 def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
     """The issue's measurement: `ndebench validate` in a fresh interpreter, its imports traced by -X importtime;
     the wall time is printed (pytest -s), the assertions are on what it imported and printed."""
     path = tmp_path / "bad.yaml"
-    path.write_text(THREE_ERRORS)
+    path.write_text(UNKNOWN_MODEL_KEY_AND_VALUE)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "ndebench.platform", "validate", "bad.yaml"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -127,10 +169,8 @@ def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
         "bad.yaml:2: models: unknown model 'neural_cdee' (did you mean 'neural_cde'?); valid: ancde, gru_ode, "
         "image_node, image_nsde_additive, image_nsde_multiplicative, neural_cde, neural_gsde, neural_lnsde, "
         "neural_lsde, neural_ode, neural_sde, ode_rnn",
+        "bad.yaml:7: regularizers.continuum_dropout.p=1.5 must be a finite number in [1e-06, 0.999999]",
         "bad.yaml:8: unknown key 'mm' in regularizers.continuum_dropout (did you mean 'm'?); valid keys: m, mask, "
         "n_mc, p, scope",
-        "bad.yaml:9: unknown key 'trainng' in the config's top level (did you mean 'training'?); valid keys: base, "
-        "data_dir, dataset_options, datasets, description, evaluate, model, models, plugins, protocol, regularizers, "
-        "report, resources, solver, study, training, tune, variants",
         "ndebench validate: 3 error(s) in bad.yaml; nothing was run",
     ]

@@ -145,6 +145,9 @@ def test_trial_runs_record_their_own_workers_provenance(sweep):
         tags = run.data.tags
         assert tags[f"{TAG}lib.torchcde"] == "0.0.0+worker", run.info.run_name
         assert (tags[f"{TAG}torch_build"], tags[f"{TAG}cuda"]) == (torch.__version__, torch.version.cuda or "none")
+        # Where its floating-point work ran: a rerun is bit-identical only with the same capability and threads.
+        assert tags[f"{TAG}cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert (tags[f"{TAG}threads"], tags[f"{TAG}gpu"]) == ("1", "none")
     for run in _cell_runs(uri):
         assert run.data.tags[f"{TAG}lib.torchcde"] == version("torchcde")
 
@@ -179,6 +182,10 @@ def test_mlflow_hierarchy_study_cell_trial(sweep):
     cells = {r.info.run_id: r for r in _cell_runs(uri)}
     assert all(r.data.tags[PARENT] == study.info.run_id for r in cells.values())
     assert {r.data.tags[f"{TAG}phase"] for r in cells.values()} == {"base", "tune", "evaluate"}
+    for cell in cells.values():
+        tags, phase = cell.data.tags, cell.data.tags[f"{TAG}phase"]
+        name = " · ".join([tags[f"{TAG}regularizer"], tags[f"{TAG}model"], tags[f"{TAG}dataset"]])
+        assert cell.info.run_name == (name if phase == "evaluate" else f"{name} · {phase}")
     for trial in _trials(uri):
         parent = cells[trial.data.tags[PARENT]]
         assert parent.data.tags[f"{TAG}phase"] == trial.data.tags[f"{TAG}phase"]

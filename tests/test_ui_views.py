@@ -1,6 +1,6 @@
 """What ``ndebench ui --study`` prints, rendered by headless Chromium as a new user would open it: the study's
-evaluate cells with the primary metric, its difference to ``none`` and the interval in the first screen, and
-charts that plot only what every cell has.
+evaluate cells, named by their regularizer first, with the primary metric, its difference to ``none`` and the
+interval at 3 significant digits in the first screen, and charts that plot only params that differ between cells.
 
 Nothing is installed: the test runs where ``/usr/bin/chromium`` exists (Debian's ``chromium`` package) and is
 skipped elsewhere."""
@@ -48,9 +48,9 @@ def _printed_links(process: subprocess.Popen) -> dict[str, str]:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium to render the MLflow UI (not installed)")
-def test_ui_study_opens_on_the_cells_primary_metric_and_charts_of_shared_params(tmp_path):
+def test_ui_study_opens_on_named_cells_rounded_metrics_and_charts_of_params_that_differ(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cells = cell_study(uri, "cmp")
+    cells = cell_study(uri, "cmp", lrs=(0.01, 0.005))
     port = free_port()
     ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "ui", "--study", "cmp", "--tracking-uri",
                            uri, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -64,23 +64,25 @@ def test_ui_study_opens_on_the_cells_primary_metric_and_charts_of_shared_params(
     finally:
         os.killpg(ui.pid, signal.SIGTERM)
         ui.wait(timeout=60)
-    # The runs view: exactly the two evaluate cell runs, not the study run or the trial runs.
+    # The runs view: exactly the two evaluate cell runs, not the study run or the trial runs, each named by its
+    # regularizer first (what a name cut short at this width still shows), then model and dataset.
     assert "2 matching runs" in table, table[:3000]
-    for key in cells:
-        assert f"evaluate-{key}" in table
-    # The primary metric's mean, then the difference to none and its interval, in the first screen's columns.
-    for column in ("mean_test_accuracy", "diff_vs_none", "diff_ci_low", "diff_ci_high"):
-        assert column in table
+    cd_name, none_name = "continuum_dropout · neural_lsde · synthetic", "none · neural_lsde · synthetic"
+    assert cd_name in table and none_name in table
+    # Sorted by the primary mean, best first: continuum_dropout (0.875) above none (0.8125).
+    assert table.index(cd_name) < table.index(none_name)
+    # The display copies at 3 significant digits, in the first screen's columns (the table renders the name
+    # column's rows, then the other columns' rows): the mean, the difference to none, its p-value and interval;
+    # none's row has "-" for the comparison.
+    assert "accuracy vs none p vs none CI low CI high" in table
     cd = cells["neural_lsde__synthetic__continuum_dropout"]["metrics"]
-    for value in (cd["mean_test_accuracy"], cd["diff_vs_none"], cd["diff_ci_low"], cd["diff_ci_high"]):
-        assert f"{value:g}" in table
+    assert (cd["mean_test_accuracy"], cd["diff_ci_high"], cd["p_value_vs_none"]) == (0.875, 0.109375, 0.0234375)
+    assert "0.875 +0.0625 0.0234 0.0156 0.109 0.812 - - - -" in table, table[:3000]
     # Columns past the first screen are not rendered: the param columns at the far right are not in the DOM.
     assert "training.lr" not in table
-    # Sorted by the primary mean, best first: continuum_dropout (0.875) above none (0.8125).
-    assert table.index(f"{cd['mean_test_accuracy']:g}") < table.index("0.8125")
-    # The charts: the primary mean and the parallel-coordinates plot, whose axes are the one param every cell
-    # has (training.lr) and the primary mean; none has no p or m, so there is no axis for them.
-    assert "mean_test_accuracy" in charts and "training.lr" in charts, charts[:3000]
+    # The charts: the primary mean, the difference, and the parallel-coordinates plot, whose axes are the param
+    # every cell has and which differs (training.lr) and the primary mean; none has no p or m, so no axis for them.
+    assert "mean_test_accuracy" in charts and "diff_vs_none" in charts and "training.lr" in charts, charts[:3000]
     assert "Parallel" in charts and "regularizer.p" not in charts and "regularizer.m" not in charts
 
 

@@ -1,4 +1,5 @@
-"""`ndebench validate`: every shipped config passes; a value a model refuses is an error before Ray starts."""
+"""`ndebench validate`: every shipped config passes; a value a model refuses is an error before Ray starts, on its
+file's line as the linter's errors are."""
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ def test_a_value_a_model_refuses_fails_validate(tmp_path, capsys):
     config.write_text(yaml.safe_dump(raw))
     assert main(["validate", str(config)]) == 2
     err = capsys.readouterr().err
-    assert "model 'gru_ode' refuses" in err and "num_layers=3" in err and "Traceback" not in err
+    line = config.read_text().splitlines().index("model:") + 1
+    assert err.startswith(f"{config}:{line}: model 'gru_ode' refuses") and "num_layers=3" in err, err
+    assert "Traceback" not in err
     raw["model"]["gru_ode"] = {"num_layers": 1}
     config.write_text(yaml.safe_dump(raw))
     assert main(["validate", str(config)]) == 0
@@ -44,3 +47,17 @@ def test_validate_warns_when_tpe_never_leaves_its_start_up(tmp_path, capsys):
     raw["tune"]["n_startup_trials"] = 3
     config.write_text(yaml.safe_dump(raw))
     assert main(["validate", str(config)]) == 0 and "warning" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,line,start", [
+    ("study: s\nmodels: [neural_sde]\ndatasets: [synthetic]\nregularizers: [none]\nsolver:\n  method: dopri5\n", 6,
+     "solver.method='dopri5' does not solve the SDE model 'neural_sde'"),
+    ("study: s\nmodels: [neural_cde]\ndatasets: [cifar10]\nregularizers: [none]\n", 2,
+     "model 'neural_cde' takes"),
+])
+def test_an_error_only_the_full_validation_finds_has_its_line(tmp_path, capsys, text, line, start):
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    assert main(["validate", str(config)]) == 2
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(f"{config}:{line}: {start}"), first

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ndebench.platform.cli.arguments import build_parser
+from ndebench.platform.cli.configcheck import lint, load, located
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.failures import exitcodes
 
@@ -18,42 +19,22 @@ class CommandError(Exception):
     """A command cannot do what was asked (nothing to report, ...): printed as one line, exit status 2."""
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    return [item for group in (args.set or []) for item in group]
-
-
-def _lint(args: argparse.Namespace) -> int | None:
-    """Every error of the config file that needs no registry, each on a line with its line number, before torch,
-    Ray or MLflow is imported: exit 2 when there is one. A shipped config's name becomes its path."""
-    from ndebench.platform.spec.lint import lint_file
-    from ndebench.platform.spec.shipped import resolve_config
-    from ndebench.platform.spec.sweepspec import ConfigError
-
-    try:
-        args.config = resolve_config(args.config)
-    except ConfigError as exc:
-        print(f"ndebench {args.command}: error: {exc}", file=sys.stderr)
-        return exitcodes.BAD_INPUT
-    problems = lint_file(args.config, _overrides(args))
-    for problem in problems:
-        print(problem.format(args.config), file=sys.stderr)
-    if problems:
-        print(f"ndebench {args.command}: {len(problems)} error(s) in {args.config}; nothing was run", file=sys.stderr)
-        return exitcodes.BAD_INPUT
-    return None
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    if (code := _lint(args)) is not None:
+    if (code := lint(args)) is not None:
         return code
-    from ndebench.platform import api
     from ndebench.platform.engine.runchecks import resource_warnings, size_warnings
     from ndebench.platform.spec.buildcheck import check_models_build, tpe_warnings
     from ndebench.platform.spec.describe import describe_spec, total_trials
     from ndebench.platform.spec.extensions import extension_warnings
+    from ndebench.platform.spec.sweepspec import ConfigError
 
-    spec = api.load(args.config, _overrides(args))
-    built = check_models_build(spec)
+    spec = load(args)
+    if isinstance(spec, int):
+        return spec
+    try:
+        built = check_models_build(spec)
+    except ConfigError as exc:
+        return located(args, exc)
     print(f"{args.config}: valid ({built} model configuration(s) built)")
     for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
                     + size_warnings(total_trials(spec))):
@@ -65,7 +46,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from ndebench.platform.cluster.joining import ray_address
 
-    if (code := _lint(args)) is not None:
+    if (code := lint(args)) is not None:
         return code
     try:
         ray_address(args.address)
@@ -84,7 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ndebench.platform.engine.progress import quiet_libraries
 
         quiet_libraries()
-    spec = api.load(args.config, _overrides(args))
+    spec = load(args)
+    if isinstance(spec, int):
+        return spec
     warnings = api.validate(spec)
     uri = tracking_uri(args)
     check_tracking_reachable(uri)

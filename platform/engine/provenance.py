@@ -119,9 +119,44 @@ def _worker_code() -> dict[str, str]:
     return tags | {"torch_build": torch.__version__, "cuda": torch.version.cuda or "none"}
 
 
-def worker_provenance(device: str) -> dict[str, str]:
+def machine_provenance(device: str, threads: int | None = None) -> dict[str, str]:
+    """The :data:`~ndebench.platform.record.schema.MACHINE_TAGS` of a trial on ``device`` with ``threads`` torch
+    threads (default: this process's, which Ray sets from the trial's CPUs): ``cpu_model``, ``cpu_capability``
+    (the instruction set torch dispatches its CPU kernels to: ``DEFAULT``, ``AVX2``, ``AVX512``, ...), ``threads``,
+    and ``gpu`` (the device name, ``none`` on the CPU) with ``gpu_driver`` (the NVIDIA driver's version, ``none``
+    on the CPU, ``unknown`` where neither NVML nor ``nvidia-smi`` answers). Two runs of one config agree bit for
+    bit only where all of these (and the code and library tags) agree."""
+    import torch
+
+    gpu, driver = "none", "none"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        gpu, driver = torch.cuda.get_device_name(torch.device(device).index or 0), _gpu_driver()
+    return {"cpu_model": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": str(threads or torch.get_num_threads()), "gpu": gpu, "gpu_driver": driver}
+
+
+@lru_cache(maxsize=1)
+def _gpu_driver() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - NVML missing or refusing: ask nvidia-smi
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = out.stdout.split()
+    return lines[0] if out.returncode == 0 and lines else "unknown"
+
+
+def worker_provenance(device: str, threads: int | None = None) -> dict[str, str]:
     """Tags that describe where and with what a trial ran, read in the trial's own process: ``host``, ``node``
     (Ray node id), ``device``, the code and library tags of :func:`driver_provenance` (the commit only where
-    this node knows it), ``torch_build`` (``torch.__version__``, e.g. ``2.14.1+cu130``) and ``cuda`` (the CUDA
-    version torch was built with, ``none`` for a CPU build)."""
-    return _worker_code() | {"host": socket.gethostname(), "node": ray_node_id(), "device": device_description(device)}
+    this node knows it), ``torch_build`` (``torch.__version__``, e.g. ``2.14.1+cu130``), ``cuda`` (the CUDA
+    version torch was built with, ``none`` for a CPU build) and the machine's (:func:`machine_provenance`)."""
+    return (_worker_code() | machine_provenance(device, threads)
+            | {"host": socket.gethostname(), "node": ray_node_id(), "device": device_description(device)})

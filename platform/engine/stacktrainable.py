@@ -132,8 +132,8 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
     import_plugins(plugins)
     configs = [dict(evaluate_configs[key]) for key in evaluate_configs[config["trial"]][STACK]]
     storage = Storage(storage_uri) if storage_uri else None
-    tags = (run_tags or {}) | worker_provenance(configs[0].get("device", "cpu")) | {
-        "trial_dir": f"{experiment}/{tune.get_context().get_trial_id()}"}
+    machine = worker_provenance(configs[0].get("device", "cpu"), configs[0].get("training.threads"))
+    tags = (run_tags or {}) | machine | {"trial_dir": f"{experiment}/{tune.get_context().get_trial_id()}"}
     restored = _restored()
     members = [MemberRun(c, tracking_uri, parents.get(c["cell"]), tags, restored, storage) for c in configs]
     run_ids = [m.recorder.run_id for m in members]

@@ -166,7 +166,8 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
     trial_dir = f"{experiment}/{tune.get_context().get_trial_id()}"
     state, run_id = _restored()
     identity = config_hash(config)
-    tags = trial_tags(config, phase) | (run_tags or {}) | worker_provenance(config.get("device", "cpu"))
+    tags = trial_tags(config, phase) | (run_tags or {}) | worker_provenance(config.get("device", "cpu"),
+                                                                        config.get("training.threads"))
     recorder = TrialRecorder(tracking_uri, config["study"], config, identity, tags | {"trial_dir": trial_dir},
                              parent_run_id=parents.get(config["cell"]),
                              run_id=run_id or (resume_runs or {}).get(identity))

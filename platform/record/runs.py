@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import counted_runs
-from ndebench.platform.record.schema import PLANNED_SEEDS, TAG
+from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
 from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_run, mean_over_epochs
 
 PARAMS = ("p", "m", "rate")
@@ -116,7 +116,9 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
     the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
-    on older runs) and ``final_train_loss`` (the last epoch's ``train_loss``). Runs of fixed-parameter
+    on older runs), the machine it ran on (:data:`~ndebench.platform.record.schema.MACHINE_TAGS`: ``cpu_model``,
+    ``cpu_capability``, ``threads``, ``gpu``, ``gpu_driver``; ``""`` on older runs) and ``final_train_loss`` (the
+    last epoch's ``train_loss``). Runs of fixed-parameter
     variant cells (column ``variant``) only with ``variants=True``; of the attempts of one (cell, seed), only
     its current run under the plan the latest sweep recorded (:mod:`~ndebench.platform.record.completeness`):
     never two runs of one (cell, seed), never a run of another config or of a seed or cell the config no longer
@@ -141,6 +143,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
             "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
+            **{key: tags.get(f"{TAG}{key}", "") for key in MACHINE_TAGS},
             # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.
             "final_train_loss": run.data.metrics.get("train_loss", math.nan),
         }

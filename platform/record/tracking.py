@@ -383,6 +383,15 @@ def study_yaml(uri: str, study: str) -> str | None:
         return Path(path).read_text()
 
 
+def cell_run_name(phase: str, key: str) -> str:
+    """A cell run's name, for people: what tells a study's cells apart first (the regularizer, or its variant's
+    label), then model and dataset (from the cell ``key``, ``<model>__<dataset>__<label>``), and the stage where
+    it is not ``evaluate``, e.g. ``continuum_dropout · neural_cde · uea-BasicMotions``. Code reads the
+    ``ndebench.*`` tags, never the name."""
+    model, dataset, label = key.split("__", 2)
+    return " · ".join([label, model, dataset] + ([] if phase == "evaluate" else [phase]))
+
+
 def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict[str, str]) -> str:
     """The parent run of one cell in one stage (``ndebench.kind=cell``, child of the study run). A resumed
     sweep reuses it, resetting a ``failed`` status to ``running``."""
@@ -402,7 +411,7 @@ def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict
         f"{TAG}status": "running", PARENT: parent,
     } | standard_tags(tags.get("git_commit"))
     run = retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
-                                                  run_name=f"{phase}-{key}"))
+                                                  run_name=cell_run_name(phase, key)))
     return run.info.run_id
 
 

@@ -6,8 +6,10 @@ MLflow 3.17's UI restores a whole experiment-page state from an experiment tag `
 ``tags.`name```) and the chart view's charts (``compareRunCharts`` in ``compareRunSections``); the URL's
 ``compareRunsMode`` (``TABLE`` or ``CHART``) picks the view. :func:`share_study_view` writes that tag for a
 study (one row per evaluate cell run, best primary mean first); the view opens on the runs page whatever the
-experiment's default tab. The chart view's parallel-coordinates plot gets only the params every cell run has
-(``none`` has no ``p``) and the primary metric first.
+experiment's default tab. MLflow's runs table prints a metric with every digit it has and has no setting to
+round it, so the view leads with display copies: tags on each cell run holding the metrics at 3 significant
+digits (:func:`display_tags`), the raw metrics after them. The chart view's parallel-coordinates plot gets the
+params every cell run has whose value differs between cells (none when no param does), and the primary metric.
 """
 from __future__ import annotations
 
@@ -48,22 +50,51 @@ def _chart(uuid: str, kind: str, **config: Any) -> dict[str, Any]:
             **config}
 
 
+def _shown(value: float | None, spec: str = "#.3g") -> str:
+    """``value`` at 3 significant digits, trailing zeros kept (``0.700``), ``-`` for none."""
+    return "-" if value is None else format(value, spec).removesuffix(".")
+
+
+def display_tags(run: Any, means: list[str]) -> dict[str, str]:
+    """What the first screen shows of a cell run, at 3 significant digits, each short enough for the table's
+    column: per primary mean (``mean_test_<m>``) a tag ``<m>`` (``0.700``), then ``vs none`` (``diff_vs_none``,
+    signed: ``+0.0667``), ``p vs none``, the 95% interval's ``CI low`` and ``CI high``, and per primary metric its
+    standard deviation over the seeds (``sd <m>``); ``-`` where the cell has no value (``none`` itself, a metric of
+    another dataset). Names for people; the raw metrics stay the record."""
+    metrics = run.data.metrics
+    tags = {mean.removeprefix("mean_test_"): _shown(metrics.get(mean)) for mean in means}
+    tags |= {"vs none": _shown(metrics.get("diff_vs_none"), "+#.3g"),
+             "p vs none": _shown(metrics.get("p_value_vs_none")),
+             "CI low": _shown(metrics.get("diff_ci_low")), "CI high": _shown(metrics.get("diff_ci_high"))}
+    return tags | {f"sd {mean.removeprefix('mean_test_')}": _shown(metrics.get(mean.replace("mean_", "std_", 1)))
+                   for mean in means}
+
+
+def varying_params(cells: list[Any]) -> list[str]:
+    """The params every cell run has whose value is not the same in all of them: the axes worth a plot."""
+    if not cells:
+        return []
+    shared = set.intersection(*(set(run.data.params) for run in cells))
+    return sorted(k for k in shared if len({run.data.params[k] for run in cells}) > 1)
+
+
 def study_view(cells: list[Any]) -> dict[str, Any]:
     """The shared view state of a study whose evaluate cell runs are ``cells``: those runs only, sorted by the
-    primary mean (best first), with the primary mean, ``diff_vs_none``, its 95% interval and p-value and the
-    chosen hyperparameters as columns; charts: the primary mean per cell, the difference to ``none``, and a
-    parallel-coordinates plot of the params every cell has against the primary mean."""
+    primary mean (best first), with the display copies (:func:`display_tags`) first, then the raw primary mean,
+    ``diff_vs_none``, its 95% interval and p-value, the regularizer and the chosen hyperparameters as columns;
+    charts: the primary mean per cell, the difference to ``none``, and, where some param differs between the
+    cells (:func:`varying_params`), a parallel-coordinates plot of those params against the primary mean."""
     means = primary_means(cells)
     params = sorted({k for run in cells for k in run.data.params})
-    shared = sorted(set.intersection(*(set(run.data.params) for run in cells))) if cells else []
     first = means[0] if means else "mean_test_accuracy"
-    # The UI draws a parallel-coordinates plot from two axes on: the std stands in for a missing shared param.
-    axis = [] if shared else [f"std_{first.removeprefix('mean_')}"]
-    columns = [*(_column("metrics", m) for m in [*means, *COMPARISON]), _column("tags", f"{TAG}regularizer"),
-               *(_column("params", p) for p in params)]
+    shown = list(display_tags(cells[0], means)) if cells else []
+    columns = [*(_column("tags", t) for t in shown), *(_column("metrics", m) for m in [*means, *COMPARISON]),
+               _column("tags", f"{TAG}regularizer"), *(_column("params", p) for p in params)]
     charts = [_chart("primary-mean", "BAR", metricKey=first),
-              _chart("difference", "BAR", metricKey="diff_vs_none"),
-              _chart("parallel", "PARALLEL", selectedParams=shared, selectedMetrics=[first, *axis], showAllRuns=True)]
+              _chart("difference", "BAR", metricKey="diff_vs_none")]
+    if varying := varying_params(cells):
+        charts.append(_chart("parallel", "PARALLEL", selectedParams=varying, selectedMetrics=[first],
+                             showAllRuns=True))
     return {
         "searchFilter": CELL_FILTER, "orderByKey": _column("metrics", first), "orderByAsc": False,
         "startTime": "ALL", "lifecycleFilter": "Active", "datasetsFilter": [], "modelVersionFilter": "All Runs",
@@ -77,11 +108,16 @@ def study_view(cells: list[Any]) -> dict[str, Any]:
 
 def share_study_view(uri: str, study: str) -> tuple[str, tuple[str, ...]]:
     """Write the study's shared view (:func:`study_view` of its evaluate cell runs) as the experiment tag
-    ``mlflow.sharedViewState.ndebench-evaluate-cells`` (rewritten each time, so it follows a resumed study);
-    returns the experiment id and the cell run ids (by cell key)."""
+    ``mlflow.sharedViewState.ndebench-evaluate-cells`` and each cell run's :func:`display_tags` (both rewritten
+    each time, so they follow a resumed study); returns the experiment id and the cell run ids (by cell key)."""
+    from mlflow.entities import RunTag
+
     states = cell_states(uri, study, "evaluate")
     cells = [states[key] for key in sorted(states)]
     mlflow_client = client(uri)
+    means = primary_means(cells)
+    for run in cells:
+        mlflow_client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in display_tags(run, means).items()])
     experiment_id = mlflow_client.get_experiment_by_name(study).experiment_id
     mlflow_client.set_experiment_tag(experiment_id, f"{SHARED_VIEW}{VIEW_KEY}",
                                      json.dumps(study_view(cells), separators=(",", ":")))

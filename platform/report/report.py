@@ -23,6 +23,7 @@ import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
 from ndebench.platform.report import audit, controls, learning
 from ndebench.platform.report.leftout import left_out_markdown
+from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
 from ndebench.platform.report.render import sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
@@ -226,10 +227,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         handle.write(controls.controls_markdown(control) + left_out_markdown(left_out or []))
         compared, compared_json = paper_comparison(runs, primary) if paper else ([], {})
         handle.write("".join("\n" + sections.to_markdown(s) for s in compared))
+        machine = machines(everything)
+        handle.write(f"\n{machine['note']}\n" if machine["note"] else "")
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
                | {"left_out_runs": left_out or []} | compared_json | ({"protocol": protocol} if protocol else {})
-               | {"figures": {"mode": mode, "setting": figures, "note": figure_note}})
+               | {"figures": {"mode": mode, "setting": figures, "note": figure_note}, "machines": machine})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)

@@ -207,13 +207,16 @@ def searched_keys(config: dict[str, Any]) -> list[str]:
     return sorted(k for k, v in config.items() if isinstance(v, Space))
 
 
+# MLflow's longest experiment tag value (mlflow.utils.validation.MAX_EXPERIMENT_TAG_VAL_LENGTH, compared in
+# tests/test_config.py): a literal, so that loading a config on a node without MLflow works.
+MAX_NOTE_LENGTH = 20_000
+
+
 def _check_description(text: str) -> None:
     """The description becomes the study run's MLflow note, a tag value with a length limit."""
-    from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH
-
-    if len(text) > MAX_EXPERIMENT_TAG_VAL_LENGTH:
+    if len(text) > MAX_NOTE_LENGTH:
         raise ConfigError(f"description has {len(text):,} characters; MLflow stores at most "
-                          f"{MAX_EXPERIMENT_TAG_VAL_LENGTH:,} (the study's note)")
+                          f"{MAX_NOTE_LENGTH:,} (the study's note)")
 
 
 # Where and how a trial runs, not what it computes: left out of its identity, recorded as its params.

@@ -87,6 +87,43 @@ def lint_file(path: str | Path, overrides: Sequence[str] = ()) -> list[Problem]:
             if not any(p.where == key or p.where.startswith(f"{key}.") for key in replaced)]
 
 
+def locate(path: str | Path, message: str) -> Problem | None:
+    """A full-validation error (``ConfigError``'s ``message``) as a :class:`Problem` of the file at ``path``: on the
+    line of the deepest key of the dotted path the message starts with (``regularizers.steer.b=2 ...``), else of
+    the first name it quotes that the file holds (``regularizer 'steer' cannot be used ...``), else line 1.
+    ``None`` when the file is no readable YAML (the message is about the file itself)."""
+    message = message.removeprefix(f"{path}: ")
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    head = re.match(r"[A-Za-z_][\w.]*", message)
+    node, found = root, None
+    for part in (head.group(0).split(".") if head else ()):
+        pair = next(((k, v) for k, v in getattr(node, "value", ()) if isinstance(node, yaml.MappingNode)
+                     and isinstance(k, yaml.ScalarNode) and k.value == part), None)
+        if pair is None:
+            break
+        found, node = pair
+    if found is None:
+        quoted = re.findall(r"'([^']+)'", message)
+        found = next((n for name in quoted for n in _scalars(root) if n.value == name), None)
+    return Problem(found.start_mark.line + 1 if found is not None else 1, head.group(0) if head else "", message)
+
+
+def _scalars(node: yaml.Node | None) -> Iterable[yaml.ScalarNode]:
+    """Every scalar node below ``node`` (keys included), in document order."""
+    if isinstance(node, yaml.ScalarNode):
+        yield node
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _scalars(item)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield from _scalars(key)
+            yield from _scalars(value)
+
+
 def lint_text(text: str) -> list[Problem]:
     """The problems of a config given as YAML text, sorted by line."""
     try:
@@ -149,10 +186,32 @@ def _check_regularizers(node: yaml.Node | None, open_names: bool, out: list[Prob
     for name, (key_node, params) in entries.items():
         if name in names.REGULARIZERS:
             _check_keys(params, names.REGULARIZERS[name], f"regularizers.{name}", out)
+            _check_hyperparams(name, params, out)
         elif not open_names and name not in registered:
             _add(out, key_node, f"regularizers.{name}", f"regularizers: unknown regularizer {name!r}"
                  f"{suggest(name, names.REGULARIZERS)}; valid: {', '.join(names.REGULARIZERS)}")
     return list(entries)
+
+
+def _check_hyperparams(name: str, node: yaml.Node, out: list[Problem]) -> None:
+    """The values of a built-in regularizer's hyperparameters, each candidate of a search space (a list's items, a
+    distribution's bounds) as the full validation reads them; the first refused one per key is a problem."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    rules = names.regularizer_rules()[name]
+    for key, (_, value_node) in (_entries(node, f"regularizers.{name}", []) or {}).items():
+        if key not in rules:
+            continue
+        value = _value(value_node)
+        candidates = [value]
+        if isinstance(value, list):
+            candidates = value
+        elif isinstance(value, dict):
+            args = next(iter(value.values()), None) if len(value) == 1 else None
+            candidates = args if next(iter(value), None) in SPACE_KINDS and isinstance(args, list) else []
+        where = f"regularizers.{name}.{key}"
+        if problem := next(filter(None, (typed.problem(where, c, rules[key]) for c in candidates)), None):
+            _add(out, value_node, where, problem)
 
 
 def _check_model_section(node: yaml.Node | None, models: list[str], out: list[Problem]) -> None:
