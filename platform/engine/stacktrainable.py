@@ -1,6 +1,7 @@
-"""The Ray Tune trainable of a stack of evaluate trials (``resources.stack``): one Tune trial, one process, K
-MLflow runs, each exactly the run its trial would have recorded alone (tags, params, per-epoch and final metrics,
-weights), trained by :func:`~ndebench.platform.worker.stack.run_stack`.
+"""The Ray Tune trainable of a stack of trials (``resources.stack``): an evaluate cell's seeds, or a search stage's
+points of one cell that differ only in the regularizer's hyperparameters (a tune stage's grid points). One Tune
+trial, one process, K MLflow runs, each exactly the run its trial would have recorded alone (tags, params,
+per-epoch and final metrics, weights), trained by :func:`~ndebench.platform.worker.stack.run_stack`.
 
 A Tune checkpoint of a stack holds one folder per member, ``member-<config hash>/`` (``trial_state.pt`` and the
 run id), written after each epoch of the stack. A retried Tune trial restores every member from it; after the
@@ -24,6 +25,8 @@ from ndebench.platform.engine.trainable import (
     RUN_ID_FILE,
     _resume_state,
     finish_run,
+    for_tune,
+    full_config,
     member_folder,
     trainable,
     trial_tags,
@@ -41,17 +44,32 @@ from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.platform.worker.stack import run_stack
 from ndebench.platform.worker.state import load_trial_state, save_trial_state
 
-STACK = "stack"  # the key of an evaluate_configs entry that lists a stack's member keys
+# The key of an evaluate_configs entry that lists a stack's member keys, and of a search trial's config that lists
+# its members' sampled values.
+STACK = "stack"
 
 
 def trial_or_stack(config: dict[str, Any], **kwargs: Any) -> None:
-    """The trainable of every stage: an evaluate trial whose key names a stack (``evaluate_configs[key]`` is
-    ``{"stack": [member keys]}``) trains the stack, any other trial :func:`trainable` alone."""
+    """The trainable of every stage: a stack (an evaluate trial whose key names one, ``evaluate_configs[key]`` is
+    ``{"stack": [member keys]}``; a search trial whose config holds ``"stack": [sampled values]``) trains as one,
+    any other trial :func:`trainable` alone."""
     entry = (kwargs.get("evaluate_configs") or {}).get(config.get("trial"))
-    if entry is not None and STACK in entry:
+    if STACK in config or (entry is not None and STACK in entry):
         train_stack(config, **kwargs)
     else:
         trainable(config, **kwargs)
+
+
+def stack_members(config: dict[str, Any], evaluate_configs: dict[str, dict[str, Any]] | None,
+                  templates: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The resolved configs of a stack's members: an evaluate stack's member keys into ``evaluate_configs``, or a
+    search stack's sampled values (``config["stack"]``, each with the stack's ``cell``, ``phase`` and ``seed``)
+    over its cell's ``templates`` entry, as :func:`~ndebench.platform.engine.trainable.full_config` completes a
+    trial alone."""
+    if STACK in config:
+        shared = {k: v for k, v in config.items() if k != STACK}
+        return [full_config({**shared, **values}, None, templates) for values in config[STACK]]
+    return [dict((evaluate_configs or {})[key]) for key in (evaluate_configs or {})[config["trial"]][STACK]]
 
 
 class MemberRun:
@@ -59,12 +77,14 @@ class MemberRun:
     (epochs an earlier attempt logged are not logged again), its checkpoint folder in the stack's staging."""
 
     def __init__(self, config: dict[str, Any], tracking_uri: str, parent: str | None, tags: dict[str, str],
-                 restored: dict[str, tuple[dict[str, Any], str]], storage: Storage | None):
+                 restored: dict[str, tuple[dict[str, Any], str]], storage: Storage | None,
+                 resume_runs: dict[str, str] | None = None):
         self.config, self.identity = config, config_hash(config)
         self.folder = member_folder(self.identity)
         state, run_id = restored.get(self.folder, (None, None))
         self.recorder = TrialRecorder(tracking_uri, config["study"], config, self.identity,
-                                      trial_tags(config, "evaluate") | tags, parent_run_id=parent, run_id=run_id)
+                                      trial_tags(config, config["phase"]) | tags, parent_run_id=parent,
+                                      run_id=run_id or (resume_runs or {}).get(self.identity))
         self.note = ""
         if state is None:
             state, self.note = _resume_state(storage, config["study"], self.recorder.previous_tags)
@@ -114,15 +134,18 @@ def _restored() -> dict[str, tuple[dict[str, Any], str]]:
 
 @infrastructure_retried
 def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, str],
-                evaluate_configs: dict[str, dict[str, Any]], storage_uri: str = "", experiment: str = "",
+                evaluate_configs: dict[str, dict[str, Any]] | None = None, resume_runs: dict[str, str] | None = None,
+                templates: dict[str, dict[str, Any]] | None = None, storage_uri: str = "", experiment: str = "",
                 run_tags: dict[str, str] | None = None, checkpoint_every: int = 1, save_weights: bool = False,
                 plugins: tuple[str, ...] = (), node_check: tuple[str | None, str | None] | None = None,
                 system_metrics: bool = True, trial_timeout_s: float | None = None, **_: Any) -> None:
-    """Ray Tune function trainable of a stack: the members ``evaluate_configs[config["trial"]]["stack"]``, each its
-    own MLflow run under its cell run, trained as one stack; arguments as :func:`trainable`'s. A report after
-    each epoch of the stack (``status`` ``running``, the first member's ``run_id``, ``run_ids``), with a
-    checkpoint of every member every ``checkpoint_every`` epochs; the final report's ``status`` is ``ok`` when
-    every member's is, else the first other member status, with the members' messages. A failure of the tracking
+    """Ray Tune function trainable of a stack: the members :func:`stack_members` gives, each its own MLflow run
+    under its cell run (a search member whose config hash is in ``resume_runs`` continues that run), trained as
+    one stack; arguments as :func:`trainable`'s. A report after each epoch of the stack (``status`` ``running``,
+    the first member's ``run_id``, ``run_ids``), with a checkpoint of every member every ``checkpoint_every``
+    epochs; the final report's ``status`` is ``ok`` when every member's is, else the first other member status,
+    with the members' messages; a search stack's final report adds ``members``, per member what a trial alone
+    reports at its end (``status``, its ``val_*`` metrics, ``run_id``), for the searcher. A failure of the tracking
     store, storage or disk leaves the members' runs open and goes to Ray, which retries the stack from its
     checkpoint (:mod:`ndebench.platform.failures.infrastructure`)."""
     from ray import tune
@@ -130,12 +153,14 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
     if node_check:
         check_this_node(*node_check)
     import_plugins(plugins)
-    configs = [dict(evaluate_configs[key]) for key in evaluate_configs[config["trial"]][STACK]]
+    configs = stack_members(config, evaluate_configs, templates)
+    phase = configs[0]["phase"]
     storage = Storage(storage_uri) if storage_uri else None
     tags = (run_tags or {}) | worker_provenance(configs[0].get("device", "cpu")) | {
         "trial_dir": f"{experiment}/{tune.get_context().get_trial_id()}"}
     restored = _restored()
-    members = [MemberRun(c, tracking_uri, parents.get(c["cell"]), tags, restored, storage) for c in configs]
+    members = [MemberRun(c, tracking_uri, parents.get(c["cell"]), tags, restored, storage, resume_runs)
+               for c in configs]
     run_ids = [m.recorder.run_id for m in members]
     epochs = 0
     with tempfile.TemporaryDirectory() as staging, contextlib.ExitStack() as monitors:
@@ -156,8 +181,8 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
         try:
             results = run_stack([TrialSpec.from_flat(c) for c in configs], on_epoch=[m.on_epoch for m in members],
                                 on_checkpoint=[m.checkpoint_into(Path(staging)) for m in members],
-                                resume_states=[m.state for m in members], timeout_s=trial_timeout_s,
-                                note=notes.append, on_stack_epoch=report)
+                                resume_states=[m.state for m in members], evaluate_test=phase == "evaluate",
+                                timeout_s=trial_timeout_s, note=notes.append, on_stack_epoch=report)
         except Exception as exc:  # noqa: BLE001 - recorded and reported; the traceback goes to the sweep's log
             if cause := infrastructure_failure(exc, tracking_uri, f"{storage_uri or 'storage'}/{tags['trial_dir']}"):
                 raise TrialInfrastructureError(f"{cause} (runs {', '.join(run_ids)})") from exc
@@ -167,11 +192,16 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
                 m.recorder.finish("error", m.summaries(), {"error": message}, {})
             tune.report({"status": "error", "message": message, "run_id": run_ids[0], "run_ids": run_ids})
             return
+    finals = []
     for m, result in zip(members, results, strict=True):
         if notes:
             m.recorder.set_tags({"stack_note": notes[0]})
-        finish_run(m.recorder, result, "evaluate", m.summaries(), save_weights)
-    tune.report(_final(results, members))
+        finals.append(finish_run(m.recorder, result, phase, m.summaries(), save_weights))
+    report = _final(results, members)
+    if phase != "evaluate":
+        report["members"] = [_searched(result, final, m.recorder.run_id)
+                             for result, final, m in zip(results, finals, members, strict=True)]
+    tune.report(report)
 
 
 def _final(results: list[TrialResult], members: list[MemberRun]) -> dict[str, Any]:
@@ -181,6 +211,12 @@ def _final(results: list[TrialResult], members: list[MemberRun]) -> dict[str, An
                                  if r.message),
             "run_id": members[0].recorder.run_id, "run_ids": [m.recorder.run_id for m in members],
             "resume_note": "; ".join(m.note for m in members if m.note)}
+
+
+def _searched(result: TrialResult, final: dict[str, float], run_id: str) -> dict[str, Any]:
+    """A search member's outcome as its trial alone reports it to Tune at its end."""
+    val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
+    return {**for_tune(final), "val_loss": val_loss, "status": result.status, "run_id": run_id}
 
 
 def stack_trials(trials: dict[str, dict[str, Any]], size: int) -> dict[str, dict[str, Any]]:
@@ -201,15 +237,21 @@ def stack_trials(trials: dict[str, dict[str, Any]], size: int) -> dict[str, dict
     return out
 
 
-def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]]
+def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]] | None = None
                     ) -> dict[str, list[dict[str, Any]]]:
     """The per-cell ``outcomes`` of a stage with each stack's outcome repeated for each of its members (config
-    ``{"trial": member key}``), as the driver counts and closes runs per trial."""
+    ``{"trial": member key}`` of an evaluate stack, the member's own sampled config of a search stack), as the
+    driver counts and closes runs per trial."""
     out: dict[str, list[dict[str, Any]]] = {}
     for cell, group in outcomes.items():
         out[cell] = []
         for outcome in group:
-            entry = configs.get(outcome["config"].get("trial"), {})
+            config = outcome["config"]
+            if STACK in config:
+                shared = {k: v for k, v in config.items() if k != STACK}
+                out[cell] += [dict(outcome, config={**shared, **values}) for values in config[STACK]]
+                continue
+            entry = (configs or {}).get(config.get("trial"), {})
             members = entry.get(STACK) if isinstance(entry, dict) else None
             out[cell] += [dict(outcome, config={"trial": key}) for key in members] if members else [outcome]
     return out
