@@ -105,3 +105,21 @@ def test_members_that_differ_in_their_seed_or_regularizer_hyperparameters_stack(
     run_stack([_spec(0, training=fixed), _spec(seed, training=fixed, regularizer_params=params)],
               evaluate_test=False, note=notes.append)
     assert notes == []
+
+
+def test_a_search_stack_s_progress_line_lists_its_members_and_its_best_member_counts():
+    from types import SimpleNamespace
+
+    from ndebench.platform.engine.progress import StageProgress
+
+    lines = []
+    view = StageProgress("tune", {"a": 1}, {"a": "A"}, "val_loss", "max", lines.append, bar=False)
+    config = {"cell": "a", STACK: [{"regularizer.p": 0.1}, {"regularizer.p": 0.3}, {"regularizer.p": 0.5}],
+              "phase": "tune", "seed": 0}
+    members = [{"status": "ok", "val_loss": 0.4}, {"status": "ok", "val_loss": 0.7},
+               {"status": "diverged", "val_loss": 0.9}]
+    trial = SimpleNamespace(trial_id="t", config=config, last_result={"status": "diverged", "members": members})
+    view.on_trial_start(0, [], trial)
+    view.on_trial_complete(0, [], trial)
+    assert lines[0].startswith("  tune 1/1: A [p=0.1 | p=0.3 | p=0.5]: val_loss 0.7000, diverged, ")
+    assert view.best == {"a": 0.7} and lines[1] == "  tune done: A (1 trial(s), best val_loss 0.7000)"

@@ -36,9 +36,10 @@ from ndebench.platform.failures.infrastructure import (
     infrastructure_failure,
     infrastructure_retried,
 )
+from ndebench.platform.record.schema import RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.summaries import TIME_METRICS, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
-from ndebench.platform.record.tracking import TrialRecorder, epoch_values, last_logged_step
+from ndebench.platform.record.tracking import TrialRecorder, epoch_values, last_logged_step, run_status, search
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.platform.worker.stack import run_stack
@@ -82,9 +83,17 @@ class MemberRun:
         self.config, self.identity = config, config_hash(config)
         self.folder = member_folder(self.identity)
         state, run_id = restored.get(self.folder, (None, None))
+        run_id = run_id or (resume_runs or {}).get(self.identity)
+        own = tags
+        if run_id is None and config["phase"] != "evaluate":
+            # The recorder continues a search trial's run found by its trial folder, which the members share:
+            # a member finds its own run by its config hash too, and the recorder is not given the folder to look.
+            run_id = _retried_run(tracking_uri, config["study"], tags, self.identity, config["phase"])
+            own = {k: v for k, v in tags.items() if k != "trial_dir"}
         self.recorder = TrialRecorder(tracking_uri, config["study"], config, self.identity,
-                                      trial_tags(config, config["phase"]) | tags, parent_run_id=parent,
-                                      run_id=run_id or (resume_runs or {}).get(self.identity))
+                                      trial_tags(config, config["phase"]) | own, parent_run_id=parent, run_id=run_id)
+        if own is not tags:
+            self.recorder.set_tags({"trial_dir": tags["trial_dir"]})
         self.note = ""
         if state is None:
             state, self.note = _resume_state(storage, config["study"], self.recorder.previous_tags)
@@ -118,6 +127,17 @@ class MemberRun:
             (folder / RUN_ID_FILE).write_text(self.recorder.run_id)
 
         return hook
+
+
+def _retried_run(tracking_uri: str, study: str, tags: dict[str, str], identity: str, phase: str) -> str | None:
+    """The run of a search stack's member that an earlier attempt of the same Tune trial cut off before its first
+    checkpoint (same trial folder and config hash, still resumable, of no newer driver), else ``None``."""
+    lease = int(tags.get("lease") or 0)
+    found = [r for r in search(tracking_uri, study, f"tags.`{TAG}trial_dir` = '{tags['trial_dir']}' and "
+                                                    f"tags.`{TAG}config_hash` = '{identity}' and "
+                                                    f"tags.`{TAG}phase` = '{phase}'")
+             if run_status(r) in RESUMABLE_STATUSES and int(r.data.tags.get(f"{TAG}lease") or 0) <= lease]
+    return found[0].info.run_id if found else None
 
 
 def _restored() -> dict[str, tuple[dict[str, Any], str]]:
