@@ -123,3 +123,22 @@ def test_a_search_stack_s_progress_line_lists_its_members_and_its_best_member_co
     view.on_trial_complete(0, [], trial)
     assert lines[0].startswith("  tune 1/1: A [p=0.1 | p=0.3 | p=0.5]: val_loss 0.7000, diverged, ")
     assert view.best == {"a": 0.7} and lines[1] == "  tune done: A (1 trial(s), best val_loss 0.7000)"
+
+
+def test_the_variants_of_a_regularizer_stack_with_its_tuned_cell_and_other_settings_never_do():
+    from ndebench.platform.engine.stacktrainable import stack_trials
+
+    base = {"study": "s", "model": "neural_cde", "dataset": "synthetic", "regularizer": "continuum_dropout",
+            "model.hidden_size": 8, "phase": "evaluate"}
+    cells = {"cd": {"regularizer.p": 0.3}, "cd[p=0.1]": {"regularizer.p": 0.1, "variant": "cd[p=0.1]"},
+             "none": {"regularizer": "none"}, "cd[h=16]": {"model.hidden_size": 16, "variant": "cd[h=16]"}}
+    trials = {f"{cell}#{seed}": base | extra | {"cell": cell, "seed": seed}
+              for seed in (0, 1) for cell, extra in cells.items()}
+    stacks = stack_trials(trials, 3)
+    assert {k: v.get(STACK) for k, v in stacks.items()} == {
+        "cd#0+0+1": ["cd#0", "cd[p=0.1]#0", "cd#1"], "cd[p=0.1]#1": None, "none#0+1": ["none#0", "none#1"],
+        "cd[h=16]#0+1": ["cd[h=16]#0", "cd[h=16]#1"]}
+    outcome = {"config": {"cell": "cd", "trial": "cd#0+0+1"}, "result": {"status": "ok"}, "error": ""}
+    members = member_outcomes({"cd": [outcome], "cd[p=0.1]": []}, stacks)
+    assert {cell: [o["config"]["trial"] for o in group] for cell, group in members.items()} == {
+        "cd": ["cd#0", "cd#1"], "cd[p=0.1]": ["cd[p=0.1]#0"]}

@@ -1,6 +1,7 @@
 """`resources.stack` end to end on a local Ray: the same sweep stacked and not records one ``ok`` tune run per grid
-point and one ``ok`` evaluate run per (cell, seed) each, with the same tags, params, chosen point and, within the
-batched products' rounding, the same validation and test metrics.
+point and one ``ok`` evaluate run per (cell, seed) each (the variant cells of a regularizer stacked with its tuned
+cell), with the same tags, params, chosen point and, within the batched products' rounding, the same validation and
+test metrics.
 
 Tolerance: a stacked member sums its matrix products in another order than its trial alone (float32 ulps per
 step, see ``run_stack``); with early stopping out of play (``min_epochs = epochs``) two epochs keep the drift far
@@ -29,6 +30,7 @@ def _spec(study: str, stack: int) -> dict:
         "training": {"epochs": 2, "min_epochs": 2, "patience": 1, "lr": 0.01, "threads": 1},
         "solver": {"method": "euler", "adjoint": False},
         "tune": {"sampler": "grid", "seed": 0},
+        "variants": {"continuum_dropout": "grid"},
         "evaluate": {"seeds": SEEDS, "save_weights": False},
         "resources": {"cpu": 1, "stack": stack, "system_metrics": False},
         "report": {"figures": "none"},
@@ -59,7 +61,7 @@ def sweeps(tmp_path_factory):
 def _evaluate_runs(uri: str, study: str) -> dict[tuple[str, int], object]:
     runs = [r for r in search(uri, study) if r.data.tags.get(f"{TAG}kind") == "trial"
             and r.data.tags.get(f"{TAG}phase") == "evaluate"]
-    keyed = {(r.data.tags[f"{TAG}regularizer"], int(r.data.tags[f"{TAG}seed"])): r for r in runs}
+    keyed = {(r.data.tags[f"{TAG}cell"], int(r.data.tags[f"{TAG}seed"])): r for r in runs}
     assert len(keyed) == len(runs), "one evaluate run per (cell, seed)"
     return keyed
 
@@ -68,7 +70,12 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
     uri, codes = sweeps
     assert codes == {"alone": 0, "stacked": 0}
     alone, stacked = _evaluate_runs(uri, "alone"), _evaluate_runs(uri, "stacked")
-    assert sorted(stacked) == sorted(alone) == sorted((r, s) for r in ("none", "continuum_dropout") for s in SEEDS)
+    cells = ["none", "continuum_dropout"] + [f"continuum_dropout[p={p},m={m}]" for p in (0.1, 0.3) for m in (5, 10)]
+    assert sorted(stacked) == sorted(alone) == sorted((f"neural_cde__synthetic__{c}", s) for c in cells for s in SEEDS)
+    folders: dict[str, set[str]] = {}
+    for (cell, _), run in stacked.items():
+        folders.setdefault(run.data.tags[f"{TAG}trial_dir"], set()).add(cell)
+    assert any(len(members) > 1 for members in folders.values()), "variants stack with their regularizer's cell"
     for key, run in stacked.items():
         other = alone[key]
         assert run.data.tags[f"{TAG}status"] == other.data.tags[f"{TAG}status"] == "ok"

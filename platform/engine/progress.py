@@ -186,8 +186,10 @@ class StageProgress(Callback):
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix_str(self._eta_text(now), refresh=True)
-        # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run).
-        outcome = {"config": dict(trial.config) if error else {"cell": key},
+        # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run;
+        # an evaluate trial's key, which names a stack's members).
+        kept = {"cell": key} | ({"trial": trial.config["trial"]} if "trial" in trial.config else {})
+        outcome = {"config": dict(trial.config) if error else kept,
                    "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error}
         if infrastructure is not None:
             cause, run_id = infrastructure

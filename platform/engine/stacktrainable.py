@@ -11,6 +11,7 @@ trial's checkpoints (:func:`~ndebench.platform.engine.trainable.latest_checkpoin
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import tempfile
 import traceback
@@ -239,32 +240,41 @@ def _searched(result: TrialResult, final: dict[str, float], run_id: str) -> dict
     return {**for_tune(final), "val_loss": val_loss, "status": result.status, "run_id": run_id}
 
 
+def stack_group(config: dict[str, Any]) -> str:
+    """What the trials of one stack share: the config less its seed, cell, variant and ``regularizer.*``
+    hyperparameters. A cell's seeds share it, and so do the variants of a regularizer (``variants:``) with its
+    tuned cell."""
+    shared = {k: v for k, v in config.items()
+              if k not in ("cell", "variant", "seed") and not k.startswith("regularizer.")}
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
 def stack_trials(trials: dict[str, dict[str, Any]], size: int) -> dict[str, dict[str, Any]]:
-    """The Tune trials of an evaluate stage's ``trials`` (``<cell>#<seed>`` -> config): each cell's trials in
-    stacks of up to ``size`` in the order given, a stack as ``<cell>#<seed>+<seed>...`` -> ``{"stack": [keys]}``;
-    a stack of one stays its trial's own key and config."""
-    cells: dict[str, list[str]] = {}
-    for key in trials:
-        cells.setdefault(key.split("#")[0], []).append(key)
+    """The Tune trials of an evaluate stage's ``trials`` (``<cell>#<seed>`` -> config): the trials of each
+    :func:`stack_group` in stacks of up to ``size`` in the order given, a stack as ``<first member's
+    cell>#<seed>+<seed>...`` (its members' seeds) -> ``{"stack": [keys]}``; a stack of one stays its trial's own
+    key and config."""
+    groups: dict[str, list[str]] = {}
+    for key, config in trials.items():
+        groups.setdefault(stack_group(config), []).append(key)
     out: dict[str, dict[str, Any]] = {}
-    for cell, keys in cells.items():
+    for keys in groups.values():
         for first in range(0, len(keys), size):
             chunk = keys[first:first + size]
             if len(chunk) == 1:
                 out[chunk[0]] = trials[chunk[0]]
             else:
-                out[f"{cell}#{'+'.join(k.split('#')[1] for k in chunk)}"] = {STACK: chunk}
+                out[f"{chunk[0].split('#')[0]}#{'+'.join(k.split('#')[1] for k in chunk)}"] = {STACK: chunk}
     return out
 
 
 def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]] | None = None
                     ) -> dict[str, list[dict[str, Any]]]:
     """The per-cell ``outcomes`` of a stage with each stack's outcome repeated for each of its members (config
-    ``{"trial": member key}`` of an evaluate stack, the member's own sampled config of a search stack), as the
-    driver counts and closes runs per trial."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    ``{"trial": member key}`` of an evaluate stack, under the member's own cell; the member's own sampled config of
+    a search stack), as the driver counts and closes runs per trial."""
+    out: dict[str, list[dict[str, Any]]] = {cell: [] for cell in outcomes}
     for cell, group in outcomes.items():
-        out[cell] = []
         for outcome in group:
             config = outcome["config"]
             if STACK in config:
@@ -273,5 +283,8 @@ def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str
                 continue
             entry = (configs or {}).get(config.get("trial"), {})
             members = entry.get(STACK) if isinstance(entry, dict) else None
-            out[cell] += [dict(outcome, config={"trial": key}) for key in members] if members else [outcome]
+            if not members:
+                out[cell].append(outcome)
+            for key in members or ():
+                out.setdefault(key.split("#")[0], []).append(dict(outcome, config={"trial": key}))
     return out
