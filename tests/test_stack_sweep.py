@@ -1,5 +1,7 @@
-"""`resources.stack` end to end on a local Ray: the same sweep stacked and not records one ``ok`` evaluate run per
-(cell, seed) each, with the same tags, params and, within the batched products' rounding, the same test metrics.
+"""`resources.stack` end to end on a local Ray: the same sweep stacked and not records one ``ok`` tune run per grid
+point and one ``ok`` evaluate run per (cell, seed) each (the variant cells of a regularizer stacked with its tuned
+cell), with the same tags, params, chosen point and, within the batched products' rounding, the same validation and
+test metrics.
 
 Tolerance: a stacked member sums its matrix products in another order than its trial alone (float32 ulps per
 step, see ``run_stack``); with early stopping out of play (``min_epochs = epochs``) two epochs keep the drift far
@@ -23,11 +25,12 @@ SEEDS = [0, 1, 2]
 def _spec(study: str, stack: int) -> dict:
     return {
         "study": study, "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
-        "regularizers": {"none": {}, "continuum_dropout": {"p": 0.3, "m": 5}},
+        "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}},
         "model": {"hidden_size": 8},
         "training": {"epochs": 2, "min_epochs": 2, "patience": 1, "lr": 0.01, "threads": 1},
         "solver": {"method": "euler", "adjoint": False},
-        "tune": {"sampler": "random", "num_samples": 1, "seed": 0},
+        "tune": {"sampler": "grid", "seed": 0},
+        "variants": {"continuum_dropout": "grid"},
         "evaluate": {"seeds": SEEDS, "save_weights": False},
         "resources": {"cpu": 1, "stack": stack, "system_metrics": False},
         "report": {"figures": "none"},
@@ -58,7 +61,7 @@ def sweeps(tmp_path_factory):
 def _evaluate_runs(uri: str, study: str) -> dict[tuple[str, int], object]:
     runs = [r for r in search(uri, study) if r.data.tags.get(f"{TAG}kind") == "trial"
             and r.data.tags.get(f"{TAG}phase") == "evaluate"]
-    keyed = {(r.data.tags[f"{TAG}regularizer"], int(r.data.tags[f"{TAG}seed"])): r for r in runs}
+    keyed = {(r.data.tags[f"{TAG}cell"], int(r.data.tags[f"{TAG}seed"])): r for r in runs}
     assert len(keyed) == len(runs), "one evaluate run per (cell, seed)"
     return keyed
 
@@ -67,7 +70,12 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
     uri, codes = sweeps
     assert codes == {"alone": 0, "stacked": 0}
     alone, stacked = _evaluate_runs(uri, "alone"), _evaluate_runs(uri, "stacked")
-    assert sorted(stacked) == sorted(alone) == sorted((r, s) for r in ("none", "continuum_dropout") for s in SEEDS)
+    cells = ["none", "continuum_dropout"] + [f"continuum_dropout[p={p},m={m}]" for p in (0.1, 0.3) for m in (5, 10)]
+    assert sorted(stacked) == sorted(alone) == sorted((f"neural_cde__synthetic__{c}", s) for c in cells for s in SEEDS)
+    folders: dict[str, set[str]] = {}
+    for (cell, _), run in stacked.items():
+        folders.setdefault(run.data.tags[f"{TAG}trial_dir"], set()).add(cell)
+    assert any(len(members) > 1 for members in folders.values()), "variants stack with their regularizer's cell"
     for key, run in stacked.items():
         other = alone[key]
         assert run.data.tags[f"{TAG}status"] == other.data.tags[f"{TAG}status"] == "ok"
@@ -76,6 +84,39 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
         assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
         expected = {k: v for k, v in other.data.metrics.items() if k.startswith("test_") and k != "test_ece"}
         assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def _tune_runs(uri: str, study: str) -> dict[tuple[str, str], object]:
+    runs = [r for r in search(uri, study) if r.data.tags.get(f"{TAG}kind") == "trial"
+            and r.data.tags.get(f"{TAG}phase") == "tune"]
+    keyed = {(r.data.params["regularizer.p"], r.data.params["regularizer.m"]): r for r in runs}
+    assert len(keyed) == len(runs), "one tune run per grid point"
+    return keyed
+
+
+def test_a_stacked_tune_stage_records_one_run_per_grid_point_with_the_same_metrics_and_choice(sweeps):
+    """The 2 x 2 grid in stacks of 3 and 1 (one Tune trial each) against four trials alone: the same four runs, the
+    same validation metrics within the batched products' rounding (see the module docstring), the same choice on
+    the cell run."""
+    uri, codes = sweeps
+    assert codes == {"alone": 0, "stacked": 0}
+    alone, stacked = _tune_runs(uri, "alone"), _tune_runs(uri, "stacked")
+    assert sorted(stacked) == sorted(alone) == sorted((p, m) for p in ("0.1", "0.3") for m in ("5", "10"))
+    for point, run in stacked.items():
+        other = alone[point]
+        assert run.data.tags[f"{TAG}status"] == other.data.tags[f"{TAG}status"] == "ok"
+        assert run.data.params == other.data.params | {"study": "stacked"}
+        assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
+        steps = [sorted(m.step for m in client(uri).get_metric_history(r.info.run_id, "val_loss"))
+                 for r in (run, other)]
+        assert steps[0] == steps[1] == [0, 1, 2]  # step 0: the selected epoch's final value
+        expected = {k: v for k, v in other.data.metrics.items() if "val_" in k and not k.endswith("val_ece")}
+        assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert len({r.data.tags[f"{TAG}trial_dir"] for r in stacked.values()}) == 2  # two Tune trials: 3 + 1
+    cells = {s: [r for r in search(uri, s) if r.data.tags.get(f"{TAG}kind") == "cell"
+                 and r.data.tags.get(f"{TAG}phase") == "tune" and "regularizer.p" in r.data.params]
+             for s in ("alone", "stacked")}
+    assert [c.data.params for c in cells["stacked"]] == [c.data.params for c in cells["alone"]] and cells["alone"]
 
 
 def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
@@ -101,3 +142,30 @@ def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
     specs = [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
     for run, result in zip(runs, run_stack(specs), strict=True):
         assert result.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
+
+
+def test_a_killed_tune_stack_resumes_every_member_from_its_checkpoint(tmp_path):
+    """SIGKILL of a tune stack's worker after 5 of 12 epochs of its two grid points: Ray retries the stack from its
+    checkpoint into the same two tune runs; every epoch is logged once per run and each point's validation values
+    equal an uninterrupted stack's (the same batched arithmetic, hence exactly)."""
+    from test_faults import RESUMED, _run_killing_workers
+
+    config = dict(RESUMED, study="tunekill", regularizers={"continuum_dropout": {"p": [0.1, 0.3], "m": [10]}},
+                  tune={"sampler": "grid"}, resources={"cpu": 1, "stack": 2})
+    (tmp_path / "tunekill.yaml").write_text(yaml.safe_dump(config))
+    returncode, output, killed = _run_killing_workers(tmp_path, "tunekill.yaml", 10, every_attempt=False,
+                                                      seconds=500)
+    assert len(killed) == 1
+    assert returncode == 0, output
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = sorted(search(uri, "tunekill", f"tags.`{TAG}phase` = 'tune' and tags.`{TAG}kind` = 'trial'"),
+                  key=lambda r: float(r.data.params["regularizer.p"]))
+    assert [r.data.params["regularizer.p"] for r in runs] == ["0.1", "0.3"]
+    for run in runs:
+        assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
+        steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss") if m.step)
+        assert steps == list(range(1, 13))
+    specs = [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
+    for run, result in zip(runs, run_stack(specs, evaluate_test=False), strict=True):
+        assert {f"result_{k}": v for k, v in result.val.items()} == {
+            k: v for k, v in run.data.metrics.items() if k.startswith("result_")}

@@ -114,7 +114,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         ctx.say_reruns(reasons, kept)
     outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in parents}
     if trials:
-        stacks = stack_trials(trials, ctx.spec.resources.stack)  # one Tune trial per stack of a cell's seeds
+        stacks = stack_trials(trials, ctx.spec.resources.stack)  # a Tune trial per stack: a cell's seeds, its variants'
         budgets = {k: sum(t.startswith(f"{k}#") for t in stacks) for k in parents}
         progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                  ctx.ray.say_console, ctx.progress_every_s)

@@ -88,6 +88,8 @@ def sampled_values(config: dict[str, Any]) -> str:
     else its sampled values by their last key part, ``lr=0.005 p=0.3``."""
     if "#" in str(config.get("trial", "")):
         return f"seed {config['trial'].rsplit('#', 1)[1]}"
+    if isinstance(config.get("stack"), list):  # a search stage's stack: each member's values
+        return " | ".join(sampled_values(values) for values in config["stack"])
     return " ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
                     for k, v in config.items() if k not in IDENTITY_KEYS)
 
@@ -175,7 +177,8 @@ class StageProgress(Callback):
         self.durations.append(seconds)
         result = trial.last_result or {}
         metric = self.metric or next((m for m in TEST_METRICS if m in result), None)
-        value = result.get(metric) if metric else None
+        scored = self._scored(result)
+        value = self._better(scored) if scored else result.get(metric) if metric else None
         status = f"error: {error}" if error else str(result.get("status", "ended"))
         done, total = sum(self.finished.values()), sum(self.budgets.values())
         self._say(trial_line(self.stage, done, total, self.labels[key], sampled_values(trial.config), metric,
@@ -183,21 +186,31 @@ class StageProgress(Callback):
         if self.bar is not None:
             self.bar.update(1)
             self.bar.set_postfix_str(self._eta_text(now), refresh=True)
-        # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run).
-        outcome = {"config": dict(trial.config) if error else {"cell": key},
+        # A stage may hold thousands of outcomes: only what the driver reads (a failed trial's config, to name its run;
+        # an evaluate trial's key, which names a stack's members).
+        kept = {"cell": key} | ({"trial": trial.config["trial"]} if "trial" in trial.config else {})
+        outcome = {"config": dict(trial.config) if error else kept,
                    "result": {k: result[k] for k in OUTCOME_KEYS if k in result}, "error": error}
         if infrastructure is not None:
             cause, run_id = infrastructure
             outcome["infrastructure"] = {"cause": cause, "run_id": run_id or result.get("run_id"),
                                          "run_ids": list(result.get("run_ids") or [])}  # a stack's members
         self.outcomes[key].append(outcome)
-        value = result.get(self.metric) if self.metric else None
-        if result.get("status") == "ok" and value is not None and math.isfinite(value):
-            better = min if self.mode == "min" else max
-            self.best[key] = better(self.best.get(key, value), value)
+        if scored:
+            self.best[key] = self._better([*scored, self.best.get(key, scored[0])])
         if self.finished[key] == self.budgets[key]:
             best = f", best {self.metric} {self.best[key]:.4f}" if key in self.best else ""
             self._say(f"  {self.stage} done: {self.labels[key]} ({self.budgets[key]} trial(s){best})")
+
+    def _scored(self, result: dict[str, Any]) -> list[float]:
+        """The finite ``metric`` values of the ``ok`` trials a result reports: its own, or a search stack's
+        members' (``members``)."""
+        members = result.get("members") if isinstance(result.get("members"), list) else [result]
+        values = [m.get(self.metric) for m in members if self.metric and m.get("status") == "ok"]
+        return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+    def _better(self, values: list[float]) -> float:
+        return min(values) if self.mode == "min" else max(values)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._end(trial)

@@ -5,6 +5,10 @@ Optuna study per cell, hands out suggestions round-robin over the cells within a
 (so TPE sees results before it proposes), and tells each study its own trials' outcomes. A resumed stage
 hands each cell the trials that already ended (:class:`Past`): they join its study, are taken off its budget
 and, under ``grid``, off its grid; the trials an interrupted driver left unfinished are asked first again.
+
+A cell with a stack size ``K > 1`` (``resources.stack``, where its points differ only in the regularizer's
+hyperparameters) gets up to K points per Tune trial: K Optuna trials asked at once, trained as one stack
+(:mod:`~ndebench.platform.engine.stacktrainable`), each told its own member's outcome.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any
 
 import optuna
 from ndebench.platform.engine.searchspace import Past, distribution, make_study
+from ndebench.platform.engine.stacktrainable import STACK
 from ndebench.platform.spec.config import AshaConfig, TuneConfig
 from ndebench.platform.spec.plan import CellSearch
 from ray.tune.experiment import Trial
@@ -30,9 +35,11 @@ class CellSearcher(Searcher):
     """Suggests trial configs for the cells of one stage: a cell's ``cell`` key, the sampled values, ``phase`` and
     ``seed``; the trainable completes them with the cell's fixed values (:attr:`templates`). Tune keeps every
     trial's config (several copies, with its results) in the driver until the stage ends, so it holds only what
-    varies."""
+    varies. ``stack`` (cell key -> K): a Tune trial of that cell holds up to K points, ``"stack": [sampled
+    values]``, at most the per-cell concurrency limit."""
 
-    def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig, past: dict[str, Past] | None = None):
+    def __init__(self, stage: str, searches: list[CellSearch], tune: TuneConfig, past: dict[str, Past] | None = None,
+                 stack: dict[str, int] | None = None):
         # No metric for Ray itself: its strict check would refuse a failed trial's report, which has none.
         super().__init__()
         past = past or {}
@@ -44,7 +51,8 @@ class CellSearcher(Searcher):
         default = DEFAULT_TPE_CONCURRENCY if tune.sampler == "tpe" else None
         self._limit = tune.max_concurrent or default
         self._order = itertools.cycle(list(self._searches))
-        self._trials: dict[str, tuple[str, optuna.trial.Trial]] = {}
+        self._stack = {s.key: max(1, min((stack or {}).get(s.key, 1), self._limit or math.inf)) for s in searches}
+        self._trials: dict[str, tuple[str, list[optuna.trial.Trial]]] = {}
 
     @property
     def templates(self) -> dict[str, dict[str, Any]]:
@@ -58,36 +66,57 @@ class CellSearcher(Searcher):
 
     @property
     def left(self) -> dict[str, int]:
-        """Per cell, the trials still to run."""
+        """Per cell, the trials (points) still to run."""
         return dict(self._left)
 
     @property
+    def tune_trials(self) -> dict[str, int]:
+        """Per cell, the Tune trials still to run: its points in stacks of its stack size (the last one smaller)."""
+        return {key: -(-n // self._stack[key]) for key, n in self._left.items()}
+
+    @property
+    def stacked(self) -> dict[str, int]:
+        """Per cell, how many points one of its Tune trials holds at most."""
+        return dict(self._stack)
+
+    @property
     def max_live(self) -> int:
-        """Trials that may be suggested and unfinished at once over all cells."""
-        return max(1, sum(n if self._limit is None else min(n, self._limit) for n in self._left.values()))
+        """Tune trials that may be suggested and unfinished at once over all cells."""
+        return max(1, sum(-(-(n if self._limit is None else min(n, self._limit)) // self._stack[key])
+                          for key, n in self._left.items()))
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if not any(self._left.values()):
             return Searcher.FINISHED
         for _ in range(len(self._searches)):
             key = next(self._order)
-            if self._left[key] and (self._limit is None or self._running[key] < self._limit):
+            size = min(self._stack[key], self._left[key])
+            if size and (self._limit is None or self._running[key] + size <= self._limit):
                 break
         else:
             return None
         search = self._searches[key]
-        trial = self._studies[key].ask({k: distribution(v) for k, v in search.space.items()})
-        self._left[key] -= 1
-        self._running[key] += 1
-        self._trials[trial_id] = (key, trial)
-        return {"cell": key, **trial.params, "phase": self.stage, "seed": 0}
+        trials = [self._studies[key].ask({k: distribution(v) for k, v in search.space.items()}) for _ in range(size)]
+        self._left[key] -= size
+        self._running[key] += size
+        self._trials[trial_id] = (key, trials)
+        if size == 1:
+            return {"cell": key, **trials[0].params, "phase": self.stage, "seed": 0}
+        return {"cell": key, STACK: [t.params for t in trials], "phase": self.stage, "seed": 0}
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        key, trial = self._trials.pop(trial_id)
-        self._running[key] -= 1
+        key, trials = self._trials.pop(trial_id)
+        self._running[key] -= len(trials)
         result = result or {}
+        # A stack that ended tells each member its own outcome; one that failed or was stopped, all the same.
+        members = result.get("members")
+        if error or not isinstance(members, list) or len(members) != len(trials):
+            members = [result] * len(trials)
+        for trial, outcome in zip(trials, members, strict=True):
+            self._tell(self._studies[key], trial, outcome, error)
+
+    def _tell(self, study: optuna.Study, trial: optuna.trial.Trial, result: dict[str, Any], error: bool) -> None:
         value = result.get(self.target)
-        study = self._studies[key]
         if error or result.get("status") != "ok" or value is None or not math.isfinite(value):
             state = optuna.trial.TrialState.PRUNED if result.get("status") == RUNNING else optuna.trial.TrialState.FAIL
             study.tell(trial, state=state)

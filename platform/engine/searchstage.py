@@ -1,6 +1,8 @@
 """The search stages (``base``, ``tune``): every cell's trials in one Ray Tune run through
 :class:`~ndebench.platform.engine.searcher.CellSearcher` (one seeded Optuna study per cell), optionally with ASHA
-per cell; each cell's best values are recorded on its cell run, once its budget is spent. ``resume`` reads every
+per cell; with ``resources.stack`` a cell whose points differ only in the regularizer's hyperparameters trains them
+stacked (:func:`stack_sizes`). Each cell's best values are recorded on its cell run, once its budget is spent.
+``resume`` reads every
 ``done`` cell's choice back from MLflow, continues interrupted searches from the trials that ended (the cut-off
 ones continue their runs) and starts failed ones over.
 """
@@ -11,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ndebench.platform.engine.searchspace import Past, contains
+from ndebench.platform.engine.stacktrainable import member_outcomes
 from ndebench.platform.engine.stages import StageContext, trial_dirname
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.schema import RESUMABLE_STATUSES, SPENT_STATUSES
@@ -90,6 +93,23 @@ def _past(history: list[Any], search: CellSearch, sampler: str) -> Past:
     return Past(tuple(reversed(ended)), unfinished)
 
 
+def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
+    """Per cell key, how many of its points one Tune trial trains as a stack (``resources.stack`` = ``size``), and
+    what the stage line says of it. A cell stacks when every searched key is a regularizer hyperparameter
+    (``regularizer.*``: its points share every model, training and solver setting, hence every shape), and only
+    without ASHA: ASHA stops whole Tune trials, and a stack's members reach each rung together, so it could not
+    stop one member and keep the others as it does unstacked trials."""
+    if size <= 1:
+        return {}, ""
+    cells = {c.key: size for c in stage.cells
+             if c.space and all(k.startswith("regularizer.") for k in c.space)}
+    if not cells:
+        return {}, ""
+    if stage.tune.scheduler == "asha":
+        return {}, f"; resources.stack={size} not applied: ASHA stops Tune trials, not the members of a stack"
+    return cells, f"; up to {size} points per Tune trial, stacked, in {len(cells)} of {len(stage.cells)} cell(s)"
+
+
 def live_bound(wanted: int) -> int:
     """The trials a search stage keeps suggested and unfinished at once: ``wanted`` (the searcher's own limit), at
     most Ray's allowance of pending trials for a grid (200, or 1.1 per CPU of a larger cluster). The cluster stays
@@ -132,13 +152,14 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
         retire(ctx.tracking_uri, [t for t, _, _ in history[key]], parents[key])
         history[key] = []
     past = {c.key: _past(history[c.key], c, tc.sampler) for c in resolved}
-    searcher = CellSearcher(stage.name, resolved, tc, past)
+    stacks, stacking = stack_sizes(run, ctx.spec.resources.stack)
+    searcher = CellSearcher(stage.name, resolved, tc, past, stacks)
     sampler = {"tpe": f"Optuna TPE ({tc.n_startup_trials} random start-up trials)", "random": "random search",
                "grid": "the full grid"}[tc.sampler]
     ended = sum(len(p.ended) for p in past.values())
     ctx.say(f"stage {stage.name}: {searcher.total} trial(s) over {len(run.cells)} cell(s), {sampler}, "
             f"{tc.metric} {tc.mode}" + (", ASHA early stopping" if tc.scheduler == "asha" else "")
-            + (f"; {ended} trial(s) of an earlier driver already ended" if ended else ""))
+            + (f"; {ended} trial(s) of an earlier driver already ended" if ended else "") + stacking)
     if ctx.resume:
         reasons = {(c.label, ""): _search_rerun_reason(states.get(c.key)) for c in run.cells}
         ctx.say_reruns(reasons, 0)
@@ -150,7 +171,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
         if tc.scheduler == "asha":
             scheduler = PerCellASHA(tc.metric, tc.mode, tc.asha,
                                     {c.key: c.template["training.epochs"] for c in run.cells})
-        progress = StageProgress(stage.name, searcher.left, {c.key: c.label for c in run.cells},
+        progress = StageProgress(stage.name, searcher.tune_trials, {c.key: c.label for c in run.cells},
                                  tc.metric, tc.mode, ctx.ray.say_console, ctx.progress_every_s,
                                  later=later_trials(ctx.spec, stage.name))
         trainable = ctx.trainable_for(stage.name, parents, resume_runs=resume_runs, templates=searcher.templates)
@@ -159,8 +180,8 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
             # Also Ray's bound on pending trials (1 for a custom searcher without it): the cluster stays full.
             max_concurrent_trials=live_bound(searcher.max_live), trial_dirname_creator=trial_dirname,
         ), {}, [progress, MarkStopped(ctx.tracking_uri)])
-        ctx.close_orphans(stage.name, progress.outcomes, templates=searcher.templates)
-        outcomes = progress.outcomes
+        outcomes = member_outcomes(progress.outcomes)
+        ctx.close_orphans(stage.name, outcomes, templates=searcher.templates)
     history = _history(ctx, stage.name, resolved, tc.metric)
     for cell in resolved:
         _choose(ctx, stage.name, cell, history[cell.key], parents[cell.key], outcomes[cell.key], chosen)

@@ -12,8 +12,9 @@ per member. Validation and test solve all members' batches at once too (:meth:`S
 predictions and metrics computed as its trial's alone.
 
 A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
-latent such as an SDE's Brownian motion), or members that differ in a shape, train one after another in this
-process (:func:`run_trial`), with the reason in ``note`` of every member's result.
+latent such as an SDE's Brownian motion), members that differ in a shape, or members that differ in more than
+their seed and their regularizer's hyperparameters (:func:`differing`), train one after another in this process
+(:func:`run_trial`), with the reason in ``note`` of every member's result.
 """
 from __future__ import annotations
 
@@ -135,6 +136,15 @@ def cat_inputs(parts: Sequence[Inputs]) -> Inputs:
     if isinstance(first, tuple):
         return tuple(cat_inputs([p[i] for p in parts]) for i in range(len(first)))
     return torch.cat(list(parts))
+
+
+def differing(specs: Sequence[TrialSpec]) -> list[str]:
+    """The :class:`TrialSpec` fields other than ``seed`` and ``regularizer_params`` in which ``specs`` differ: a
+    stack's members (an evaluate cell's seeds, a tune stage's grid points) share every model, training, solver
+    and data setting."""
+    first = specs[0]
+    return [f.name for f in dataclasses.fields(TrialSpec) if f.name not in ("seed", "regularizer_params")
+            and any(getattr(s, f.name) != getattr(first, f.name) for s in specs[1:])]
 
 
 def _shape(built: BuiltTrial) -> tuple[Any, ...]:
@@ -340,6 +350,8 @@ def run_stack(
     deadline = Deadline(timeout_s)
     members = _members(specs, hooks[2], deadline)
     why = unstackable(members[0].built.model) if k > 1 else "one member"
+    if why is None and (fields := differing(specs)):
+        why = f"the members differ in more than their seeds and regularizer hyperparameters: {', '.join(fields)}"
     if why is None and len({_shape(m.built) for m in members}) > 1:
         why = "the members differ in a shape (data split sizes, batch size or parameters)"
 
