@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from ndebench.platform.record.lease.fence import Fence, fenced, is_lease
 from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.standard_tags import standard_tags
+from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
@@ -257,13 +258,15 @@ class TrialRecorder:
         retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
 
     def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
-        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and terminate the run."""
+        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and the digest of the result metrics
+        (:func:`~ndebench.platform.record.summaries.results_digest`) and terminate the run."""
         from mlflow.entities import RunTag
 
         if metrics:
             self.log_metrics(metrics)
         for name, payload in artifacts.items():
             retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
+        tags = {**tags, RESULTS_DIGEST: results_digest(metrics)}
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
         retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
