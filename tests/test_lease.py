@@ -387,6 +387,51 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
     assert _table(tmp_path) == _table(raced[0])
 
 
+def _lease_claims(uri: str) -> dict[int, list]:
+    found: dict[int, list] = {}
+    for c in claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id)):
+        found.setdefault(c.epoch, []).append(c)
+    return found
+
+
+@pytest.mark.system
+def test_a_deleted_or_outbid_lease_stops_its_driver_and_a_resume_ends_the_study(tmp_path, raced):
+    """The review's scenarios on a real sweep: the held lease run deleted (its driver exits 3 saying so, not that
+    another driver took over), then a hand-made valid epoch above a live one (its driver exits 3); the next resume
+    watches the still records, takes the epoch above them all and ends the study as an uninterrupted sweep."""
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = _start(tmp_path)
+    _wait("trained", lambda: _trained_under(db, 1) >= 1, first)
+    deleted = _lease_claims(uri)[1][0].run_id
+    client(uri).delete_run(deleted)
+    out = _finish(first, seconds=180)
+    assert first.returncode == 3, out
+    assert out.strip().splitlines()[-1].startswith(
+        "ndebench run: error: this driver lost its lease of study 'lease' (epoch 1): its lease run "
+        f"{deleted} was deleted; it stopped writing, and no driver holds the study now"), out
+    assert "took it over" not in out and "Traceback" not in out, out
+
+    second = _start(tmp_path, "--resume")
+    _wait("resumed and trained", lambda: _trained_under(db, 2) >= 1, second)
+    held, = _lease_claims(uri)[2]
+    assert claim(client(uri), held.run_id, 4, token("made-up:1", "another machine", "x")) is None
+    out = _finish(second, seconds=180)
+    assert second.returncode == 3, out
+    assert "(epoch 2): driver made-up:1 took it over (lease epoch 4)" in out.strip().splitlines()[-1], out
+
+    third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                           timeout=600)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert 5 in _lease_claims(uri) and 3 not in _lease_claims(uri)
+    trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
+    phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
+    assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
+    assert Counter(r.data.tags[f"{TAG}seed"] for r in phases["evaluate"]) == {"0": 1, "1": 1}
+    assert {run_status(r) for r in trials} == {"ok"}
+    assert _table(tmp_path) == _table(raced[0])
+
+
 def test_system_metrics_of_a_fenced_trial_stop(uri):
     pytest.importorskip("psutil", reason="system metrics need psutil (the `cluster` extra)")
     mlflow_client = client(uri)
