@@ -240,6 +240,42 @@ def test_two_takers_that_each_made_a_lease_run_meet_in_one(uri, monkeypatch):
     assert loser.released  # what the loser claimed before meeting the winner is released
 
 
+TAKER = """
+import sys, time
+from pathlib import Path
+from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
+from ndebench.platform.record.tracking import raw_client
+raw_client(sys.argv[1])  # the database's schema, before the start
+Path(sys.argv[2] + ".ready" + sys.argv[3]).touch()
+while not Path(sys.argv[2]).exists():
+    time.sleep(0.01)
+try:
+    lease, _ = Lease.take(sys.argv[1], "s", lambda line: None)
+except DriverConflictError:
+    print("refused")
+else:
+    print(f"took {lease.epoch}")
+    time.sleep(3 * lease.interval)
+    lease.release()
+"""
+
+
+def test_two_drivers_of_a_new_study_started_together_one_takes_it(uri, tmp_path):
+    """Without Ray: two processes take a fresh study's lease at the same instant (each finds no lease run and
+    makes one): exactly one holds epoch 1, the other is refused."""
+    go = tmp_path / "go"
+    takers = [subprocess.Popen([sys.executable, "-c", TAKER, uri, str(go), str(i)], stdout=subprocess.PIPE,
+                               text=True, env=os.environ | {heartbeat.STALE_ENV: "4"}) for i in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{go}.ready{i}").exists() for i in range(2)):
+        assert time.monotonic() < deadline and all(t.poll() is None for t in takers)
+        time.sleep(0.05)
+    go.touch()  # both are waiting on it
+    outcomes = sorted(t.communicate(timeout=120)[0].strip() for t in takers)
+    assert outcomes == ["refused", "took 1"], outcomes
+    assert len(lease_runs(client(uri), ensure_experiment(uri, STUDY))) == 2  # each made one; they met in one
+
+
 def test_old_lease_experiments_number_the_first_epoch_and_leave_the_list(uri, monkeypatch):
     """A study recorded when the lease was experiments ``S::lease::<n>``: a resume continues their numbering (so
     the reattach rule, lease <= own, holds for their trial runs) and deletes the active one it can."""

@@ -42,6 +42,9 @@ from ndebench.platform.record.tracking import ensure_experiment, raw_client, ret
 
 STALE_ENV = "NDEBENCH_LEASE_STALE_S"
 STALE_S = 60.0
+# Seconds a driver that made a study's first lease run waits before listing the lease runs again: longer than
+# another driver, started at the same time, takes from finding none to making its own.
+SETTLE_S = 2.0
 
 
 class DriverConflictError(RuntimeError):
@@ -229,12 +232,19 @@ class Lease:
 
 def _claim_everywhere(mlflow_client: Any, experiment_id: str, study: str, epoch: int, value: str,
                       stale: float) -> list[str]:
-    """Claim ``epoch`` with ``value`` in every active lease run of the study (a new one when there is none), in
-    run id order, until no lease run without the claim is left; the runs claimed. Raises
-    :class:`DriverConflictError`, releasing what it claimed, once another claim of ``epoch`` is first in one."""
-    active = [r.info.run_id for r in lease_runs(mlflow_client, experiment_id) if r.info.lifecycle_stage == "active"]
+    """Claim ``epoch`` with ``value`` in every active lease run of the study, in run id order, until no lease run
+    without the claim is left; the runs claimed. Where there is none, one is made and, after :data:`SETTLE_S`,
+    the runs are listed again: two drivers of a new study that each made one then see both and meet in the first.
+    Raises :class:`DriverConflictError`, releasing what it claimed, once another claim of ``epoch`` is first in
+    one."""
+    def listed() -> list[str]:
+        return [r.info.run_id for r in lease_runs(mlflow_client, experiment_id) if r.info.lifecycle_stage == "active"]
+
+    active = listed()
     if not active:
-        active = [retry(lambda: new_lease_run(mlflow_client, experiment_id, study))]
+        retry(lambda: new_lease_run(mlflow_client, experiment_id, study))
+        time.sleep(SETTLE_S)
+        active = listed()
     claimed: list[str] = []
     while missing := sorted(set(active) - set(claimed)):
         for run_id in missing:
@@ -245,5 +255,5 @@ def _claim_everywhere(mlflow_client: Any, experiment_id: str, study: str, epoch:
                         mlflow_client.set_tag(mine, released_tag(epoch), "1")
                 raise conflict(study, Holder.of(other), stale)
             claimed.append(run_id)
-        active = [r.info.run_id for r in lease_runs(mlflow_client, experiment_id) if r.info.lifecycle_stage == "active"]
+        active = listed()
     return claimed
