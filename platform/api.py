@@ -295,7 +295,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
            figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
-           protocol: dict[str, str] | None = None) -> Report:
+           protocol: dict[str, str] | None = None, changed: list[dict[str, Any]] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
     ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
@@ -312,7 +312,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
     analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
     study), and every file logged as an artifact of the study's MLflow run; ``left_out``
-    (:func:`~ndebench.platform.record.completeness.left_out_finished`) spares reading the study's runs again.
+    (:func:`~ndebench.platform.record.completeness.left_out_finished`) and ``changed``
+    (:func:`~ndebench.platform.report.integrity.changed_runs`) spare reading the study's runs again.
     ``paper``: the study beside the Continuum Dropout paper's reported numbers
     (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
     ``protocol``
@@ -327,6 +328,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         from ndebench.platform.record.completeness import left_out_finished
         from ndebench.platform.record.runs import planned_seeds as planned
         from ndebench.platform.record.tracking import client
+        from ndebench.platform.report.integrity import study_changes
         from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
         from ndebench.platform.report.render.drawing import figure_mode, pair_count
 
@@ -336,10 +338,11 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
             curves = read_curves(client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
+        changed = study_changes(uri, study) if changed is None else changed
         protocol = _study_protocol(uri, study) if protocol is None else protocol
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures, paper=paper, protocol=protocol)
+                         figures=figures, paper=paper, protocol=protocol, changed=changed)
     mine = runs[runs["study"] == study] if "study" in runs.columns else runs
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
                                    table=files.tables[0] if files.tables else None)
@@ -419,6 +422,7 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     from ndebench.platform.record.completeness import left_out_finished
     from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
     from ndebench.platform.report.analyses import label_variants
+    from ndebench.platform.report.integrity import changed_runs
 
     uri = tracking_uri(uri)
     settings = study_report_settings(study, uri, test=test, alpha=alpha, correction=correction, figures=figures)
@@ -430,8 +434,17 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     frame = runs_frame(uri, study, runs=found)
-    left_out = left_out_finished(uri, study, found)
+    left_out, changed = left_out_finished(uri, study, found), changed_runs(found)
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
     del found
     return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out, paper=paper)
+                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out, paper=paper,
+                  changed=changed)
+
+
+def verify(study: str, uri: str | None = None) -> list[dict[str, Any]]:
+    """``ndebench verify``: :func:`~ndebench.platform.report.integrity.verify_study` (``[]``: nothing changed)."""
+    from ndebench.platform.report.integrity import verify_study
+
+    _require_study(uri := tracking_uri(uri), study)
+    return verify_study(uri, study)

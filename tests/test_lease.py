@@ -1,9 +1,10 @@
-"""One driver per study, for real: the lease is taken by compare-and-set in the tracking store, a driver that
-lost it writes nothing more, and liveness is the lease's own counter watched on the taker's clock.
+"""One driver per study, for real: the lease is taken by compare-and-set in the study's own experiment, a driver
+that lost it writes nothing more, and liveness is the lease's own counter watched on the taker's clock.
 
-Without Ray: the lease's states on a sqlite store. System lane: two drivers started in the same second (one
-refused before Ray starts), and a paused driver taken over and resumed (it exits 3 at its next write and changes
-no run of the new driver; the table equals an uninterrupted sweep's).
+Without Ray: the lease's states on a sqlite store, hand-made records included (a newer epoch, a deleted lease run,
+records without a holder). System lane: two drivers started in the same second (one refused before Ray starts), a
+paused driver taken over and resumed (it exits 3 at its next write and changes no run of the new driver; the
+table equals an uninterrupted sweep's), and a sweep whose lease run is deleted (it exits 3 saying so).
 """
 from __future__ import annotations
 
@@ -20,12 +21,21 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ndebench.platform.record import heartbeat
-from ndebench.platform.record.fence import HOLDER, Fence, LeaseLostError, fence_writes, lease_name, raise_if_driver_lost
-from ndebench.platform.record.heartbeat import BEAT, RELEASED, DriverConflictError, Lease
+from ndebench.platform.record.lease import heartbeat
+from ndebench.platform.record.lease.fence import Fence, LeaseLostError, fence_writes, raise_if_driver_lost
+from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
+from ndebench.platform.record.lease.ledger import (
+    beat_tag,
+    claim,
+    claims,
+    lease_runs,
+    new_lease_run,
+    released_tag,
+    token,
+)
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.system_metrics import system_metrics
-from ndebench.platform.record.tracking import TrialRecorder, client, run_status, search, study_names
+from ndebench.platform.record.tracking import TrialRecorder, client, ensure_experiment, run_status, search, study_names
 
 STUDY = "s"
 
@@ -36,43 +46,61 @@ def uri(tmp_path, monkeypatch):
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
-def _hold(uri: str, epoch: int, holder: str = "elsewhere:1") -> str:
-    """Epoch ``epoch`` of the lease, held by a driver of another machine; returns its experiment id."""
-    return client(uri).create_experiment(lease_name(STUDY, epoch), tags={HOLDER: holder, BEAT: "0"})
+def _ledger(uri: str) -> str:
+    """The study's (first) lease run, made if missing."""
+    experiment_id = ensure_experiment(uri, STUDY)
+    runs = [r for r in lease_runs(client(uri), experiment_id) if r.info.lifecycle_stage == "active"]
+    return min(r.info.run_id for r in runs) if runs else new_lease_run(client(uri), experiment_id, STUDY)
 
 
-def _lease(uri: str, epoch: int):
-    return client(uri).get_experiment_by_name(lease_name(STUDY, epoch))
+def _hold(uri: str, epoch: int, holder: str = "elsewhere:1", machine: str = "another machine") -> tuple[str, str]:
+    """Epoch ``epoch`` of the lease, claimed by a driver of another machine; its lease run and claim id."""
+    run_id, lease_id = _ledger(uri), f"id-{holder}-{epoch}"
+    assert claim(client(uri), run_id, epoch, token(holder, machine, lease_id)) is None
+    return run_id, lease_id
+
+
+def _claims(uri: str) -> dict[int, list]:
+    found: dict[int, list] = {}
+    for c in claims(lease_runs(client(uri), ensure_experiment(uri, STUDY))):
+        found.setdefault(c.epoch, []).append(c)
+    return found
 
 
 def _never_watched(*_):
     raise AssertionError("the counter was watched")
 
 
+def _experiments(uri: str) -> list[str]:
+    return sorted(e.name for e in client(uri).search_experiments())
+
+
 def test_a_fresh_study_is_leased_at_epoch_one_and_released_at_the_end(uri, monkeypatch):
-    monkeypatch.setattr(heartbeat, "_beating", _never_watched)
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
     lease, previous = Lease.take(uri, STUDY, print)
     assert (lease.epoch, previous) == (1, None)
-    assert _lease(uri, 1).tags[HOLDER] == f"{os.uname().nodename}:{os.getpid()}"
+    mine, = _claims(uri)[1]
+    assert (mine.holder, mine.id) == (f"{os.uname().nodename}:{os.getpid()}", lease.lease_id)
     time.sleep(4 * lease.interval)  # the counter moves
-    assert int(_lease(uri, 1).tags[BEAT]) >= 2
+    assert int(_claims(uri)[1][0].beat) >= 2
     lease.release()
-    assert _lease(uri, 1).tags[RELEASED] == "1"
+    assert _claims(uri)[1][0].released
     again, previous = Lease.take(uri, STUDY, print)  # a released lease is free at once
-    assert (again.epoch, previous) == (2, None) and _lease(uri, 1).lifecycle_stage == "deleted"
+    assert (again.epoch, previous, again.run_ids) == (2, None, lease.run_ids)
     again.release()
-    assert study_names(uri) == []  # a lease is no study
+    # The lease lives in the study's experiment: no experiment beside the study, no run a reader sees.
+    assert _experiments(uri) == ["Default", STUDY] and study_names(uri) == [STUDY] and search(uri, STUDY) == []
 
 
 def test_a_moving_counter_is_a_live_driver(uri):
-    experiment_id = _hold(uri, 1)
+    run_id, _ = _hold(uri, 1)
     stop = threading.Event()
 
     def beat():
         count = 0
         while not stop.wait(0.1):
             count += 1
-            client(uri).set_experiment_tag(experiment_id, BEAT, str(count))
+            client(uri).set_tag(run_id, beat_tag(1), str(count))
 
     thread = threading.Thread(target=beat)
     thread.start()
@@ -82,36 +110,66 @@ def test_a_moving_counter_is_a_live_driver(uri):
     finally:
         stop.set()
         thread.join()
-    assert _lease(uri, 2) is None
+    assert 2 not in _claims(uri)
+
+
+def test_every_unreleased_epoch_is_watched_not_only_the_newest(uri):
+    """A still, hand-made epoch 2 above a live epoch 1 does not let a second driver in beside the first."""
+    run_id, _ = _hold(uri, 1, "live:1")
+    _hold(uri, 2, "made-up:2")
+    stop = threading.Event()
+
+    def beat():
+        count = 0
+        while not stop.wait(0.1):
+            count += 1
+            client(uri).set_tag(run_id, beat_tag(1), str(count))
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+        with pytest.raises(DriverConflictError, match="another driver, live:1; "):
+            Lease.take(uri, STUDY, print)
+    finally:
+        stop.set()
+        thread.join()
+    assert 3 not in _claims(uri)
+
+
+def _paused(uri: str, epoch: int = 1) -> Lease:
+    """A driver holding ``epoch`` whose counter stands still (paused)."""
+    run_id, lease_id = _hold(uri, epoch)
+    lease = Lease(uri, STUDY, epoch, lease_id, [run_id], interval=0.05)
+    lease._stopped.set()
+    lease._thread.join()
+    return lease
 
 
 def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
-    _hold(uri, 1)
-    old = Lease(uri, STUDY, 1, _lease(uri, 1).experiment_id, interval=0.05)
-    old._stopped.set()  # a paused driver: its counter stands still
-    old._thread.join()
+    old = _paused(uri)
     old.check()  # still the newest epoch
     new, previous = Lease.take(uri, STUDY, print)
     assert (new.epoch, str(previous)) == (2, "elsewhere:1")
-    with pytest.raises(LeaseLostError, match=r"lost its lease of study 's' \(epoch 1\): driver .* took it over"):
+    with pytest.raises(LeaseLostError, match=r"lost its lease of study 's' \(epoch 1\): driver .* took it over "
+                                             r"\(lease epoch 2\); it stopped writing, and the study goes on"):
         old.check()
     fence_writes(old.fence)  # as the old driver's process: every client's writes are checked
     try:
         with pytest.raises(LeaseLostError):
-            client(uri).set_experiment_tag(new.experiment_id, RELEASED, "1")
+            client(uri).set_tag(new.run_ids[0], released_tag(2), "1")
         with pytest.raises(LeaseLostError):
             raise_if_driver_lost()
-        assert client(uri).get_experiment(new.experiment_id).tags.get(RELEASED) is None  # reads go through
+        assert not _claims(uri)[2][0].released  # reads go through
     finally:
         fence_writes(None)
     old.release()  # the old driver's stop frees nothing
-    assert RELEASED not in _lease(uri, 2).tags and _lease(uri, 2).lifecycle_stage == "active"
+    assert _claims(uri)[2][0].held
     new.release()
 
 
 def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
-    _hold(uri, 1)
-    old = Lease(uri, STUDY, 1, _lease(uri, 1).experiment_id, interval=0.05)
+    run_id, lease_id = _hold(uri, 1)
+    old = Lease(uri, STUDY, 1, lease_id, [run_id], interval=0.05)
     _hold(uri, 2, "elsewhere:2")
     deadline = time.monotonic() + 30
     while old.fence.lost is None:
@@ -120,14 +178,43 @@ def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
     with pytest.raises(LeaseLostError, match="driver elsewhere:2 took it over"):
         raise old.fence.lost
     old.release()
-    assert RELEASED not in _lease(uri, 2).tags
+    assert not _claims(uri)[2][0].released
+
+
+def test_deleting_the_held_lease_run_fences_its_driver_without_naming_another(uri, monkeypatch):
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    client(uri).delete_run(lease.run_ids[0])
+    deadline = time.monotonic() + 30
+    while lease.fence.lost is None:  # found by the heartbeat, whose beats the store now refuses
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    message = str(lease.fence.lost)
+    assert f"its lease run {lease.run_ids[0]} was deleted; it stopped writing, and no driver holds" in message
+    assert "took it over" not in message
+    lease.release()
+    again, previous = Lease.take(uri, STUDY, print)  # epochs in the deleted run still count: never epoch 1 again
+    assert again.epoch == 2 and again.run_ids != lease.run_ids and previous is None
+    again.release()
+
+
+def test_records_without_holder_machine_or_counter_are_ignored_but_keep_their_number(uri, monkeypatch):
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    run_id = lease.run_ids[0]
+    client(uri).log_param(run_id, "ndebench.lease.5", "{}")  # no holder, machine, id or counter
+    client(uri).log_param(run_id, "ndebench.lease.6", token("x:1", "m", "i"))  # no counter
+    lease.check()
+    lease.release()
+    again, _ = Lease.take(uri, STUDY, print)
+    assert again.epoch == 7
+    again.release()
 
 
 def test_a_driver_gone_from_this_machine_is_taken_over_at_once(uri, monkeypatch):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    experiment_id = _hold(uri, 1, f"{os.uname().nodename}:{int(dead.stdout)}")
-    client(uri).set_experiment_tag(experiment_id, heartbeat.MACHINE, heartbeat._machine())
-    monkeypatch.setattr(heartbeat, "_beating", _never_watched)
+    _hold(uri, 1, f"{os.uname().nodename}:{int(dead.stdout)}", heartbeat._machine())
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
     lease, previous = Lease.take(uri, STUDY, print)
     assert lease.epoch == 2 and str(previous) == f"{os.uname().nodename}:{int(dead.stdout)}"
     lease.release()
@@ -135,9 +222,68 @@ def test_a_driver_gone_from_this_machine_is_taken_over_at_once(uri, monkeypatch)
 
 def test_of_two_takers_of_one_epoch_exactly_one_wins(uri, monkeypatch):
     _hold(uri, 1, "winner:7")
-    monkeypatch.setattr(heartbeat, "_newest", lambda *_: None)  # the loser read the store before the winner wrote
+    monkeypatch.setattr(heartbeat, "claims", lambda *_: [])  # the loser read the store before the winner wrote
     with pytest.raises(DriverConflictError, match="another driver, winner:7;"):
         Lease.take(uri, STUDY, print)
+
+
+def test_two_takers_that_each_made_a_lease_run_meet_in_one(uri, monkeypatch):
+    """Two drivers of a new study that each found no lease run and made one: each claims its epoch in every
+    lease run it sees, in run id order, so the later one meets the first one's claim and backs off."""
+    experiment_id = ensure_experiment(uri, STUDY)
+    runs = sorted(new_lease_run(client(uri), experiment_id, STUDY) for _ in range(2))
+    assert claim(client(uri), runs[1], 1, token("winner:7", "m", "w")) is None  # the winner saw only its own run
+    monkeypatch.setattr(heartbeat, "claims", lambda *_: [])
+    with pytest.raises(DriverConflictError, match="another driver, winner:7;"):
+        Lease.take(uri, STUDY, print)
+    loser, = [c for c in _claims(uri)[1] if c.run_id == runs[0]]
+    assert loser.released  # what the loser claimed before meeting the winner is released
+
+
+TAKER = """
+import sys, time
+from pathlib import Path
+from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
+from ndebench.platform.record.tracking import raw_client
+raw_client(sys.argv[1])  # the database's schema, before the start
+Path(sys.argv[2] + ".ready" + sys.argv[3]).touch()
+while not Path(sys.argv[2]).exists():
+    time.sleep(0.01)
+try:
+    lease, _ = Lease.take(sys.argv[1], "s", lambda line: None)
+except DriverConflictError:
+    print("refused")
+else:
+    print(f"took {lease.epoch}")
+    time.sleep(3 * lease.interval)
+    lease.release()
+"""
+
+
+def test_two_drivers_of_a_new_study_started_together_one_takes_it(uri, tmp_path):
+    """Without Ray: two processes take a fresh study's lease at the same instant (each finds no lease run and
+    makes one): exactly one holds epoch 1, the other is refused."""
+    go = tmp_path / "go"
+    takers = [subprocess.Popen([sys.executable, "-c", TAKER, uri, str(go), str(i)], stdout=subprocess.PIPE,
+                               text=True, env=os.environ | {heartbeat.STALE_ENV: "4"}) for i in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{go}.ready{i}").exists() for i in range(2)):
+        assert time.monotonic() < deadline and all(t.poll() is None for t in takers)
+        time.sleep(0.05)
+    go.touch()  # both are waiting on it
+    outcomes = sorted(t.communicate(timeout=120)[0].strip() for t in takers)
+    assert outcomes == ["refused", "took 1"], outcomes
+    assert len(lease_runs(client(uri), ensure_experiment(uri, STUDY))) == 2  # each made one; they met in one
+
+
+def test_old_lease_experiments_number_the_first_epoch_and_leave_the_list(uri, monkeypatch):
+    """A study recorded when the lease was experiments ``S::lease::<n>``: a resume continues their numbering (so
+    the reattach rule, lease <= own, holds for their trial runs) and deletes the active one it can."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    client(uri).create_experiment(f"{STUDY}::lease::4", tags={f"{TAG}kind": "lease"})
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 5 and _experiments(uri) == ["Default", STUDY] and study_names(uri) == [STUDY]
+    lease.release()
 
 
 def test_the_stale_limit_is_checked(monkeypatch):
@@ -149,14 +295,16 @@ def test_the_stale_limit_is_checked(monkeypatch):
 def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(uri):
     tags = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",
             "regularizer": "none", "seed": "0", "cell": "c", "trial_dir": "s/evaluate-1/a"}
-    _hold(uri, 1)
-    older = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "1"})
-    _hold(uri, 2, "elsewhere:2")
+    _, first = _hold(uri, 1)
+    older = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "1", "lease_id": first})
+    _, second = _hold(uri, 2, "elsewhere:2")
     with pytest.raises(LeaseLostError):  # the old driver's trial, after the takeover
         older.log_metrics({"train_loss": 1.0}, step=1)
     with pytest.raises(LeaseLostError):
-        TrialRecorder(uri, STUDY, {"x": 1}, "h2", tags | {"lease": "1"})
-    newer = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "2"})
+        TrialRecorder(uri, STUDY, {"x": 1}, "h2", tags | {"lease": "1", "lease_id": first})
+    with pytest.raises(LeaseLostError, match="is gone"):  # an epoch's number with another claim's id is not it
+        TrialRecorder(uri, STUDY, {"x": 1}, "h2", tags | {"lease": "2", "lease_id": first})
+    newer = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "2", "lease_id": second})
     assert newer.reattached and newer.run_id == older.run_id
     run, = search(uri, STUDY)
     assert run.data.tags[f"{TAG}lease"] == "2" and run_status(run) == "running"
@@ -252,7 +400,8 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
             f"{os.uname().nodename}:{new.pid} took it over (lease epoch 2)"), old
         assert "Traceback" not in old, old
         assert new.poll() is None, "the new driver ended before the old one was resumed"
-        assert RELEASED not in client(uri).get_experiment_by_name(lease_name("lease", 2)).tags  # not freed
+        second, = claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id))[1:]
+        assert second.epoch == 2 and second.held  # not freed
         third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
                                timeout=300)
         assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
@@ -274,14 +423,59 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
     assert _table(tmp_path) == _table(raced[0])
 
 
+def _lease_claims(uri: str) -> dict[int, list]:
+    found: dict[int, list] = {}
+    for c in claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id)):
+        found.setdefault(c.epoch, []).append(c)
+    return found
+
+
+@pytest.mark.system
+def test_a_deleted_or_outbid_lease_stops_its_driver_and_a_resume_ends_the_study(tmp_path, raced):
+    """The review's scenarios on a real sweep: the held lease run deleted (its driver exits 3 saying so, not that
+    another driver took over), then a hand-made valid epoch above a live one (its driver exits 3); the next resume
+    watches the still records, takes the epoch above them all and ends the study as an uninterrupted sweep."""
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = _start(tmp_path)
+    _wait("trained", lambda: _trained_under(db, 1) >= 1, first)
+    deleted = _lease_claims(uri)[1][0].run_id
+    client(uri).delete_run(deleted)
+    out = _finish(first, seconds=180)
+    assert first.returncode == 3, out
+    assert out.strip().splitlines()[-1].startswith(
+        "ndebench run: error: this driver lost its lease of study 'lease' (epoch 1): its lease run "
+        f"{deleted} was deleted; it stopped writing, and no driver holds the study now"), out
+    assert "took it over" not in out and "Traceback" not in out, out
+
+    second = _start(tmp_path, "--resume")
+    _wait("resumed and trained", lambda: _trained_under(db, 2) >= 1, second)
+    held, = _lease_claims(uri)[2]
+    assert claim(client(uri), held.run_id, 4, token("made-up:1", "another machine", "x")) is None
+    out = _finish(second, seconds=180)
+    assert second.returncode == 3, out
+    assert "(epoch 2): driver made-up:1 took it over (lease epoch 4)" in out.strip().splitlines()[-1], out
+
+    third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                           timeout=600)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert 5 in _lease_claims(uri) and 3 not in _lease_claims(uri)
+    trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
+    phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
+    assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
+    assert Counter(r.data.tags[f"{TAG}seed"] for r in phases["evaluate"]) == {"0": 1, "1": 1}
+    assert {run_status(r) for r in trials} == {"ok"}
+    assert _table(tmp_path) == _table(raced[0])
+
+
 def test_system_metrics_of_a_fenced_trial_stop(uri):
     pytest.importorskip("psutil", reason="system metrics need psutil (the `cluster` extra)")
     mlflow_client = client(uri)
     experiment = mlflow_client.create_experiment("metrics")
     free, fenced = (mlflow_client.create_run(experiment).info.run_id for _ in range(2))
-    _hold(uri, 1)
-    _hold(uri, 2, "elsewhere:2")
-    checks = {free: Fence(client(uri), STUDY, 2).check, fenced: Fence(client(uri), STUDY, 1).check}
+    _, first = _hold(uri, 1)
+    _, second = _hold(uri, 2, "elsewhere:2")
+    checks = {free: Fence(client(uri), STUDY, 2, second).check, fenced: Fence(client(uri), STUDY, 1, first).check}
     for run_id, check in checks.items():
         with system_metrics(run_id, uri, interval_s=0.5, check=check):
             time.sleep(2.0)

@@ -205,6 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
     grant.add_argument("--credentials-out", help="where a new user's credentials go (default: "
                        "./mlflow-credentials-USER)")
 
+    verify = sub.add_parser(
+        "verify", help="list a study's runs whose results changed after they ended (exit 1 if any)",
+        description="Read every trial run of the study and the history of each of its result metrics (test_*): list "
+                    "runs whose results differ from the digest they recorded as they ended, hold more than one "
+                    "value, or gained a value after the run ended; exit 1 if any, 0 if none (docs/faults.md).")
+    verify.add_argument("--study", required=True)
+    _add_tracking(verify)
+
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",
                            description="Solve the paper's Corollary 3.2 exactly for the renewal rates.")
     rates.add_argument("--p", type=float, required=True, help="dropout rate, in [1e-6, 1 - 1e-6]")

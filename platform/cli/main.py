@@ -166,6 +166,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from ndebench.platform import api
+    from ndebench.platform.spec.config import check_study_name
+
+    check_study_name(args.study)
+    found = api.verify(args.study, tracking_uri(args))
+    for f in found:
+        print(f"run {f['run_id']} ({f['phase']} {f['cell']} seed {f['seed']}): {', '.join(f['metrics'])}: {f['why']}")
+    runs = len({f["run_id"] for f in found})
+    print(f"study {args.study!r}: " + (f"{runs} run(s) with results changed after they ended" if found
+                                       else "no result changed after its run ended"), flush=True)
+    return exitcodes.FAILED if found else exitcodes.OK
+
+
 def cmd_reevaluate(args: argparse.Namespace) -> int:
     from ndebench.platform import api
     from ndebench.platform.engine.reevaluate import parse_n_mc
@@ -348,7 +362,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
             "ui": cmd_ui, "server": cmd_server, "grant": cmd_grant, "rates": cmd_rates, "datasets": cmd_datasets,
-            "bench": cmd_bench, "list": cmd_list, "configs": cmd_configs}
+            "bench": cmd_bench, "list": cmd_list, "configs": cmd_configs, "verify": cmd_verify}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

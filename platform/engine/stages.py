@@ -22,8 +22,8 @@ from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stacktrainable import trial_or_stack
 from ndebench.platform.engine.trainable import full_config
-from ndebench.platform.record.heartbeat import Lease
 from ndebench.platform.record.interruption import interrupt_run
+from ndebench.platform.record.lease.heartbeat import Lease
 from ndebench.platform.record.tracking import close_orphaned_runs, finish_cell
 from ndebench.platform.spec.config import SweepSpec, config_hash
 from ndebench.platform.spec.plan import Cell, base_key, cell_template, fixed_key
@@ -105,8 +105,9 @@ class StageContext:
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self.gpu})
 
     def lease_tag(self) -> dict[str, str]:
-        """``lease``: the epoch of this driver's lease, on every trial run it writes (its fencing token)."""
-        return {"lease": str(self.lease.epoch)} if self.lease is not None else {}
+        """``lease`` and ``lease_id``: the epoch and claim id of this driver's lease, on every trial run it writes
+        (its fencing token)."""
+        return {"lease": str(self.lease.epoch), "lease_id": self.lease.lease_id} if self.lease is not None else {}
 
     def node_check(self) -> tuple[str | None, str | None] | None:
         """What a trial checks on its node before it starts: on a joined cluster, nodes may join after the

@@ -30,9 +30,9 @@ from ndebench.platform.engine.stages import CellStatistics, Printer, StageContex
 from ndebench.platform.failures.diskfull import disk_full, is_disk_full
 from ndebench.platform.failures.stopping import describe
 from ndebench.platform.record.deletions import check_not_deleted, deleted_error
-from ndebench.platform.record.fence import LeaseLostError, fence_writes
-from ndebench.platform.record.heartbeat import Lease
 from ndebench.platform.record.interruption import mark_interrupted
+from ndebench.platform.record.lease.fence import LeaseLostError, fence_writes
+from ndebench.platform.record.lease.heartbeat import Lease
 from ndebench.platform.record.tracking import (
     ensure_experiment,
     finish_cell,
@@ -98,8 +98,10 @@ class Sweep:
             raise FileNotFoundError("\n".join(missing))
 
     def _take_lease(self) -> None:
-        """The study's lease (:mod:`ndebench.platform.record.heartbeat`), first of all: from here on every write
-        of this driver and of its trials checks it, and its Ray folders and log are named by its epoch."""
+        """The study's lease (:mod:`ndebench.platform.record.lease.heartbeat`), first of all: from here on every write
+        of this driver and of its trials checks it, and its Ray folders and log are named by its epoch. The lease
+        lives in the study's experiment, so a deleted one is refused first."""
+        check_not_deleted(self.ctx.tracking_uri, self.spec.study)
         self._lease, previous = Lease.take(self.ctx.tracking_uri, self.spec.study, self.ctx.say)
         fence_writes(self._lease.fence)
         self.ctx.lease = self._lease

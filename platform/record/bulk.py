@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ndebench.platform.record.schema import FINISHED_STATUSES, TAG
+from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 from ndebench.platform.record.tracking import retry, run_name, trial_run_tags
 
 # MLflow takes at most 1000 metrics in one log_batch.
@@ -17,8 +18,8 @@ def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any
                 tags: dict[str, str], parent_run_id: str | None, epochs: list[dict[str, float]], status: str,
                 final: dict[str, float], final_tags: dict[str, str], artifacts: dict[str, Any]) -> str:
     """Record one ended trial: ``epochs`` (per-epoch metrics, step 1, 2, ...), ``final`` metrics, ``status`` and
-    ``final_tags`` (``ndebench.`` prefixed), ``artifacts`` (name -> JSON payload); returns the run id. Four
-    requests plus one per artifact."""
+    ``final_tags`` (``ndebench.`` prefixed; the results' digest beside them), ``artifacts`` (name -> JSON payload);
+    returns the run id. Four requests plus one per artifact."""
     from mlflow.entities import Metric, Param, RunTag
 
     all_tags = trial_run_tags(tags, config_hash, parent_run_id)
@@ -27,7 +28,8 @@ def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any
     now = int(time.time() * 1000)
     metrics = [Metric(k, float(v), now, step) for step, record in enumerate(epochs, start=1) for k, v in record.items()]
     metrics += [Metric(k, float(v), now, 0) for k, v in final.items()]
-    ended = [RunTag(f"{TAG}status", status), *(RunTag(f"{TAG}{k}", str(v)) for k, v in final_tags.items())]
+    ended = [RunTag(f"{TAG}status", status), RunTag(f"{TAG}{RESULTS_DIGEST}", results_digest(final)),
+             *(RunTag(f"{TAG}{k}", str(v)) for k, v in final_tags.items())]
     params = [Param(k, str(v)) for k, v in sorted(config.items())]
     for start in range(0, max(len(metrics), 1), BATCH):
         chunk = metrics[start:start + BATCH]

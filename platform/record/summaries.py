@@ -10,11 +10,17 @@ summary is ``test_ece``). Runs recorded between the artifact-only layout and thi
 The per-epoch ``train_time_s`` and ``epoch_time_s`` are summarized as ``mean_train_time_s`` and
 ``mean_epoch_time_s``: the mean over the run's epochs in step order, computed by :func:`mean_over_epochs` here
 and in the readers' fallback for older runs alike.
+
+The result metrics (``test_*``) are summarized, as the run ends, by their digest (tag ``ndebench.results_digest``,
+:func:`results_digest`): a reader holding the run from ``search_runs`` tells a result rewritten after the run
+ended from the one it recorded without another request (``ndebench.platform.report.integrity``).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +32,8 @@ CALIBRATION_TAG = "calibration"
 BIN_KEYS = ("count", "confidence_sum", "correct_sum")
 TIME_METRICS = ("train_time_s", "epoch_time_s")
 MEAN_PREFIX = "mean_"
+RESULTS_DIGEST = "results_digest"
+RESULT_METRICS = "test_"
 
 
 def calibration_tags(bins: Mapping[str, Any]) -> dict[str, str]:
@@ -68,3 +76,18 @@ def mean_over_epochs(values: Sequence[float]) -> float:
 def time_summaries(per_epoch: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """``mean_<key>`` for each of :data:`TIME_METRICS` with values in ``per_epoch`` (key -> values by step)."""
     return {f"{MEAN_PREFIX}{key}": mean_over_epochs(per_epoch[key]) for key in TIME_METRICS if per_epoch.get(key)}
+
+
+def _stored(value: float) -> str:
+    """A metric value as MLflow's SQL store returns it: NaN kept, +-inf as the largest finite float."""
+    value = float(value)
+    if math.isinf(value):
+        value = math.copysign(sys.float_info.max, value)
+    return repr(value)
+
+
+def results_digest(metrics: Mapping[str, float | None]) -> str:
+    """``"<n> <sha256 prefix>"`` over a run's ``n`` result metrics (``test_*``: what the tables read), each as
+    ``key=value`` with its value as the store keeps it; the final tag ``results_digest``."""
+    lines = sorted(f"{k}={_stored(v)}" for k, v in metrics.items() if k.startswith(RESULT_METRICS) and v is not None)
+    return f"{len(lines)} {hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:32]}"

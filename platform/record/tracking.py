@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ndebench.platform.record.fence import Fence, fenced, is_lease
+from ndebench.platform.record.lease.fence import Fence, fenced, is_lease
 from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.standard_tags import standard_tags
+from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
@@ -67,7 +68,8 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def client(uri: str):
-    """:func:`raw_client`, its writes fenced by the driver's lease (:func:`~ndebench.platform.record.fence.fenced`)."""
+    """:func:`raw_client`, its writes fenced by the driver's lease
+    (:func:`~ndebench.platform.record.lease.fence.fenced`)."""
     return fenced(raw_client(uri))
 
 
@@ -160,7 +162,7 @@ def ensure_experiment(uri: str, study: str) -> str:
 
 
 def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
-    """All runs of ``study`` matching an MLflow filter string (paged through)."""
+    """All runs of ``study`` matching an MLflow filter string (paged through), its lease runs left out."""
     mlflow_client = client(uri)
     experiment = mlflow_client.get_experiment_by_name(study)
     if experiment is None:
@@ -170,7 +172,8 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
         while True:
             page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string,
                                              max_results=1000, page_token=token)
-            runs += list(page)
+            # The study's lease runs (record.lease.ledger) are bookkeeping, never a trial, cell or study run.
+            runs += [r for r in page if r.data.tags.get(f"{TAG}kind") != "lease"]
             token = page.token
             if not token:
                 return runs
@@ -212,7 +215,7 @@ class TrialRecorder:
         from mlflow.entities import Param, RunTag
 
         lease = int(tags.get("lease") or 0)
-        self.check = Fence(client(uri), study, lease).check if lease else lambda: None
+        self.check = Fence(client(uri), study, lease, tags.get("lease_id", "")).check if lease else lambda: None
         self.client = fenced(client(uri), self.check if lease else None)
         experiment_id = ensure_experiment(uri, study)
         all_tags = trial_run_tags(tags, config_hash, parent_run_id)
@@ -255,13 +258,15 @@ class TrialRecorder:
         retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
 
     def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
-        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and terminate the run."""
+        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and the digest of the result metrics
+        (:func:`~ndebench.platform.record.summaries.results_digest`) and terminate the run."""
         from mlflow.entities import RunTag
 
         if metrics:
             self.log_metrics(metrics)
         for name, payload in artifacts.items():
             retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
+        tags = {**tags, RESULTS_DIGEST: results_digest(metrics)}
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
         retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))

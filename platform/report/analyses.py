@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import audit, controls, mc_samples, report, sensitivity, summary, timing
+from ndebench.platform.report.integrity import integrity_warning
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import EXTENSION
 from ndebench.platform.report.render import html_report, sections
@@ -83,7 +84,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
             missing.append(f"{heading}: not in this report ({why}).")
         written += sections.write(found, directory, stem, f"{heading}: study {study}")
         written += [p for s in found for p in s.figures]
-    notes = [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
+    notes = [integrity_warning(list(files.changed))] if files.changed else []
+    notes += [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
     notes += [note] if (note := machines(runs)["note"]) else []
     # The same table objects as table.md and table.tex, seed coverage and learning flags included.
     written.append(html_report.write_html(directory / "report.html", study, runs, list(files.tables), alpha,

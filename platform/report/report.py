@@ -11,6 +11,7 @@ are :mod:`~ndebench.platform.report.render.tables`.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
 from ndebench.platform.report import audit, controls, learning
+from ndebench.platform.report.integrity import integrity_markdown, integrity_warning
 from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
@@ -51,7 +53,8 @@ REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
 class ReportFiles:
     """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts).
     ``tables`` are the table objects ``table.md`` and ``table.tex`` render, for ``report.html`` to render too, and
-    ``paper`` the sections comparing the study with the paper's numbers (``paper=True``)."""
+    ``paper`` the sections comparing the study with the paper's numbers (``paper=True``); ``changed`` the runs whose
+    results changed after they ended (:mod:`~ndebench.platform.report.integrity`)."""
 
     directory: Path
     results_csv: Path
@@ -61,6 +64,7 @@ class ReportFiles:
     figures: tuple[Path, ...]
     tables: tuple[Table, ...] = ()
     paper: tuple[sections.Section, ...] = ()
+    changed: tuple[dict[str, Any], ...] = ()
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -146,7 +150,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  test: str = "student", alpha: float = 0.05, correction: str = "none",
                  planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
-                 paper: bool = False, protocol: dict[str, str] | None = None) -> ReportFiles:
+                 paper: bool = False, protocol: dict[str, str] | None = None,
+                 changed: list[dict[str, Any]] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
@@ -188,7 +193,9 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
 
     ``left_out`` (:func:`~ndebench.platform.record.completeness.left_out_finished`): finished runs not counted
     (another config, a seed or cell no longer planned, a duplicate), each with why, listed in ``table.md`` and
-    ``summary.json`` (``left_out_runs``), with or without results.
+    ``summary.json`` (``left_out_runs``), with or without results. ``changed``
+    (:func:`~ndebench.platform.report.integrity.changed_runs`): runs whose results changed after they ended, a
+    warning atop ``table.md`` and a list at its end, and ``summary.json`` (``changed_results``).
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
@@ -202,7 +209,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     directory.mkdir(parents=True, exist_ok=True)
     coverage = seed_coverage(runs, planned_seeds)
     if not has_results(runs):
-        return _report_without_results(runs, directory, study, coverage, test, alpha, left_out or [])
+        return _flag_changed(_report_without_results(runs, directory, study, coverage, test, alpha, left_out or [],
+                                                     changed or []), changed or [])
     pending = runs[~runs["status"].isin(COUNTED_STATUSES)]
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     strong = alpha / 5
@@ -231,13 +239,23 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         handle.write(f"\n{machine['note']}\n" if machine["note"] else "")
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
-               | {"left_out_runs": left_out or []} | compared_json | ({"protocol": protocol} if protocol else {})
+               | {"left_out_runs": left_out or [], "changed_results": changed or []} | compared_json
+               | ({"protocol": protocol} if protocol else {})
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}, "machines": machine})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
-    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths), tuple(tables),
-                       tuple(compared))
+    return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
+                                     tuple(tables), tuple(compared)), changed or [])
+
+
+def _flag_changed(files: ReportFiles, changed: list[dict[str, Any]]) -> ReportFiles:
+    """``table.md`` opened with a warning and closed with the list of the runs whose results changed after they
+    ended (:mod:`~ndebench.platform.report.integrity`), when there are any."""
+    if changed:
+        text = files.table_md.read_text()
+        files.table_md.write_text(f"{integrity_warning(changed)}\n\n{text}{integrity_markdown(changed)}")
+    return dataclasses.replace(files, changed=tuple(changed))
 
 
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
@@ -309,7 +327,8 @@ def _write_csv(runs: pd.DataFrame, directory: Path) -> Path:
 
 
 def _report_without_results(runs: pd.DataFrame, directory: Path, study: str, coverage: pd.DataFrame,
-                            test: str, alpha: float, left_out: list[dict[str, Any]]) -> ReportFiles:
+                            test: str, alpha: float, left_out: list[dict[str, Any]],
+                            changed: list[dict[str, Any]]) -> ReportFiles:
     """The report of a study none of whose runs finished ok with a metric: counts, gaps and messages."""
     results_csv = _write_csv(runs, directory)
     lines = [f"# Study {study}", "", status_line(runs), "",
@@ -327,7 +346,7 @@ def _report_without_results(runs: pd.DataFrame, directory: Path, study: str, cov
                "runs": {str(k): int(v) for k, v in runs["status"].value_counts().items()},
                "failed": _records(runs.loc[runs["status"] != "ok",
                                            [c for c in (*REQUIRED, "message") if c in runs.columns]]),
-               "left_out_runs": left_out}
+               "left_out_runs": left_out, "changed_results": changed}
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary | _coverage_json(coverage)), indent=2, allow_nan=False))
     return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, ())

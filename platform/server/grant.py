@@ -1,7 +1,9 @@
 """``ndebench grant``: a non-admin MLflow user for the nodes and jobs of one study, on a server run with ``--auth``.
 
 The admin account stays with whoever runs the server. Run as that admin (``$MLFLOW_TRACKING_USERNAME`` /
-``$MLFLOW_TRACKING_PASSWORD``), ``grant`` creates the study's experiment if it is missing, creates the worker user
+``$MLFLOW_TRACKING_PASSWORD``), ``grant`` creates the study's experiment if it is missing (and refuses one that a
+user other than an admin created or manages: MLflow makes the creator of an experiment its manager, who could then
+rewrite or delete the worker's runs, or grant itself in), creates the worker user
 with a random password (or keeps an existing user's password), and gives it ``EDIT`` on that experiment only
 (MLflow's basic-auth permissions; the server's default for everything else is ``READ``). The new password is
 written to an owner-only file in the format of MLflow's own ``~/.mlflow/credentials``, never printed, so it reaches
@@ -39,10 +41,25 @@ def write_credentials(path: Path, username: str, password: str) -> None:
         stream.write(f"[mlflow]\nmlflow_tracking_username = {username}\nmlflow_tracking_password = {password}\n")
 
 
+def managers(uri: str, experiment_id: str) -> list[str]:
+    """The users, admins aside, with ``MANAGE`` on the experiment: its creator, or whomever a manager made one
+    (one request per user of the server, as its admin)."""
+    from mlflow.server.auth.client import AuthServiceClient
+    from mlflow.server.auth.routes import LIST_USERS
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    response = verify_rest_response(http_request(get_default_host_creds(uri), LIST_USERS, "GET"), LIST_USERS)
+    client = AuthServiceClient(uri)
+    return sorted(user["username"] for user in response.json().get("users", []) if not user.get("is_admin")
+                  and client.get_user_permission(user["username"], "experiment", experiment_id).permission == "MANAGE")
+
+
 def grant_worker(uri: str, study: str, username: str, credentials_file: Path) -> Grant:
     """Give ``username`` (created with a random 32-character password if missing) ``EDIT`` on ``study``'s
     experiment on the tracking server ``uri``, as the admin of ``$MLFLOW_TRACKING_USERNAME``; a new password goes
-    to ``credentials_file`` only. Raises :class:`AuthError` for a worker named like the admin or a non-server URI."""
+    to ``credentials_file`` only. Raises :class:`AuthError` for a worker named like the admin, a non-server URI or a
+    study whose experiment exists and a user other than an admin manages (:func:`managers`)."""
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
     from mlflow.server.auth.client import AuthServiceClient
@@ -53,6 +70,14 @@ def grant_worker(uri: str, study: str, username: str, credentials_file: Path) ->
                         "--auth` (http://HOST:PORT)")
     if username == os.environ.get(USERNAME_VAR):
         raise AuthError(f"--user {username!r} is the admin account (${USERNAME_VAR}); name a separate worker user")
+    from mlflow.tracking import MlflowClient
+
+    existing = MlflowClient(uri).get_experiment_by_name(study)
+    if existing is not None and (owners := managers(uri, existing.experiment_id)):
+        raise AuthError(f"study {study!r}: its experiment (id {existing.experiment_id}) exists and is managed by "
+                        f"{', '.join(repr(o) for o in owners)}, not by an admin: whoever made it could rewrite or "
+                        "delete the worker's runs, so grant refuses it; choose another study name, or have an admin "
+                        "delete that experiment (`mlflow experiments delete` and `mlflow gc`) first")
     experiment_id = ensure_experiment(uri, study)
     client = AuthServiceClient(uri)
     created, written = False, None
