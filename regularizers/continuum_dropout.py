@@ -2,19 +2,15 @@
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import ControlScope, PassSpec, Regularizer, Role
-from ndebench.regularizers.rates import Rates, dropout_rate, expected_renewals, solve_rates
+from ndebench.regularizers.rates import Rates, solve_rates
 from ndebench.regularizers.registry import HyperParam, register_regularizer
-from scipy.optimize import brentq
 
 
 @dataclass
@@ -23,9 +19,8 @@ class RenewalPaths:
 
     ``switches`` has shape ``(B, H, K)``: ``switches[..., j]`` is ``t0 + S_{j+1}``, the (j+1)-th switch, where
     odd-numbered switches (``S_1, S_3, ...``) start an inactive period and even-numbered ones end it. Every
-    row's last switch lies beyond the horizon (rows that needed fewer switches end in ``+inf``), so
-    ``indicator`` is exact on ``[t0, t1]``. Times ``t`` may come on any device: results are on the device of
-    ``switches``.
+    row's last switch lies beyond the horizon, so ``indicator`` is exact on ``[t0, t1]``. Times ``t`` may come
+    on any device: results are on the device of ``switches``.
     """
 
     switches: torch.Tensor
@@ -54,87 +49,6 @@ class RenewalPaths:
         return lengths[..., 0::2].sum(-1)
 
 
-# On the CPU the paths a first chunk of switches leaves short of the horizon get further chunks, each short
-# again with probability at most _TOP_UP_TAIL (exact: no truncation). On an accelerator, where that check would
-# synchronise with the host, the first chunk is the whole draw: a path is truncated with probability at most
-# _DEVICE_TAIL.
-_TOP_UP_TAIL = 1e-6
-_DEVICE_TAIL = 2.0**-40
-
-
-@functools.lru_cache(maxsize=1024)
-def switch_bound(rates: Rates, horizon: float, tail: float) -> int:
-    """The smallest even ``K`` with ``P(S_K <= horizon) <= tail``: ``K`` switches pass ``horizon`` but for ``tail``.
-
-    ``S_K`` is the sum of ``K/2`` Exp(lambda1) and ``K/2`` Exp(lambda2) periods (whichever comes first).
-    Chernoff: ``P(S_K <= T) <= min_{theta > 0} e^{theta T} (1 + theta/lambda1)^{-K/2} (1 + theta/lambda2)^{-K/2}``;
-    the minimiser solves ``T = K/2 (1/(lambda1 + theta) + 1/(lambda2 + theta))``.
-    """
-    l1, l2, log_tail = rates.lambda1, rates.lambda2, math.log(tail)
-
-    def small_enough(n: int) -> bool:
-        if n / l1 + n / l2 <= horizon:
-            return False
-        theta = brentq(lambda th: horizon - n / (l1 + th) - n / (l2 + th), 0.0, 2.0 * n / horizon)
-        return theta * horizon - n * (math.log1p(theta / l1) + math.log1p(theta / l2)) <= log_tail
-
-    high = max(1, math.ceil(horizon / (1.0 / l1 + 1.0 / l2)))
-    while not small_enough(high):
-        high *= 2
-    low = high // 2
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if small_enough(mid) else (mid, high)
-    return 2 * high
-
-
-def _durations(rows: int, count: int, rates: Rates, unit: float, generator: torch.Generator) -> torch.Tensor:
-    """``(rows, count)`` float64 periods in units of ``unit``, alternating Exp(lambda1) and Exp(lambda2) from an
-    active start (``count`` even). Each is ``-log(U) / lambda`` of one 32-bit uniform lane ``U = (x + 2^31 +
-    1/2) 2^-32`` in ``(0, 1)`` (``x`` the lane as a signed integer): the resolution of the per-step
-    probabilities of the grid sampler it replaced."""
-    lanes = random_words(rows * count // 2, generator, scratch=True).view(torch.int32)
-    logs = lanes.to(torch.float64).add_(2.0**31 + 0.5).log_().view(rows, count // 2, 2)
-    scale = torch.tensor([1.0 / rates.lambda1, 1.0 / rates.lambda2], dtype=torch.float64, device=logs.device) / unit
-    # -log(U) / lambda = (32 log 2 - log(x + 2^31 + 1/2)) / lambda
-    return torch.addcmul(scale * (32.0 * math.log(2.0)), logs, scale, value=-1.0).view(rows, count)
-
-
-def _first_chunk(rates: Rates, horizon: float) -> int:
-    """An even number of switches that covers ``horizon`` for most paths (about one in six falls short): the
-    mean ``2 m + p`` plus one standard deviation of a count of ``m`` cycles with the cycle's squared coefficient
-    of variation. Only the cost of a draw depends on it, not its law."""
-    l1, l2 = rates.lambda1, rates.lambda2
-    m, p = expected_renewals(l1, l2, horizon), dropout_rate(l1, l2, horizon)
-    variation = (l1**-2 + l2**-2) / (1.0 / l1 + 1.0 / l2) ** 2
-    return 2 * math.ceil((2.0 * m + p + 2.0 * math.sqrt(m * variation) + 1.0) / 2.0)
-
-
-def _switch_chunks(rows: int, rates: Rates, horizon: float, unit: float, generator: torch.Generator,
-                   exact: bool) -> Iterator[tuple[torch.Tensor | None, torch.Tensor]]:
-    """Switching times ``(n, k)``, measured from the start in units of ``unit``, of ``rows`` paths, chunk by chunk.
-
-    The first chunk ``(None, times)`` holds the first ``k`` switches of every path; while ``exact`` and some
-    paths are still short of ``horizon``, further chunks ``(index, times)`` continue those paths (``index``
-    their rows). Every chunk has an even width, so a column's parity is its switches' parity.
-    """
-    first = _first_chunk(rates, horizon) if exact else switch_bound(rates, horizon, _DEVICE_TAIL)
-    times = _durations(rows, first, rates, unit, generator).cumsum_(-1)
-    yield None, times
-    end = horizon / unit
-    last = times[:, -1]
-    short = torch.nonzero(last <= end).squeeze(1) if exact else last[:0].long()
-    last = last[short]
-    while short.numel():
-        remaining = max(end - float(last.min()), end * 2.0**-30)
-        left = horizon * 2.0 ** math.ceil(math.log2(remaining / end))  # few distinct bounds to cache
-        more = _durations(short.numel(), switch_bound(rates, left, _TOP_UP_TAIL), rates, unit, generator)
-        more = more.cumsum_(-1).add_(last.unsqueeze(1))
-        yield short, more
-        keep = more[:, -1] <= end
-        short, last = short[keep], more[keep, -1]
-
-
 def sample_renewal_paths(
     batch_size: int,
     latent_size: int,
@@ -145,27 +59,36 @@ def sample_renewal_paths(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> RenewalPaths:
-    """Draw alternating Exp(lambda1) active / Exp(lambda2) inactive periods until every path passes ``t1``.
+    """Draw alternating Exp(lambda1) active / Exp(lambda2) inactive durations until every path passes ``t1``.
 
-    A first chunk of switches per path is sized by a Chernoff bound (:func:`switch_bound`) so that few paths
-    fall short of ``t1``; those get further chunks until they pass it, so there is no truncation. Drawn in
-    float64 from the generator's device and returned on ``device`` (default: the generator's) in ``dtype``.
-    Used for adaptive solvers, the occupancy mask and figures; the left-endpoint grid mask uses
-    :func:`sample_grid_states`.
+    Durations are drawn in chunks sized from the expected number of renewals plus six standard deviations;
+    a further chunk is drawn only while some path is still short of ``t1``, so there is no truncation.
+    They are drawn in float64 on the generator's device and returned on ``device`` (default: the generator's,
+    so that the indicator needs no transfer). Used for adaptive solvers and the occupancy mask; the
+    left-endpoint grid mask uses :func:`sample_grid_states`.
     """
-    rows = batch_size * latent_size
-    chunks = list(_switch_chunks(rows, rates, t1 - t0, 1.0, generator, exact=True))
-    switches = chunks[0][1]
-    if len(chunks) > 1:
-        widths = [times.shape[1] for _, times in chunks]
-        switches = torch.cat([switches, switches.new_full((rows, sum(widths[1:])), math.inf)], dim=1)
-        for (index, times), start in zip(chunks[1:], itertools.accumulate(widths), strict=False):
-            switches[index, start:start + times.shape[1]] = times
-    switches = (switches + t0).to(device=generator.device if device is None else device, dtype=dtype)
-    return RenewalPaths(switches=switches.view(batch_size, latent_size, -1), t0=t0)
+    horizon = t1 - t0
+    cycle = 1.0 / rates.lambda1 + 1.0 / rates.lambda2
+    expected = horizon / cycle
+    pairs = int(math.ceil(expected + 6.0 * math.sqrt(expected + 1.0) + 4.0))
+    source = generator.device
+    scale = torch.tensor([1.0 / rates.lambda1, 1.0 / rates.lambda2], dtype=torch.float64, device=source)
+    chunks: list[torch.Tensor] = []
+    reached = torch.zeros(batch_size, latent_size, dtype=torch.float64, device=source)
+    while True:
+        unit = torch.empty(batch_size, latent_size, pairs, 2, dtype=torch.float64, device=source)
+        unit.exponential_(1.0, generator=generator)
+        durations = (unit * scale).reshape(batch_size, latent_size, 2 * pairs)
+        cumulative = reached.unsqueeze(-1) + durations.cumsum(-1)
+        chunks.append(cumulative)
+        reached = cumulative[..., -1]
+        if bool((reached > horizon).all()):
+            break
+    switches = (t0 + torch.cat(chunks, dim=-1)).to(device=source if device is None else device, dtype=dtype)
+    return RenewalPaths(switches=switches, t0=t0)
 
 
-_PARALLEL_WORDS = 2**16
+_PARALLEL_WORDS = 2**19
 _CAST_AT_DRAW = 2**22
 _CHUNKS = 8
 _pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
@@ -208,83 +131,74 @@ def random_words(count: int, generator: torch.Generator, *, scratch: bool = Fals
     return words
 
 
+def _threshold(prob: torch.Tensor) -> torch.Tensor:
+    """``c`` (int32) with ``P(u < c) = prob`` (to 2^-32) for ``u`` uniform on the signed 32-bit integers."""
+    return ((prob * 2.0**32).round() - 2.0**31).clamp(-(2**31), 2**31 - 1).to(torch.int32)
+
+
 def sample_grid_states(
     points: torch.Tensor,
     batch_size: int,
     latent_size: int,
     rates: Rates,
     generator: torch.Generator,
-    dtype: torch.dtype = torch.bool,
-    span: tuple[float, float] | None = None,
 ) -> torch.Tensor:
-    """The indicator ``I(points[k])`` ``(K, B, H)`` of ``(B, H)`` processes that start active at ``points[0]``.
+    """The indicator ``I(points[k])`` ``(K, B, H)`` (bool) of ``(B, H)`` processes that start active at ``points[0]``.
 
-    The same process as :func:`sample_renewal_paths`, observed on the grid: each path's switching times are
-    drawn (about ``2 m`` random 32-bit lanes per path rather than one per grid point) and switch ``j``
-    (0-based; even ``j`` turns the path off, odd ``j`` on) changes ``I`` at every grid point at or after it, so
-    ``I(t_k) = 1 + sum_{j: S_j <= t_k} (-1)^(j+1)``. Each switch adds its sign to the first grid point at or
-    after it (one scatter; a last row collects the switches past the grid) and a cumulative sum over the grid
-    gives the masks, in ``dtype`` (bool, or a float dtype for masks the field multiplies by).
-
-    A switch is located by arithmetic in units of the grid's step when the grid is uniform to within a
-    quarter step (``linspace`` grids in float32 are), and exactly by binary search when it falls within the
-    grid's deviation from uniform of a grid point, on other grids, and on accelerators. ``span`` is
-    ``(points[0], end)`` with ``end >= points[-1]`` as Python floats (read from ``points`` when omitted);
-    everything runs on the generator's device, on an accelerator without host synchronisation.
+    Exact without switching times: the alternating renewal process with exponential periods is the
+    two-state Markov chain active -> inactive at rate lambda1, inactive -> active at rate lambda2. By
+    uniformization at rate ``s = lambda1 + lambda2``, over an interval of length ``dt`` an event happens with
+    probability ``q = 1 - exp(-s dt)`` and sets the state to a fresh draw, inactive with probability
+    ``a = lambda1 / s``, whatever the state was. So per interval and path one uniform ``u`` decides:
+    ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
+    integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
+    exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
+    generator on a GPU) without host synchronisation. On the CPU, per interval, two comparisons and two
+    bitwise ops on 8 flags per machine word; on an accelerator a few whole-tensor ops for all intervals
+    (:func:`_last_event_states`), so a draw costs a handful of launches whatever the grid's length.
     """
-    device, count, rows = generator.device, points.numel(), batch_size * latent_size
-    t0, t_end = span if span is not None else (float(points[0]), float(points[-1]))
-    on_cpu = device.type == "cpu"
-    grid = points.to(device=device, dtype=torch.float64)
-    step, slack = _uniform_step(grid) if on_cpu and count > 1 else (None, 0.0)
-    work = torch.int8 if on_cpu else (dtype if dtype.is_floating_point else torch.float32)
-    cells = torch.zeros(count + 1, rows, dtype=work, device=device)
-    if count > 1:
-        for index, times in _switch_chunks(rows, rates, t_end - t0, step or 1.0, generator, exact=on_cpu):
-            row = torch.arange(rows, device=device) if index is None else index
-            flat = _cells(times, grid, t0, step, slack, rows, row.to(torch.float64).unsqueeze(1))
-            sign = torch.tensor([-1, 1], dtype=work, device=device).repeat(flat.numel() // 2)
-            cells.view(-1).scatter_add_(0, flat.view(-1), sign)
-    cells[0] = 1
-    if not on_cpu:
-        masks = cells[:count].cumsum(0, dtype=work)
-        return masks.view(count, batch_size, latent_size).to(dtype)
-    masks = torch.empty(count, rows, dtype=dtype if dtype.is_floating_point else torch.int8)
-    masks[0] = 1
-    for k in range(1, count):  # a loop over rows of the grid: torch's cumsum over dim 0 is several times slower
-        torch.add(masks[k - 1], cells[k], out=masks[k])
-    masks = masks.view(count, batch_size, latent_size)
-    return masks if dtype.is_floating_point else masks.view(torch.bool)
+    device = generator.device
+    states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
+    states[0] = True
+    if points.numel() == 1:
+        return states
+    s = rates.lambda1 + rates.lambda2
+    q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
+    keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
+    steps, size = points.numel() - 1, batch_size * latent_size
+    u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)
+    if device.type != "cpu":
+        lanes = u[: steps * size].view(steps, batch_size, latent_size)
+        states[1:] = _last_event_states(lanes >= keep_at.view(-1, 1, 1), lanes < on_below.view(-1, 1, 1))
+        return states
+    keep_at, on_below = keep_at.tolist(), on_below.tolist()  # Python ints: no tensor indexing per interval
+    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool) for _ in range(2))
+    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
+    for k in range(1, points.numel()):
+        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
+        torch.ge(lanes, keep_at[k - 1], out=keep)
+        torch.lt(lanes, on_below[k - 1], out=on)
+        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
+        words[k].bitwise_or_(on_w)
+    return states
 
 
-def _uniform_step(grid: torch.Tensor) -> tuple[float | None, float]:
-    """``(h, slack)`` for a grid within ``slack`` steps of ``grid[0] + k h``; ``(None, 0)`` if not within 1/4."""
-    count = grid.numel()
-    step = float(grid[-1] - grid[0]) / (count - 1)
-    if step <= 0.0:
-        return None, 0.0
-    ideal = grid[0] + step * torch.arange(count, dtype=torch.float64, device=grid.device)
-    slack = float((grid - ideal).abs().max()) / step
-    return (step, slack) if slack < 0.25 else (None, 0.0)
+def _last_event_states(keep: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """The chain's states after each interval ``(S, B, H)`` from its flags ``(S, B, H)``, in a few whole-tensor ops.
+
+    Interval ``k`` keeps the state unless it has an event (``~keep[k]``), which sets it to ``on[k]``; so the
+    state after interval ``k`` is ``on[j]`` of the last event ``j <= k``, or active (the start) without one.
+    The same states as the per-interval recursion, with no launch per interval (for accelerators).
+    """
+    steps = torch.arange(keep.shape[0], dtype=torch.int32, device=keep.device).view(-1, 1, 1)
+    last = torch.where(keep, -1, steps).cummax(0).values
+    return torch.where(last >= 0, on.gather(0, last.clamp(min=0).long()), True)
 
 
-def _cells(times: torch.Tensor, grid: torch.Tensor, t0: float, step: float | None, slack: float, rows: int,
-           row: torch.Tensor) -> torch.Tensor:
-    """``k * rows + r`` (int64) for each switch of ``times`` ``(n, k)``, ``r`` its path's row (``row``, ``(n, 1)``)
-    and ``k`` the first grid point at or after it (``len(grid)`` past the grid). ``times`` are from ``t0`` in
-    units of ``step`` (in time when ``step`` is ``None``) and are consumed."""
-    count = grid.numel()
-    if step is None:
-        cell = torch.searchsorted(grid, times.add_(t0)).clamp_(max=count).double()
-    else:
-        cell = times.ceil()
-        if slack > 1e-12:  # a grid off the uniform one: switches within slack of a point are located exactly
-            near = (cell - times).sub_(0.5).abs_().ge_(0.5 - slack - 1e-9)
-            if bool(near.any()):
-                where = near.nonzero(as_tuple=True)
-                cell[where] = torch.searchsorted(grid, times[where].mul_(step).add_(t0)).double()
-        cell.clamp_(max=count)
-    return cell.mul_(rows).add_(row).long()
+def _words(flags: torch.Tensor) -> torch.Tensor:
+    """``(K, B, H)`` bool as ``(K, n)`` machine words (bitwise ops then act on 8 flags at once)."""
+    flat = flags.view(flags.shape[0], -1)
+    return flat.view(torch.int64) if flat.shape[1] % 8 == 0 else flat.view(torch.uint8)
 
 
 @dataclass
@@ -372,13 +286,11 @@ class ContinuumDropout(Regularizer):
     def draw(self, spec: PassSpec) -> _Draw:
         rates = self.rates(spec.t1 - spec.t0)
         if spec.grid is not None and self.mask_mode == "left":
-            points = spec.grid[:-1]
-            # Small masks are built in the model's dtype; large ones stay bool (a quarter of the memory, no page
-            # faults for a fresh float buffer) and each step's slice is cast when the field reads it.
-            small = points.numel() * spec.batch_size * spec.latent_size <= _CAST_AT_DRAW
-            masks = sample_grid_states(points, spec.batch_size, spec.latent_size, rates, spec.generator,
-                                       dtype=spec.dtype if small else torch.bool, span=(spec.t0, spec.t1))
-            return _Draw(paths=None, step_masks=masks, spec=spec)
+            masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
+            # Small masks are cast once here; large ones stay bool (a quarter of the memory, no page faults
+            # for a fresh float buffer) and each step's slice is cast when the field reads it.
+            return _Draw(paths=None, step_masks=masks.to(spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks,
+                         spec=spec)
         paths = sample_renewal_paths(
             spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )

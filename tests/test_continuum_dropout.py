@@ -12,10 +12,10 @@ from ndebench.regularizers import continuum_dropout
 from ndebench.regularizers.base import PassSpec, StepClock
 from ndebench.regularizers.continuum_dropout import (
     ContinuumDropout,
+    _last_event_states,
     random_words,
     sample_grid_states,
     sample_renewal_paths,
-    switch_bound,
 )
 from ndebench.regularizers.rates import expected_active_time, solve_rates
 from ndebench.regularizers.registry import create_regularizer
@@ -199,33 +199,9 @@ def test_grid_sampler_agrees_with_the_switching_time_sampler_on_the_grid(p, m, T
     assert abs(flips_fast.mean().item() - flips_slow.mean().item()) < N_SIGMA * se_diff
 
 
-def _grids():
-    uneven = torch.linspace(0.0, 1.0, 61, dtype=torch.float64)
-    uneven[1:-1] += torch.rand(59, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).sub(0.5) * 0.006
-    irregular = torch.rand(40, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).cumsum(0)
-    return {"arange": torch.arange(0.0, 161.0), "linspace32": torch.linspace(0.0, 1.0, 100),
-            "off_by_a_fifth_step": uneven, "irregular": irregular - irregular[0]}
-
-
-@pytest.mark.parametrize("name", list(_grids()))
-def test_grid_masks_are_the_switching_times_indicator_at_the_grid_points(name):
-    # The same draws through sample_renewal_paths: every grid mask is I(t_k) of those switching times, exactly,
-    # whether a switch is located by arithmetic (uniform grids, also near a point of an off-uniform one) or search.
-    points = _grids()[name]
-    t0, t_end = float(points[0]), float(points[-1])
-    rates = solve_rates(0.4, 20, t_end - t0)
-    masks = sample_grid_states(points, 60, 50, rates, torch.Generator().manual_seed(3), dtype=torch.float64,
-                               span=(t0, t_end))
-    paths = sample_renewal_paths(60, 50, rates, t0, t_end, torch.Generator().manual_seed(3), dtype=torch.float64)
-    assert paths.switches.shape[-1] > 40  # some paths needed further chunks than the first
-    assert torch.equal(masks, paths.indicator(points.double()))
-    bools = sample_grid_states(points, 60, 50, rates, torch.Generator().manual_seed(3), span=(t0, t_end))
-    assert bools.dtype == torch.bool and torch.equal(bools, masks.bool())
-
-
-def _old_chain(points, batch, latent, rates, generator):
-    """The per-step sampler the switching times replaced: per step and path one uniform u; u < q (1 - a) sets the
-    path active, q (1 - a) <= u < q inactive, u >= q keeps its state (uniformization at s = lambda1 + lambda2)."""
+def _reference_chain(points, batch, latent, rates, generator):
+    """The grid chain written plainly: per step and path one float64 uniform u; u < q (1 - a) sets the path
+    active, q (1 - a) <= u < q inactive, u >= q keeps its state (uniformization at s = lambda1 + lambda2)."""
     s = rates.lambda1 + rates.lambda2
     q = -torch.expm1(-s * (points[1:] - points[:-1]).double())
     states = [torch.ones(batch, latent, dtype=torch.bool)]
@@ -237,13 +213,13 @@ def _old_chain(points, batch, latent, rates, generator):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("p,m,T,points", [(0.3, 10, 1.0, 100), (0.5, 100, 160.0, 161), (0.2, 5, 1.0, 30)])
-def test_grid_sampler_has_the_law_of_the_old_per_step_chain(p, m, T, points, device):
-    # Two-sample comparison with the replaced sampler: flip counts per path (chi-square on their histogram),
-    # every step's P(active) and P(active at t_k and t_{k+1}).
+def test_grid_sampler_has_the_law_of_a_plain_per_step_chain(p, m, T, points, device):
+    # Two-sample comparison with a plain float64 reference of the chain: flip counts per path (chi-square on
+    # their histogram), every step's P(active) and P(active at t_k and t_{k+1}).
     rates = solve_rates(p, m, T)
     grid = torch.linspace(0.0, T, points)
     new = sample_grid_states(grid, 100, 100, rates, torch.Generator(device=device).manual_seed(5)).cpu()
-    old = _old_chain(grid, 100, 100, rates, torch.Generator().manual_seed(6))
+    old = _reference_chain(grid, 100, 100, rates, torch.Generator().manual_seed(6))
     n = 100 * 100
     flips = [(x[1:] != x[:-1]).sum(0).flatten() for x in (new, old)]
     edges = torch.quantile(torch.cat(flips).double(), torch.linspace(0, 1, 11, dtype=torch.float64)).unique()
@@ -255,15 +231,6 @@ def test_grid_sampler_has_the_law_of_the_old_per_step_chain(p, m, T, points, dev
         a, b = stat(new), stat(old)
         pooled = (a + b) / 2
         assert torch.all((a - b).abs() <= (N_SIGMA + 1) * torch.sqrt(2 * pooled * (1 - pooled) / n) + 1e-12)
-
-
-def test_the_first_chunk_of_switches_passes_the_horizon_but_for_its_bound():
-    rates = solve_rates(0.3, 10, 1.0)
-    k = switch_bound(rates, 1.0, 0.01)
-    assert k % 2 == 0 and switch_bound(rates, 1.0, 1e-6) > k > 20
-    paths = sample_renewal_paths(100, 100, rates, 0.0, 1.0, torch.Generator().manual_seed(0), dtype=torch.float64)
-    beyond = (paths.switches[..., k - 1] <= 1.0).double().mean().item()  # paths with k switches or more by T
-    assert beyond <= 0.01 + N_SIGMA * math.sqrt(0.01 * 0.99 / 10000)
 
 
 class _SameDevice(TorchDispatchMode):
@@ -312,6 +279,17 @@ def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
     assert a.dtype == torch.bool and a.shape == (11, 8, 16)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.all(a[0])
+
+
+def test_the_accelerators_whole_tensor_chain_equals_the_per_interval_recursion():
+    # keep: no event in the interval; on: an event that sets the state active (never both, as in the sampler).
+    g = torch.Generator().manual_seed(3)
+    u = torch.rand(60, 9, 11, generator=g)
+    keep, on = u >= 0.4, u < 0.15
+    states = [torch.ones(9, 11, dtype=torch.bool)]
+    for k in range(60):
+        states.append((states[-1] & keep[k]) | on[k])
+    assert torch.equal(_last_event_states(keep, on), torch.stack(states[1:]))
 
 
 class MatrixField(torch.nn.Module):
