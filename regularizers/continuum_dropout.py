@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -155,10 +154,9 @@ def sample_grid_states(
     ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
     integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
     exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
-    generator on a GPU) without host synchronisation. On the CPU, two comparisons of all lanes
-    (:func:`_compare`) and per interval two bitwise ops on 8 flags per machine word; on an accelerator a few
-    whole-tensor ops for all intervals (:func:`_last_event_states`), so a draw costs a handful of launches
-    whatever the grid's length.
+    generator on a GPU) without host synchronisation. On the CPU, per interval, two comparisons and two
+    bitwise ops on 8 flags per machine word; on an accelerator a few whole-tensor ops for all intervals
+    (:func:`_last_event_states`), so a draw costs a handful of launches whatever the grid's length.
     """
     device = generator.device
     states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
@@ -174,28 +172,16 @@ def sample_grid_states(
         lanes = u[: steps * size].view(steps, batch_size, latent_size)
         states[1:] = _last_event_states(lanes >= keep_at.view(-1, 1, 1), lanes < on_below.view(-1, 1, 1))
         return states
-    lanes = u[: steps * size].view(steps, batch_size, latent_size)
-    keep, on = _compare(lanes, keep_at.tolist(), torch.ge), _compare(lanes, on_below.tolist(), torch.lt)
-    words, keep_w, on_w = _words(states), _words(keep), _words(on)
+    keep_at, on_below = keep_at.tolist(), on_below.tolist()  # Python ints: no tensor indexing per interval
+    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool) for _ in range(2))
+    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
     for k in range(1, points.numel()):
-        torch.bitwise_and(words[k - 1], keep_w[k - 1], out=words[k])
-        words[k].bitwise_or_(on_w[k - 1])
+        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
+        torch.ge(lanes, keep_at[k - 1], out=keep)
+        torch.lt(lanes, on_below[k - 1], out=on)
+        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
+        words[k].bitwise_or_(on_w)
     return states
-
-
-def _compare(lanes: torch.Tensor, thresholds: list[int], op: Callable[..., torch.Tensor]) -> torch.Tensor:
-    """``op(lanes[k], thresholds[k])`` for every interval ``k`` of ``lanes`` ``(S, B, H)``, as bool ``(S, B, H)``.
-
-    One comparison of all lanes with the most common threshold (every interval's on a uniform grid, most of
-    them on a float32 ``linspace``), then one per interval whose threshold differs: a comparison with a
-    Python int takes torch's vectorised path, a broadcast threshold tensor does not.
-    """
-    common = max(set(thresholds), key=thresholds.count)
-    flags = op(lanes, common)
-    for k, threshold in enumerate(thresholds):
-        if threshold != common:
-            op(lanes[k], threshold, out=flags[k])
-    return flags
 
 
 def _last_event_states(keep: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
