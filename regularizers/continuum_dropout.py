@@ -196,6 +196,9 @@ def _last_event_states(keep: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
     return torch.where(last >= 0, on.gather(0, last.clamp(min=0).long()), True)
 
 
+_NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
+
+
 def _cast(flags: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Bool ``flags`` as 0/1 in ``dtype``; float32/float64 CPU tensors through numpy, whose vectorised cast is
     several times faster than torch's CPU cast from bool (which, with two threads on a busy machine, can cost
@@ -203,9 +206,6 @@ def _cast(flags: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if flags.device.type == "cpu" and dtype in _NUMPY_FLOATS:
         return torch.from_numpy(flags.numpy().astype(_NUMPY_FLOATS[dtype]))
     return flags.to(dtype)
-
-
-_NUMPY_FLOATS = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def _words(flags: torch.Tensor) -> torch.Tensor:

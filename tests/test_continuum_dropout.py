@@ -270,6 +270,15 @@ def test_the_accelerator_branch_keeps_every_tensor_on_the_device(monkeypatch):
         assert paths.active_time(torch.tensor(1.0)).device == meta
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_masks_a_draw_casts_are_the_grid_states_as_zeros_and_ones(dtype):
+    times = torch.linspace(0.0, 1.0, 31, dtype=dtype)
+    spec = PassSpec(16, 8, 0.0, 1.0, times, torch.Generator().manual_seed(2), torch.device("cpu"), dtype)
+    masks = ContinuumDropout(p=0.3, m=10).draw(spec).step_masks
+    states = sample_grid_states(times[:-1], 16, 8, solve_rates(0.3, 10, 1.0), torch.Generator().manual_seed(2))
+    assert masks.dtype == dtype and masks.shape == (30, 16, 8) and torch.equal(masks, states.to(dtype))
+
 def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
     rates = solve_rates(0.3, 10, 1.0)
     grid = torch.linspace(0.0, 1.0, 11)
