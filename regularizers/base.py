@@ -99,7 +99,7 @@ class PassSpec:
         bounds = self._boundaries
         if t.device.type == "cpu":
             return bisect.bisect_right(self._boundary_list, float(t.detach().to(bounds.dtype)))
-        return torch.searchsorted(bounds, t.reshape(1).to(bounds.dtype), right=True)[0]
+        return torch.searchsorted(bounds, t.reshape(1).to(device=bounds.device, dtype=bounds.dtype), right=True)[0]
 
 
 class Regularizer(nn.Module):

@@ -43,8 +43,8 @@ def sample_jumps(spec: PassSpec, rate: float, size: float) -> Jumps:
     """``Z * dN`` for every step ``k`` of the pass's fixed grid: ``dN ~ Bernoulli(rate dt_k)``, ``Z`` Rademacher.
 
     One uniform ``u`` per (step, sample, unit) gives both: a jump with ``Z = -1`` if ``u < q/2``, with
-    ``Z = +1`` if ``q/2 <= u < q`` (``q = rate dt_k``). Drawn step by step from ``spec.generator`` so memory
-    stays ``O(B H)`` before the int8 result ``(S, B, H)`` is moved to the device.
+    ``Z = +1`` if ``q/2 <= u < q`` (``q = rate dt_k``). Drawn step by step from ``spec.generator`` so the
+    uniforms take ``O(B H)`` memory; the int8 result ``(S, B, H)`` is built on the generator's device.
     """
     dt = _fixed_grid(spec)
     probs = rate * dt
@@ -52,7 +52,7 @@ def sample_jumps(spec: PassSpec, rate: float, size: float) -> Jumps:
         raise ValueError(
             f"jump rate {rate} times the largest step {float(dt.max())} exceeds 1; lower the rate or the step size"
         )
-    signs = torch.empty(dt.numel(), spec.batch_size, spec.latent_size, dtype=torch.int8)
+    signs = torch.empty(dt.numel(), spec.batch_size, spec.latent_size, dtype=torch.int8, device=spec.generator.device)
     for k, q in enumerate(probs.tolist()):
         u = torch.rand(spec.batch_size, spec.latent_size, generator=spec.generator, device=spec.generator.device)
         signs[k] = (u < q).to(torch.int8) - 2 * (u < q / 2).to(torch.int8)

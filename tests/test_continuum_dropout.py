@@ -1,10 +1,14 @@
 """Continuum Dropout's renewal mask: statistics of the sampled process and determinism (paper Section 3)."""
 import math
+import types
 
 import pytest
+import scipy.stats
 import torch
+import torch.utils._pytree as pytree
 from fakes import DEVICES
 from ndebench.models.integrate import SolverConfig, TrialRNG, integrate
+from ndebench.regularizers import continuum_dropout
 from ndebench.regularizers.base import PassSpec, StepClock
 from ndebench.regularizers.continuum_dropout import (
     ContinuumDropout,
@@ -15,6 +19,7 @@ from ndebench.regularizers.continuum_dropout import (
 )
 from ndebench.regularizers.rates import expected_active_time, solve_rates
 from ndebench.regularizers.registry import create_regularizer
+from torch.utils._python_dispatch import TorchDispatchMode
 
 N_SIGMA = 5.0
 
@@ -193,6 +198,86 @@ def test_grid_sampler_agrees_with_the_switching_time_sampler_on_the_grid(p, m, T
     se_diff = math.sqrt((flips_fast.var().item() + flips_slow.var().item()) / n)
     assert abs(flips_fast.mean().item() - flips_slow.mean().item()) < N_SIGMA * se_diff
 
+
+def _reference_chain(points, batch, latent, rates, generator):
+    """The grid chain written plainly: per step and path one float64 uniform u; u < q (1 - a) sets the path
+    active, q (1 - a) <= u < q inactive, u >= q keeps its state (uniformization at s = lambda1 + lambda2)."""
+    s = rates.lambda1 + rates.lambda2
+    q = -torch.expm1(-s * (points[1:] - points[:-1]).double())
+    states = [torch.ones(batch, latent, dtype=torch.bool)]
+    for qk in q.tolist():
+        u = torch.rand(batch, latent, dtype=torch.float64, generator=generator)
+        states.append(torch.where(u < qk, u < qk * rates.lambda2 / s, states[-1]))
+    return torch.stack(states)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("p,m,T,points", [(0.3, 10, 1.0, 100), (0.5, 100, 160.0, 161), (0.2, 5, 1.0, 30)])
+def test_grid_sampler_has_the_law_of_a_plain_per_step_chain(p, m, T, points, device):
+    # Two-sample comparison with a plain float64 reference of the chain: flip counts per path (chi-square on
+    # their histogram), every step's P(active) and P(active at t_k and t_{k+1}).
+    rates = solve_rates(p, m, T)
+    grid = torch.linspace(0.0, T, points)
+    new = sample_grid_states(grid, 100, 100, rates, torch.Generator(device=device).manual_seed(5)).cpu()
+    old = _reference_chain(grid, 100, 100, rates, torch.Generator().manual_seed(6))
+    n = 100 * 100
+    flips = [(x[1:] != x[:-1]).sum(0).flatten() for x in (new, old)]
+    edges = torch.quantile(torch.cat(flips).double(), torch.linspace(0, 1, 11, dtype=torch.float64)).unique()
+    counts = [torch.histogram(f.double(), bins=edges).hist for f in flips]
+    table = torch.stack(counts)
+    table = table[:, table.sum(0) > 0].numpy()
+    assert scipy.stats.chi2_contingency(table).pvalue > 1e-4
+    for stat in (lambda x: x.double().mean((1, 2)), lambda x: (x[1:] & x[:-1]).double().mean((1, 2))):
+        a, b = stat(new), stat(old)
+        pooled = (a + b) / 2
+        assert torch.all((a - b).abs() <= (N_SIGMA + 1) * torch.sqrt(2 * pooled * (1 - pooled) / n) + 1e-12)
+
+
+class _SameDevice(TorchDispatchMode):
+    """Fails an op whose tensor arguments are not all on ``device`` (0-dim CPU scalars aside, as CUDA allows);
+    an explicit move onto ``device`` (``.to(device)``) is no mix."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.device = torch.device(device)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        moved = func is torch.ops.aten._to_copy.default and (kwargs or {}).get("device") == self.device
+        for leaf in [] if moved else pytree.tree_leaves((args, kwargs or {})):
+            if isinstance(leaf, torch.Tensor) and leaf.device != self.device and not (
+                    leaf.device.type == "cpu" and leaf.dim() == 0):
+                raise AssertionError(f"{func}: a tensor on {leaf.device} beside {self.device}")
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_accelerator_branch_keeps_every_tensor_on_the_device(monkeypatch):
+    # The `meta` device stands in for CUDA here: a draw for a model on it, its mask lookup by time, and the
+    # switching times' indicator read at host times run on meta alone (a host tensor beside them fails).
+    meta = torch.device("meta")
+    monkeypatch.setattr(continuum_dropout, "random_words",
+                        lambda count, generator, scratch=False: torch.empty(count, dtype=torch.int64, device=meta))
+    generator = types.SimpleNamespace(device=meta)
+    grid = torch.linspace(0.0, 1.0, 21, device=meta)
+    spec = PassSpec(8, 4, 0.0, 1.0, grid, generator, meta, torch.float32)
+    reg = ContinuumDropout(p=0.3, m=5)
+    with _SameDevice(meta):
+        draw = reg.draw(spec)
+        assert draw.step_masks.shape == (20, 8, 4) and draw.step_masks.device == meta
+        out = reg.modulate(draw, torch.tensor(0.5, device=meta), None, torch.empty(8, 4, device=meta), "drift")
+        assert out.device == meta
+        paths = continuum_dropout.RenewalPaths(torch.empty(8, 4, 6, dtype=torch.float64, device=meta), 0.0)
+        assert paths.indicator(torch.linspace(0.0, 1.0, 5)).device == meta
+        assert paths.active_time(torch.tensor(1.0)).device == meta
+
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_masks_a_draw_casts_are_the_grid_states_as_zeros_and_ones(dtype):
+    times = torch.linspace(0.0, 1.0, 31, dtype=dtype)
+    spec = PassSpec(16, 8, 0.0, 1.0, times, torch.Generator().manual_seed(2), torch.device("cpu"), dtype)
+    masks = ContinuumDropout(p=0.3, m=10).draw(spec).step_masks
+    states = sample_grid_states(times[:-1], 16, 8, solve_rates(0.3, 10, 1.0), torch.Generator().manual_seed(2))
+    assert masks.dtype == dtype and masks.shape == (30, 16, 8) and torch.equal(masks, states.to(dtype))
 
 def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
     rates = solve_rates(0.3, 10, 1.0)
