@@ -4,6 +4,7 @@ Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, so
 pytest-xdist workers (whole files each) no long file starts last while the other worker idles."""
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported so far (torch, MLflow, Ray, pandas: millions of long-lived objects) leaves the cyclic
+    # collector's view. statsmodels' Holm correction calls gc.collect() on every call, and a report makes dozens;
+    # over the full heap of a test process each took 0.1-0.3 s, half of some report tests' time.
+    gc.freeze()
 
 
 @pytest.fixture
