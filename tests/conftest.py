@@ -1,9 +1,11 @@
 """Test order, the ``gpu`` lane and the fixtures several files share.
 
-Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, so that under `make test`'s two
-pytest-xdist workers (whole files each) no long file starts last while the other worker idles."""
+Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, the longest of all in the order
+of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole files each, handed out in this
+order because of ``--no-loadscope-reorder``) no long file starts last while the other worker idles."""
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -13,15 +15,33 @@ import torchvision.datasets.stl10
 import torchvision.datasets.svhn
 from torchvision.datasets.utils import calculate_md5
 
+# Longest first: the system files by single-file runs on the loaded machine (test_lease 11 min, test_sweep 7,
+# test_stack_sweep 3.5) and, where not run alone, by how many sweeps each drives; then the slowest fast-lane
+# files of a `--durations` profile. Without `--no-loadscope-reorder` pytest-xdist hands out the files with the
+# most tests first, which put the one-test cluster and sweep files at the very end of `make test`.
+LONGEST = ("test_lease.py", "test_interruptions.py", "test_sweep.py", "test_faults.py", "test_exposure.py",
+           "test_stack_sweep.py", "test_outages.py", "test_security.py", "test_two_nodes.py", "test_ray_job.py",
+           "test_scale.py", "test_deletions.py", "test_resume_holes.py", "test_disk_full.py", "test_timeouts.py",
+           "test_analyses.py", "test_report_settings.py", "test_api.py", "test_tracking.py", "test_report.py",
+           "test_paper_comparison.py", "test_learning.py", "test_continuation.py", "test_infrastructure.py")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     long_files = {item.path for item in items if item.get_closest_marker("system")}
-    items.sort(key=lambda item: item.path not in long_files)
+    rank = {name: i for i, name in enumerate(LONGEST)}
+    items.sort(key=lambda item: (item.path not in long_files, rank.get(item.path.name, len(LONGEST))))
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="needs a CUDA device")
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported so far (torch, MLflow, Ray, pandas: millions of long-lived objects) leaves the cyclic
+    # collector's view. statsmodels' Holm correction calls gc.collect() on every call, and a report makes dozens;
+    # over the full heap of a test process each took 0.1-0.3 s, half of some report tests' time.
+    gc.freeze()
 
 
 @pytest.fixture

@@ -72,5 +72,10 @@ def test_a_tracking_uri_without_its_driver_fails(tmp_path, monkeypatch, capsys, 
 
 
 def test_a_huge_plan_gets_a_warning(tmp_path, capsys):
-    assert main(["validate", _config(tmp_path, evaluate={"seeds": list(range(100_001))})]) == 0
+    # The search budget and the seeds both count: 99,990 base trials + 11 seeds (a YAML list of 100,001 seeds
+    # would spend a minute in the YAML parser).
+    search = {"lr": {"loguniform": [1.0e-3, 1.0e-1]}}
+    config = _config(tmp_path, training=TINY["training"] | search, evaluate={"seeds": list(range(11))},
+                     tune={"sampler": "random", "num_samples": 99_990})
+    assert main(["validate", config]) == 0
     assert "warning: the plan has 100,001 trials (more than 100,000)" in capsys.readouterr().out
