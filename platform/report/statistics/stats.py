@@ -184,24 +184,24 @@ def compare_to_baseline(
         raise ValueError(f"the paired test needs one ok run per seed and cell; repeated (model, dataset, "
                          f"regularizer, seed): {cells}")
     rows = []
-    by_cell = dict(tuple(values.groupby(CELL, sort=False)))
-    none = values.iloc[:0]
+    # Each cell's values and seeds as arrays: slicing a frame per cell cost more than its tests.
+    measured, seeds = values[metric].to_numpy(float), values["seed"].to_numpy()
+    by_cell = {key: (measured[at], seeds[at]) for key, at in values.groupby(CELL, sort=False).indices.items()}
+    none = (measured[:0], seeds[:0])
     for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)["regularizer"].unique().items():
         if baseline not in set(names):
             continue
-        base = by_cell.get((model, dataset, baseline), none)
+        base, base_seeds = by_cell.get((model, dataset, baseline), none)
         for regularizer in sorted(set(names) - {baseline}):
-            reg = by_cell.get((model, dataset, regularizer), none)
-            res = two_sample_test(reg[metric], base[metric], test, reg["seed"], base["seed"])
-            a, b = reg[metric].to_numpy(float), base[metric].to_numpy(float)
-            if test == "paired":
-                a, b = _pair(a, b, reg["seed"], base["seed"])
-            difference = float(reg[metric].mean() - base[metric].mean()) if len(reg) and len(base) else math.nan
+            reg, reg_seeds = by_cell.get((model, dataset, regularizer), none)
+            res = two_sample_test(reg, base, test, reg_seeds, base_seeds)
+            a, b = _pair(reg, base, reg_seeds, base_seeds) if test == "paired" else (reg, base)
+            difference = float(np.mean(reg) - np.mean(base)) if len(reg) and len(base) else math.nan
             rows.append({
                 "metric": metric, "model": model, "dataset": dataset, "regularizer": regularizer,
                 "baseline": baseline, "test": test,
-                "n": res.n_a, "mean": float(reg[metric].mean()) if len(reg) else math.nan,
-                "n_baseline": res.n_b, "mean_baseline": float(base[metric].mean()) if len(base) else math.nan,
+                "n": res.n_a, "mean": float(np.mean(reg)) if len(reg) else math.nan,
+                "n_baseline": res.n_b, "mean_baseline": float(np.mean(base)) if len(base) else math.nan,
                 "difference": difference, "t": res.t, "p": res.p, "df": res.df,
                 "direction": _direction(difference, higher),
                 "marker": significance_marker(res.p, alpha, strong_alpha), "flag": res.flag,
