@@ -190,6 +190,23 @@ def test_bench_scale_prints_exactly_its_keys(capsys):
     assert [c[3] for c in cells(12)] == [5, 5, 2]
 
 
+def test_bench_scale_reuse_study_writes_once_then_only_reports(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    argv = ["bench", "scale", "--runs", "6", "--workers", "1", "--tracking-uri", uri, "--reuse-study", "--json"]
+    assert main(argv) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(argv) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert first["write_s"] > 0 and second["write_s"] is None and second["report_s"] > 0
+    trials = tracking.search(uri, "scale-6", "tags.`ndebench.phase` = 'evaluate' and tags.`ndebench.kind` = 'trial'")
+    assert len(trials) == 6
+
+
+def test_bench_scale_reuse_study_needs_a_tracking_uri(capsys):
+    assert main(["bench", "scale", "--runs", "6", "--reuse-study"]) == 2
+    assert "--reuse-study needs --tracking-uri" in capsys.readouterr().err
+
+
 def test_bench_scale_takes_runs_or_trials_and_names_both(capsys):
     for argv in (["bench", "scale"], ["bench", "scale", "--runs", "5", "--trials", "5"]):
         assert main(argv) == 2

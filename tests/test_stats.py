@@ -206,3 +206,14 @@ def test_average_ranks_and_pairwise_wilcoxon():
     assert len(pairs) == 3 and (pairs["n_datasets"] == 6).all()
     assert pairs["p"].to_numpy() == pytest.approx([0.03125] * 3)
     assert pairs["p_holm"].to_numpy() == pytest.approx(multipletests([0.03125] * 3, method="holm")[1])
+
+
+@pytest.mark.parametrize("d", [
+    [0.0, 1, 1, 2, -1, 3, 0, -2, 2, 5, 1, 1, -1],  # zeros and ties, n = 13: scipy permutes
+    [0.1, -0.3, 0.3, 0.2, 0.2, -0.1, 0.4, 0.5, 0.6, -0.2, 0.7],  # ties, n = 11
+    [1.0, 2, 3, -4, 5, 6, 7, 8],  # neither: scipy's exact distribution
+    [0.5, -0.5, 1, 1, 2, -2, 3, 3, 4, -4, 5, 5, 6, 6],  # ties, n = 14: the normal approximation
+])
+def test_signed_rank_test_is_scipys_wilcoxon(d):
+    expected = sps.wilcoxon(d)
+    assert stats.signed_rank_test(np.array(d)) == (float(expected.statistic), float(expected.pvalue))

@@ -284,28 +284,37 @@ def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = Fa
 
 
 def bench_scale(runs: int, tracking_uri: str | None = None, *, workers: int = 2, figures: str = "auto",
-                say: Callable[[str], None] = print) -> dict[str, Any]:
+                reuse: bool = False, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Seconds to write a synthetic study of ``runs`` evaluate runs (:mod:`~ndebench.platform.record.synthetic`,
     ``workers`` processes) and to report it as ``ndebench report`` does (``figures`` as its ``--figures``), in a
-    temporary sqlite store or through the tracking server at ``tracking_uri`` (a study named uniquely there)."""
+    temporary sqlite store or through the tracking server at ``tracking_uri`` (a study named uniquely there).
+    ``reuse`` (needs ``tracking_uri``): the study is named ``scale-<runs>`` there and, when it exists already, only
+    reported (``write_s`` None), so that one write serves several measurements."""
     import uuid
     from pathlib import Path
 
     from ndebench.platform import api
     from ndebench.platform.record.synthetic import write_study
+    from ndebench.platform.record.tracking import study_names
 
+    if reuse and not tracking_uri:
+        raise ValueError("bench scale --reuse-study needs --tracking-uri (a temporary store is gone afterwards)")
     # Against a server MLflow prints a "View run" line per ended run to stdout, which --json keeps for its result.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     with tempfile.TemporaryDirectory(prefix="ndebench-scale-") as tmp:
         uri = tracking_uri or f"sqlite:///{os.path.join(tmp, 'mlflow.db')}"
-        study = f"scale-{runs}" + (f"-{uuid.uuid4().hex[:8]}" if tracking_uri else "")
-        start = time.perf_counter()
-        write_study(uri, study, runs, workers=workers)
-        write_s = time.perf_counter() - start
-        say(f"wrote {runs} evaluate runs of study {study!r} in {write_s:.1f} s")
+        study = f"scale-{runs}" + (f"-{uuid.uuid4().hex[:8]}" if tracking_uri and not reuse else "")
+        write_s = None
+        if reuse and study in study_names(uri):
+            say(f"reporting study {study!r} already in {uri}")
+        else:
+            start = time.perf_counter()
+            write_study(uri, study, runs, workers=workers)
+            write_s = round(time.perf_counter() - start, 2)
+            say(f"wrote {runs} evaluate runs of study {study!r} in {write_s:.1f} s")
         start = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):
             api.report_study(study, uri, Path(tmp) / "reports", figures=figures)
         report_s = time.perf_counter() - start
         say(f"reported in {report_s:.1f} s")
-    return {"runs": runs, "write_s": round(write_s, 2), "report_s": round(report_s, 2), "tracking_uri": uri}
+    return {"runs": runs, "write_s": write_s, "report_s": round(report_s, 2), "tracking_uri": uri}

@@ -290,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "(default: a temporary sqlite store)")
     bench.add_argument("--workers", type=_positive_int, default=2,
                        help="scale: processes writing the synthetic study (default: 2)")
+    bench.add_argument("--reuse-study", action="store_true",
+                       help="scale --runs: name the study scale-N in --tracking-uri and, when it is there already, "
+                            "only report it (write_s null): one write for several measurements")
     bench.add_argument("--figures", default="auto", choices=FIGURE_MODES,
                        help="scale: the report's figures (as `ndebench report --figures`; default auto)")
     bench.add_argument("--json", action="store_true", help="print JSON (progress goes to stderr)")

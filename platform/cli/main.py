@@ -319,7 +319,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             result = bench_trials(args.trials, nodes=args.nodes, cpus_per_node=args.cpus_per_node, say=say)
         else:
             result = bench.bench_scale(args.runs, args.tracking_uri, workers=args.workers, figures=args.figures,
-                                       say=say)
+                                       reuse=args.reuse_study, say=say)
         print(json.dumps(result) if args.json else "\n".join(f"{key:14s} {value}" for key, value in result.items()))
         return 0
     if args.target == "draw":
