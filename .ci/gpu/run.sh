@@ -8,11 +8,6 @@ HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$PWD; OUT=${OUT:-/tmp/gpu-check}; WHL=
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHL"/*.whl > "$OUT/pip.txt" 2>&1
 mkdir -p /tmp/pkg/ndebench; for d in platform models regularizers datasets; do ln -sfn "$ROOT/$d" /tmp/pkg/ndebench/$d; done
 export PYTHONPATH=/tmp/pkg:/tmp/site
-# Where loading a config still imports MLflow, a one-constant stand-in lets bench run without it.
-if ! python3 -c "import mlflow" 2>/dev/null; then
-  mkdir -p /tmp/stub/mlflow/utils && touch /tmp/stub/mlflow/__init__.py /tmp/stub/mlflow/utils/__init__.py
-  echo "MAX_EXPERIMENT_TAG_VAL_LENGTH = 5000" > /tmp/stub/mlflow/utils/validation.py; PYTHONPATH=$PYTHONPATH:/tmp/stub
-fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 timeout ${T_TEST:-120} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py tests/test_graphs.py \
   tests/test_checkpoint.py tests/test_continuum_dropout.py tests/test_gpu_packing.py > "$OUT/pytest.txt" 2>&1

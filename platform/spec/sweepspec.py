@@ -120,7 +120,8 @@ class Resources:
     # Ray packs trials on a GPU by fractions (0.25: four per GPU) or gives whole GPUs; 1.5 it refuses.
     gpu: float = typed.checked(0.0, typed.either(typed.number(0, 1), typed.integer(1)))
     system_metrics: bool = True
-    # Trials that share every shape (an evaluate cell's seeds) train as one stacked model, up to this many.
+    # Trials that share every shape (an evaluate cell's seeds and variants, a tune cell's grid points) train as one
+    # stacked model, up to this many.
     stack: int = typed.checked(1, typed.integer(1, MAX_STACK))
 
 
