@@ -2,6 +2,7 @@
 a crafted analysis study."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -250,6 +251,21 @@ def read_until(process: subprocess.Popen, text: str, lines: int = 500) -> str:
         if text in seen[-1] or not seen[-1]:
             break
     return "".join(seen)
+
+
+@contextlib.contextmanager
+def auth_server(cwd: Path, env: dict[str, str]):
+    """An ``ndebench server --auth`` on a free loopback port, started as the admin of ``env``; yields its URI."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "server", "--auth", "--port", str(port),
+                               "--workers", "1"], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert "listening on" in read_until(server, "listening on")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def free_port() -> int:

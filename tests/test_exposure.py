@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import free_port, read_until
+from fakes import auth_server
 from ndebench.platform.cli.main import main
 from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.cluster.sweeplog import REDACTED, redact, write_private
@@ -201,13 +201,7 @@ def test_workers_write_the_study_as_a_granted_non_admin_user(tmp_path, monkeypat
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     admin = dict(base, MLFLOW_TRACKING_USERNAME="lead", MLFLOW_TRACKING_PASSWORD="admin-" + SECRET)
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "server", "--auth", "--port", str(port),
-                               "--workers", "1"], cwd=tmp_path, env=admin, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        assert "listening on" in read_until(server, "listening on")
+    with auth_server(tmp_path, admin) as uri:
         granted = _ndebench(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1",
                              "--credentials-out", str(tmp_path / "worker.ini")], tmp_path, admin, timeout=300)
         assert granted.returncode == 0, granted.stdout + granted.stderr
@@ -245,6 +239,3 @@ def test_workers_write_the_study_as_a_granted_non_admin_user(tmp_path, monkeypat
         assert wrong.returncode == 2, wrong.stdout + wrong.stderr
         assert "refused the credentials (HTTP 401, user 'worker1'" in wrong.stderr
         assert "wrong-password" not in wrong.stderr
-    finally:
-        server.terminate()
-        server.wait(timeout=30)

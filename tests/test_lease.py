@@ -92,8 +92,9 @@ def test_a_fresh_study_is_leased_at_epoch_one_and_released_at_the_end(uri, monke
     assert _experiments(uri) == ["Default", STUDY] and study_names(uri) == [STUDY] and search(uri, STUDY) == []
 
 
-def test_a_moving_counter_is_a_live_driver(uri):
-    run_id, _ = _hold(uri, 1)
+@contextlib.contextmanager
+def _beating(uri: str, run_id: str):
+    """A live driver's counter of epoch 1, moved every 0.1 s on ``run_id`` while the block runs."""
     stop = threading.Event()
 
     def beat():
@@ -105,11 +106,17 @@ def test_a_moving_counter_is_a_live_driver(uri):
     thread = threading.Thread(target=beat)
     thread.start()
     try:
-        with pytest.raises(DriverConflictError, match="is being run by another driver, elsewhere:1; "):
-            Lease.take(uri, STUDY, print)
+        yield
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_moving_counter_is_a_live_driver(uri):
+    run_id, _ = _hold(uri, 1)
+    with _beating(uri, run_id):
+        with pytest.raises(DriverConflictError, match="is being run by another driver, elsewhere:1; "):
+            Lease.take(uri, STUDY, print)
     assert 2 not in _claims(uri)
 
 
@@ -117,22 +124,9 @@ def test_every_unreleased_epoch_is_watched_not_only_the_newest(uri):
     """A still, hand-made epoch 2 above a live epoch 1 does not let a second driver in beside the first."""
     run_id, _ = _hold(uri, 1, "live:1")
     _hold(uri, 2, "made-up:2")
-    stop = threading.Event()
-
-    def beat():
-        count = 0
-        while not stop.wait(0.1):
-            count += 1
-            client(uri).set_tag(run_id, beat_tag(1), str(count))
-
-    thread = threading.Thread(target=beat)
-    thread.start()
-    try:
+    with _beating(uri, run_id):
         with pytest.raises(DriverConflictError, match="another driver, live:1; "):
             Lease.take(uri, STUDY, print)
-    finally:
-        stop.set()
-        thread.join()
     assert 3 not in _claims(uri)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import free_port, read_until
+from fakes import auth_server
 
 pytestmark = pytest.mark.system
 pytest.importorskip("flask_wtf", reason="needs mlflow[auth] (the `cluster` extra)")
@@ -49,13 +49,7 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     admin = dict(base, MLFLOW_TRACKING_USERNAME=ADMIN[0], MLFLOW_TRACKING_PASSWORD=ADMIN[1])
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "server", "--auth", "--port", str(port),
-                               "--workers", "1"], cwd=tmp_path, env=admin, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        assert "listening on" in read_until(server, "listening on")
+    with auth_server(tmp_path, admin) as uri:
         passwords = {}
         for study, user in (("A", "wa"), ("B", "wb")):
             granted = _ndebench(["grant", "--tracking-uri", uri, "--study", study, "--user", user,
@@ -129,6 +123,3 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
         assert (tmp_path / "r/B/table.md").read_text().startswith("WARNING: 1 run(s) have results that changed")
         changed = json.loads((tmp_path / "r/B/summary.json").read_text())["changed_results"]
         assert [c["run_id"] for c in changed] == [trial.info.run_id]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
