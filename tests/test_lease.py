@@ -267,7 +267,8 @@ def test_two_drivers_of_a_new_study_started_together_one_takes_it(uri, tmp_path)
     go.touch()  # both are waiting on it
     outcomes = sorted(t.communicate(timeout=120)[0].strip() for t in takers)
     assert outcomes == ["refused", "took 1"], outcomes
-    assert len(lease_runs(client(uri), ensure_experiment(uri, STUDY))) == 2  # each made one; they met in one
+    # Each made a lease run and they met in one, or the second found the first's: one holder either way.
+    assert len(lease_runs(client(uri), ensure_experiment(uri, STUDY))) in (1, 2)
 
 
 def test_old_lease_experiments_number_the_first_epoch_and_leave_the_list(uri, monkeypatch):

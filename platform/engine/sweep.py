@@ -154,6 +154,8 @@ class Sweep:
             return self._run_leased()
         except LeaseLostError:
             self.ctx.ray.stop()
+            # A deleted experiment takes its lease run with it: say what was deleted (exit 2), not a lost lease.
+            check_not_deleted(self.ctx.tracking_uri, self.spec.study)
             raise
         finally:
             fence_writes(None)
