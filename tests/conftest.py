@@ -6,6 +6,7 @@ order because of ``--no-loadscope-reorder``) no long file starts last while the 
 from __future__ import annotations
 
 import gc
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,10 @@ import torch
 import torchvision.datasets.cifar
 import torchvision.datasets.stl10
 import torchvision.datasets.svhn
+from ndebench.datasets.registry import REGISTRY as DATASETS
+from ndebench.models.registry import REGISTRY as MODELS
+from ndebench.platform.common import plugins
+from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
 from torchvision.datasets.utils import calculate_md5
 
 # Longest first: the system files by single-file runs on the loaded machine (test_lease 11 min, test_sweep 7,
@@ -42,6 +47,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # collector's view. statsmodels' Holm correction calls gc.collect() on every call, and a report makes dozens;
     # over the full heap of a test process each took 0.1-0.3 s, half of some report tests' time.
     gc.freeze()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _registries_as_found():
+    """Each test file sees the registries as a fresh process does. A sweep driven in-process installs a plugin
+    (``tests/fakes.py``'s ``ndebench_*`` modules) whose components would otherwise stay registered and show up
+    in the valid-name lists of every later file on the same pytest-xdist worker."""
+    registries = (MODELS, REGULARIZERS, DATASETS)
+    saved = [(dict(r._factories), dict(r._info), r._loaded) for r in registries]
+    loaded = set(plugins._LOADED)
+    yield
+    for registry, (factories, info, was_loaded) in zip(registries, saved, strict=True):
+        registry._factories.clear()
+        registry._factories.update(factories)
+        registry._info.clear()
+        registry._info.update(info)
+        registry._loaded = was_loaded
+    plugins._LOADED.intersection_update(loaded)
+    for name in [m for m in sys.modules if m.startswith("ndebench_")]:
+        del sys.modules[name]
 
 
 @pytest.fixture
