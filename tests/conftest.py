@@ -55,15 +55,16 @@ def _registries_as_found():
     (``tests/fakes.py``'s ``ndebench_*`` modules) whose components would otherwise stay registered and show up
     in the valid-name lists of every later file on the same pytest-xdist worker."""
     registries = (MODELS, REGULARIZERS, DATASETS)
-    saved = [(dict(r._factories), dict(r._info), r._loaded) for r in registries]
+    for registry in registries:
+        registry.load()  # the built-ins register on their modules' first import only: keep them in the snapshot
+    saved = [(dict(r._factories), dict(r._info)) for r in registries]
     loaded = set(plugins._LOADED)
     yield
-    for registry, (factories, info, was_loaded) in zip(registries, saved, strict=True):
+    for registry, (factories, info) in zip(registries, saved, strict=True):
         registry._factories.clear()
         registry._factories.update(factories)
         registry._info.clear()
         registry._info.update(info)
-        registry._loaded = was_loaded
     plugins._LOADED.intersection_update(loaded)
     for name in [m for m in sys.modules if m.startswith("ndebench_")]:
         del sys.modules[name]
