@@ -18,6 +18,8 @@ before their summaries existed cost a request each (a ``calibration.json`` downl
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import json
 import math
 import os
@@ -36,6 +38,13 @@ PARAMS = ("p", "m", "rate")
 def parse_param(text: str) -> Any:
     """A param value logged as ``str(value)`` back to the value (``"8"`` -> 8, ``"None"`` -> None); strings
     that are no Python literal stay strings."""
+    value = _literal(text)
+    return copy.deepcopy(value) if isinstance(value, (list, dict, set)) else value
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _literal(text: str) -> Any:
+    # A study's runs repeat a few hundred distinct values over hundreds of thousands of params.
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):

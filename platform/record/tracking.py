@@ -161,6 +161,11 @@ def ensure_experiment(uri: str, study: str) -> str:
             return experiment.experiment_id
 
 
+# Runs per search_runs page. MLflow's store pays per page for the session that loads it (on sqlite, expiring
+# every loaded row at its commit): 10,000-run pages read a 24,000-run study in 12.7 s, 1,000-run pages in 18.3 s.
+PAGE = 10_000
+
+
 def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
     """All runs of ``study`` matching an MLflow filter string (paged through), its lease runs left out."""
     mlflow_client = client(uri)
@@ -171,7 +176,7 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
     with _collector_paused():
         while True:
             page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string,
-                                             max_results=1000, page_token=token)
+                                             max_results=PAGE, page_token=token)
             # The study's lease runs (record.lease.ledger) are bookkeeping, never a trial, cell or study run.
             runs += [r for r in page if r.data.tags.get(f"{TAG}kind") != "lease"]
             token = page.token

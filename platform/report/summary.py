@@ -34,16 +34,21 @@ def summary_rows(runs: pd.DataFrame, metrics: dict[str, str], alpha: float = 0.0
     across = stats.compare_across_datasets(runs, metrics, alpha=alpha)
     if across.empty:
         return across
-    by_dataset = dict(tuple(runs.groupby("dataset", sort=False)))
-    cells = pd.concat([stats.summarize_cells(by_dataset.get(d, runs.iloc[:0]), m) for d, m in metrics.items()],
-                      ignore_index=True).set_index(stats.CELL)
+    # One summary per metric (a cell's statistics do not depend on the other datasets), read as a dict.
+    datasets_of: dict[str, list[str]] = {}
+    for dataset, metric in metrics.items():
+        datasets_of.setdefault(metric, []).append(dataset)
+    cells: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for metric, datasets in datasets_of.items():
+        summary = stats.summarize_cells(runs[runs["dataset"].isin(datasets)], metric)
+        keys = zip(*(summary[c].tolist() for c in stats.CELL), strict=True)
+        cells.update(zip(keys, zip(summary["mean"].tolist(), summary["std"].tolist(), strict=True), strict=True))
     extra = []
     for row in across.itertuples(index=False):
-        base = [cells.loc[(row.model, d, BASELINE)] for d in row.datasets]
-        reg = [cells.loc[(row.model, d, row.regularizer)] for d in row.datasets]
-        extra.append({"baseline_mean": _mean([c["mean"] for c in base]),
-                      "baseline_std": _mean([c["std"] for c in base]),
-                      "mean": _mean([c["mean"] for c in reg]), "std": _mean([c["std"] for c in reg])})
+        base = [cells[(row.model, d, BASELINE)] for d in row.datasets]
+        reg = [cells[(row.model, d, row.regularizer)] for d in row.datasets]
+        extra.append({"baseline_mean": _mean([c[0] for c in base]), "baseline_std": _mean([c[1] for c in base]),
+                      "mean": _mean([c[0] for c in reg]), "std": _mean([c[1] for c in reg])})
     return pd.concat([across.reset_index(drop=True), pd.DataFrame(extra)], axis=1)
 
 

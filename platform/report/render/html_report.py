@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -120,10 +121,16 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
                     f'<code>{run_id}</code></a>')
         return f"<code>{html.escape(run_id)}</code>"
 
+    # Plain lists, not a frame per cell: at thousands of cells pandas' per-group slicing cost seconds.
+    ids_known = "run_id" in runs
+    columns = ["model", "dataset", "regularizer", "status", *(["seed", "run_id"] if ids_known else [])]
+    cells: dict[tuple[str, str, str], list[tuple]] = {}
+    for model, dataset, regularizer, *rest in zip(*(runs[c].tolist() for c in columns), strict=True):
+        cells.setdefault((model, dataset, regularizer), []).append(tuple(rest))
     rows = []
-    for (model, dataset, regularizer), group in runs.groupby(["model", "dataset", "regularizer"], sort=True):
-        counts = ", ".join(f"{n} {s}" for s, n in group["status"].value_counts().sort_index().items())
-        ids = " ".join(link(str(r)) for r in group.sort_values("seed")["run_id"]) if "run_id" in group else ""
+    for (model, dataset, regularizer), members in sorted(cells.items()):
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(m[0] for m in members).items()))
+        ids = " ".join(link(str(m[2])) for m in sorted(members, key=lambda m: m[1])) if ids_known else ""
         rows.append(f"<tr><td>{html.escape(model)}</td><td>{html.escape(dataset)}</td>"
                     f"<td>{html.escape(regularizer)}</td><td>{counts}</td><td style='text-align:left'>{ids}</td></tr>")
     where = (f"links open the MLflow UI at <code>{html.escape(ui_url)}</code>" if ui_url and experiment_id

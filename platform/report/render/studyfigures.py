@@ -26,9 +26,11 @@ def pooled_calibration(runs: pd.DataFrame) -> list[dict[str, Any]]:
     if "calibration" not in runs.columns:
         return []
     ok = runs[(runs["status"] == "ok") & runs["calibration"].map(lambda c: isinstance(c, dict))]
-    return [{"model": m, "dataset": d, "regularizer": r, "n_runs": len(g),
-             "bins": merge_calibration_bins(list(g["calibration"]))}
-            for (m, d, r), g in ok.groupby(stats.CELL, sort=True)]
+    cells: dict[tuple[str, str, str], list[dict]] = {}
+    for *key, bins in zip(*(ok[c].tolist() for c in stats.CELL), ok["calibration"].tolist(), strict=True):
+        cells.setdefault(tuple(key), []).append(bins)
+    return [{"model": m, "dataset": d, "regularizer": r, "n_runs": len(bins), "bins": merge_calibration_bins(bins)}
+            for (m, d, r), bins in sorted(cells.items())]
 
 
 def slug(*parts: str) -> str:

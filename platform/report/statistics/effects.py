@@ -39,35 +39,46 @@ def effect_sizes(a: Any, b: Any, test: str = "student", confidence: float = CONF
     """``diff_ci_low/high`` (interval of ``mean(a) - mean(b)``) and ``hedges_g`` with ``hedges_g_ci_low/high``
     for samples ``a`` and ``b`` under ``test`` (``student``, ``welch`` or ``paired``; for ``paired``, ``a`` and
     ``b`` are aligned by seed). NaN where a side has fewer than two values or the samples have no spread."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if test == "paired" and len(a) != len(b):
-        raise ValueError(f"paired samples need equal lengths, got {len(a)} and {len(b)}")
-    if min(len(a), len(b)) < 2:
-        return _nan()
-    if test == "paired":
-        diff = a - b
-        if _flat(diff):
-            return _nan()
-        spread = float(diff.std(ddof=1))
-        ci = sps.ttest_rel(a, b).confidence_interval(confidence)
-        n, df = len(diff), len(diff) - 1
-        g = float(diff.mean()) / spread * (1 - 3 / (4 * df - 1))
-        se = math.sqrt(1 / n + g * g / (2 * n))
-    else:
-        if _flat(a) and _flat(b):
-            return _nan()
-        var_a, var_b = float(a.var(ddof=1)), float(b.var(ddof=1))
-        df = len(a) + len(b) - 2
-        if test == "student":
-            scale = math.sqrt(((len(a) - 1) * var_a + (len(b) - 1) * var_b) / df)
-        else:
-            scale = math.sqrt((var_a + var_b) / 2)
-        ci = sps.ttest_ind(a, b, equal_var=test == "student").confidence_interval(confidence)
-        g = (float(a.mean()) - float(b.mean())) / scale * (1 - 3 / (4 * df - 1))
-        se = math.sqrt(1 / len(a) + 1 / len(b) + g * g / (2 * (len(a) + len(b))))
+    return effect_sizes_many([(a, b)], test, confidence)[0]
+
+
+def effect_sizes_many(pairs: list[tuple[Any, Any]], test: str = "student",
+                      confidence: float = CONFIDENCE) -> list[dict[str, float]]:
+    """:func:`effect_sizes` of every ``(a, b)`` in ``pairs``, the pairs of equal sample sizes ``(n_a, n_b)``
+    stacked into ``(k, n_a)`` and ``(k, n_b)`` arrays for one scipy call each: numpy reduces each row of a
+    stacked array as it reduces the row alone, so the numbers are the per-pair ones bit for bit."""
+    out: list[dict[str, float]] = [_nan() for _ in pairs]
+    shapes: dict[tuple[int, int], list[int]] = {}
+    arrays = [(np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for a, b in pairs]
+    for i, (a, b) in enumerate(arrays):
+        if test == "paired" and len(a) != len(b):
+            raise ValueError(f"paired samples need equal lengths, got {len(a)} and {len(b)}")
+        if min(len(a), len(b)) < 2 or (_flat(a - b) if test == "paired" else _flat(a) and _flat(b)):
+            continue
+        shapes.setdefault((len(a), len(b)), []).append(i)
     z = float(sps.norm.ppf(0.5 + confidence / 2))
-    return {"diff_ci_low": float(ci.low), "diff_ci_high": float(ci.high), "hedges_g": g,
-            "hedges_g_ci_low": g - z * se, "hedges_g_ci_high": g + z * se}
+    for (n_a, n_b), rows in shapes.items():
+        a, b = np.stack([arrays[i][0] for i in rows]), np.stack([arrays[i][1] for i in rows])
+        if test == "paired":
+            diff = a - b
+            ci = sps.ttest_rel(a, b, axis=1).confidence_interval(confidence)
+            df = n_a - 1
+            g = diff.mean(axis=1) / diff.std(axis=1, ddof=1) * (1 - 3 / (4 * df - 1))
+            se = np.sqrt(1 / n_a + g * g / (2 * n_a))
+        else:
+            var_a, var_b = a.var(axis=1, ddof=1), b.var(axis=1, ddof=1)
+            df = n_a + n_b - 2
+            if test == "student":
+                scale = np.sqrt(((n_a - 1) * var_a + (n_b - 1) * var_b) / df)
+            else:
+                scale = np.sqrt((var_a + var_b) / 2)
+            ci = sps.ttest_ind(a, b, axis=1, equal_var=test == "student").confidence_interval(confidence)
+            g = (a.mean(axis=1) - b.mean(axis=1)) / scale * (1 - 3 / (4 * df - 1))
+            se = np.sqrt(1 / n_a + 1 / n_b + g * g / (2 * (n_a + n_b)))
+        for j, i in enumerate(rows):
+            out[i] = {"diff_ci_low": float(ci.low[j]), "diff_ci_high": float(ci.high[j]), "hedges_g": float(g[j]),
+                      "hedges_g_ci_low": float(g[j] - z * se[j]), "hedges_g_ci_high": float(g[j] + z * se[j])}
+    return out
 
 
 def mean_interval(values: Any, confidence: float = CONFIDENCE) -> tuple[float, float]:

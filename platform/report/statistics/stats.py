@@ -17,7 +17,7 @@ import pandas as pd
 from ndebench.platform.common.choices import TESTS
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report.statistics.effects import COLUMNS as EFFECT_COLUMNS
-from ndebench.platform.report.statistics.effects import effect_sizes, mean_interval
+from ndebench.platform.report.statistics.effects import effect_sizes_many, mean_interval
 from ndebench.platform.report.statistics.significance import adjust
 from ndebench.regularizers.none import BASELINE
 from scipy import stats
@@ -127,25 +127,48 @@ def two_sample_test(a, b, test: str = "student", seeds_a=None, seeds_b=None) -> 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if test == "paired":
         a, b = _pair(a, b, seeds_a, seeds_b)
-    if min(len(a), len(b)) < 2:
-        return TestResult(math.nan, math.nan, math.nan, len(a), len(b), TOO_FEW)
-    if test == "paired":
-        degenerate = _constant(a - b)
-        identical = degenerate and abs(float(np.mean(a - b))) <= 1e-12
-    else:
-        degenerate = _constant(a) and _constant(b)
-        identical = degenerate and _constant(np.concatenate([a, b]))
-    df = len(a) - 1 if test == "paired" else len(a) + len(b) - 2
-    if identical:
-        return TestResult(0.0, 1.0, float(df), len(a), len(b), IDENTICAL)
-    with warnings.catch_warnings():
-        # scipy warns about precision loss whenever one sample is constant (e.g. equal accuracies on a
-        # small test split); the pooled or paired statistic stays well defined, and the flags say why.
-        if degenerate or _constant(a) or _constant(b):
-            warnings.simplefilter("ignore", RuntimeWarning)
-        res = stats.ttest_rel(a, b) if test == "paired" else stats.ttest_ind(a, b, equal_var=test == "student")
-    return TestResult(float(res.statistic), float(res.pvalue), float(res.df), len(a), len(b),
-                      ZERO_VARIANCE if degenerate else "")
+    return two_sample_tests([(a, b)], test)[0]
+
+
+def two_sample_tests(pairs: list[tuple[np.ndarray, np.ndarray]], test: str = "student") -> list[TestResult]:
+    """:func:`two_sample_test` of every ``(a, b)`` in ``pairs`` (for ``paired``, already aligned by seed), the
+    pairs of equal sample sizes stacked for one scipy call each (``axis=1``): the same numbers as a call per
+    pair, which at thousands of cells cost more than the rest of a report."""
+    check_test(test)
+    out: list[TestResult | None] = [None] * len(pairs)
+    shapes: dict[tuple[int, int], list[int]] = {}
+    arrays = [(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)) for a, b in pairs]
+    degenerate, spreadless = {}, False
+    for i, (a, b) in enumerate(arrays):
+        if min(len(a), len(b)) < 2:
+            out[i] = TestResult(math.nan, math.nan, math.nan, len(a), len(b), TOO_FEW)
+            continue
+        if test == "paired":
+            degenerate[i] = _constant(a - b)
+            identical = degenerate[i] and abs(float(np.mean(a - b))) <= 1e-12
+        else:
+            degenerate[i] = _constant(a) and _constant(b)
+            identical = degenerate[i] and _constant(np.concatenate([a, b]))
+        if identical:
+            df = len(a) - 1 if test == "paired" else len(a) + len(b) - 2
+            out[i] = TestResult(0.0, 1.0, float(df), len(a), len(b), IDENTICAL)
+            continue
+        spreadless = spreadless or degenerate[i] or _constant(a) or _constant(b)
+        shapes.setdefault((len(a), len(b)), []).append(i)
+    for (n_a, n_b), rows in shapes.items():
+        a, b = np.stack([arrays[i][0] for i in rows]), np.stack([arrays[i][1] for i in rows])
+        with warnings.catch_warnings():
+            # scipy warns about precision loss whenever one sample is constant (e.g. equal accuracies on a
+            # small test split); the pooled or paired statistic stays well defined, and the flags say why.
+            if spreadless:
+                warnings.simplefilter("ignore", RuntimeWarning)
+            res = (stats.ttest_rel(a, b, axis=1) if test == "paired"
+                   else stats.ttest_ind(a, b, axis=1, equal_var=test == "student"))
+        df = np.broadcast_to(res.df, res.statistic.shape)
+        for j, i in enumerate(rows):
+            out[i] = TestResult(float(res.statistic[j]), float(res.pvalue[j]), float(df[j]), n_a, n_b,
+                                ZERO_VARIANCE if degenerate[i] else "")
+    return out  # type: ignore[return-value]
 
 
 def _pair(a: np.ndarray, b: np.ndarray, seeds_a, seeds_b) -> tuple[np.ndarray, np.ndarray]:
@@ -183,30 +206,34 @@ def compare_to_baseline(
         cells = sorted(set(repeated[[*CELL, "seed"]].itertuples(index=False, name=None)))
         raise ValueError(f"the paired test needs one ok run per seed and cell; repeated (model, dataset, "
                          f"regularizer, seed): {cells}")
-    rows = []
     # Each cell's values and seeds as arrays: slicing a frame per cell cost more than its tests.
     measured, seeds = values[metric].to_numpy(float), values["seed"].to_numpy()
     by_cell = {key: (measured[at], seeds[at]) for key, at in values.groupby(CELL, sort=False).indices.items()}
     none = (measured[:0], seeds[:0])
+    cells = []
     for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)["regularizer"].unique().items():
         if baseline not in set(names):
             continue
         base, base_seeds = by_cell.get((model, dataset, baseline), none)
         for regularizer in sorted(set(names) - {baseline}):
             reg, reg_seeds = by_cell.get((model, dataset, regularizer), none)
-            res = two_sample_test(reg, base, test, reg_seeds, base_seeds)
-            a, b = _pair(reg, base, reg_seeds, base_seeds) if test == "paired" else (reg, base)
-            difference = float(np.mean(reg) - np.mean(base)) if len(reg) and len(base) else math.nan
-            rows.append({
-                "metric": metric, "model": model, "dataset": dataset, "regularizer": regularizer,
-                "baseline": baseline, "test": test,
-                "n": res.n_a, "mean": float(np.mean(reg)) if len(reg) else math.nan,
-                "n_baseline": res.n_b, "mean_baseline": float(np.mean(base)) if len(base) else math.nan,
-                "difference": difference, "t": res.t, "p": res.p, "df": res.df,
-                "direction": _direction(difference, higher),
-                "marker": significance_marker(res.p, alpha, strong_alpha), "flag": res.flag,
-                **effect_sizes(a, b, test),
-            })
+            paired = _pair(reg, base, reg_seeds, base_seeds) if test == "paired" else (reg, base)
+            cells.append(((model, dataset, regularizer), reg, base, paired))
+    tests = two_sample_tests([paired for *_, paired in cells], test)
+    effects = effect_sizes_many([paired for *_, paired in cells], test)
+    rows = []
+    for ((model, dataset, regularizer), reg, base, _), res, effect in zip(cells, tests, effects, strict=True):
+        difference = float(np.mean(reg) - np.mean(base)) if len(reg) and len(base) else math.nan
+        rows.append({
+            "metric": metric, "model": model, "dataset": dataset, "regularizer": regularizer,
+            "baseline": baseline, "test": test,
+            "n": res.n_a, "mean": float(np.mean(reg)) if len(reg) else math.nan,
+            "n_baseline": res.n_b, "mean_baseline": float(np.mean(base)) if len(base) else math.nan,
+            "difference": difference, "t": res.t, "p": res.p, "df": res.df,
+            "direction": _direction(difference, higher),
+            "marker": significance_marker(res.p, alpha, strong_alpha), "flag": res.flag,
+            **effect,
+        })
     out = pd.DataFrame(rows, columns=[
         "metric", *CELL, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline", "difference",
         "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
@@ -339,16 +366,17 @@ def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None
     for dataset, metric in metrics.items():
         datasets_of.setdefault(metric, []).append(dataset)
     # One pass over the runs per metric: a cell's statistics do not depend on the other datasets in the pass.
-    means: dict[str, pd.Series] = {}
+    frames = []
     for metric, datasets in datasets_of.items():
         sign = 1.0 if higher_is_better(metric) else -1.0
         cells = summarize_cells(part[part["dataset"].isin(datasets)], metric)
-        for dataset, group in cells.groupby("dataset", sort=False):
-            means[dataset] = group.set_index(["model", "regularizer"])["mean"] * sign
-    empty = pd.Series(dtype=float, index=pd.MultiIndex.from_tuples([], names=["model", "regularizer"]))
-    columns = {dataset: means.get(dataset, empty) for dataset in metrics}
-    return pd.DataFrame(columns, index=pd.MultiIndex.from_tuples([], names=["model", "regularizer"])
-                        if not columns else None)
+        frames.append(cells.assign(mean=cells["mean"] * sign).pivot(index=["model", "regularizer"],
+                                                                     columns="dataset", values="mean"))
+    index = pd.MultiIndex.from_tuples([], names=["model", "regularizer"])
+    out = pd.concat(frames, axis=1).sort_index() if frames else pd.DataFrame(index=index)
+    out = out.reindex(columns=list(metrics)).astype(float)
+    out.columns.name = None
+    return out
 
 
 def signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd.DataFrame:
