@@ -18,10 +18,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
-from ndebench.platform.record.lease import heartbeat
+from ndebench.platform.record.lease import fence, heartbeat
 from ndebench.platform.record.lease.fence import Fence, LeaseLostError, fence_writes, raise_if_driver_lost
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
 from ndebench.platform.record.lease.ledger import (
@@ -33,6 +34,7 @@ from ndebench.platform.record.lease.ledger import (
     released_tag,
     token,
 )
+from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.system_metrics import system_metrics
 from ndebench.platform.record.tracking import TrialRecorder, client, ensure_experiment, run_status, search, study_names
@@ -287,15 +289,19 @@ def test_the_stale_limit_is_checked(monkeypatch):
         heartbeat.stale_s()
 
 
-def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(uri):
+def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(uri, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(fence, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     tags = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",
             "regularizer": "none", "seed": "0", "cell": "c", "trial_dir": "s/evaluate-1/a"}
     _, first = _hold(uri, 1)
     older = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags | {"lease": "1", "lease_id": first})
     _, second = _hold(uri, 2, "elsewhere:2")
-    with pytest.raises(LeaseLostError):  # the old driver's trial, after the takeover
-        older.log_metrics({"train_loss": 1.0}, step=1)
-    with pytest.raises(LeaseLostError):
+    older.log_metrics({"train_loss": 1.0}, step=1)  # within the interval (1 s / 6): on the last read's verdict
+    clock[0] += heartbeat.interval_s(1.0)
+    with pytest.raises(LeaseLostError):  # the old driver's trial, once its verdict is that old
+        older.log_metrics({"train_loss": 2.0}, step=2)
+    with pytest.raises(LeaseLostError):  # a trial reads afresh before it makes a run ...
         TrialRecorder(uri, STUDY, {"x": 1}, "h2", tags | {"lease": "1", "lease_id": first})
     with pytest.raises(LeaseLostError, match="is gone"):  # an epoch's number with another claim's id is not it
         TrialRecorder(uri, STUDY, {"x": 1}, "h2", tags | {"lease": "2", "lease_id": first})
@@ -303,7 +309,18 @@ def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(ur
     assert newer.reattached and newer.run_id == older.run_id
     run, = search(uri, STUDY)
     assert run.data.tags[f"{TAG}lease"] == "2" and run_status(run) == "running"
-    assert client(uri).get_metric_history(run.info.run_id, "train_loss") == []
+    assert [m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss")] == [1]
+
+    racing = TrialRecorder.__new__(TrialRecorder)  # ... and before its result: one that read just before the takeover
+    racing.client, racing.run_id, racing.lease, racing.check = client(uri), older.run_id, 1, lambda fresh=False: None
+    racing.finish("ok", {"test_accuracy": 0.25}, {}, {})
+    run, = search(uri, STUDY)
+    assert run.data.tags[f"{TAG}result_lease"] == "1" and run_status(run) == "interrupted"
+    assert list(evaluate_runs(uri, STUDY)["status"]) == ["interrupted"]  # listed beside the tables, not counted
+    newer.finish("ok", {"test_accuracy": 0.5}, {}, {})
+    run, = search(uri, STUDY)
+    assert run.data.tags[f"{TAG}result_lease"] == "2" and run_status(run) == "ok"
+    assert run.data.metrics["test_accuracy"] == 0.5 and list(evaluate_runs(uri, STUDY)["status"]) == ["ok"]
 
 
 SWEEP = {

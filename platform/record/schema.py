@@ -13,6 +13,9 @@ PLANNED_SEEDS = f"{TAG}evaluate_seeds"
 # On an evaluate cell run: the config hash the latest sweep planned for each seed, a JSON object (seed -> hash,
 # null where the cell has no evaluated config; {} on a cell the config no longer has): record.completeness.
 PLANNED_HASHES = f"{TAG}planned_hashes"
+# On a trial run: the lease epoch of the driver whose trial wrote its result (ndebench.lease: the epoch that last
+# made or continued it). Lower than ndebench.lease: a driver that had lost the study wrote it (record.lease.fence).
+RESULT_LEASE = "result_lease"
 # Where a trial's floating-point work ran (engine.provenance): a rerun reproduces a run bit for bit on the same
 # commit, libraries, CPU capability, thread count and GPU; the report says when a study's runs mix them.
 MACHINE_TAGS = ("cpu_model", "cpu_capability", "threads", "gpu", "gpu_driver")

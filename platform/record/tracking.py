@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ndebench.platform.record.lease.fence import Fence, fenced, is_lease
-from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, PLANNED_SEEDS, RESUMABLE_STATUSES, TAG
+from ndebench.platform.record.schema import (
+    FINISHED_STATUSES,
+    PARENT,
+    PLANNED_SEEDS,
+    RESULT_LEASE,
+    RESUMABLE_STATUSES,
+    TAG,
+)
 from ndebench.platform.record.standard_tags import standard_tags
 from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 
@@ -218,9 +225,13 @@ class TrialRecorder:
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
                  parent_run_id: str | None = None, run_id: str | None = None):
         from mlflow.entities import Param, RunTag
+        from ndebench.platform.record.lease.heartbeat import interval_s, stale_s
 
         lease = int(tags.get("lease") or 0)
-        self.check = Fence(client(uri), study, lease, tags.get("lease_id", "")).check if lease else lambda: None
+        self.lease = lease
+        self.check: Callable[..., None] = (Fence(client(uri), study, lease, tags.get("lease_id", ""),
+                                                 max_age_s=interval_s(stale_s())).check
+                                           if lease else lambda fresh=False: None)
         self.client = fenced(client(uri), self.check if lease else None)
         experiment_id = ensure_experiment(uri, study)
         all_tags = trial_run_tags(tags, config_hash, parent_run_id)
@@ -263,15 +274,19 @@ class TrialRecorder:
         retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
 
     def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
-        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and the digest of the result metrics
-        (:func:`~ndebench.platform.record.summaries.results_digest`) and terminate the run."""
+        """Log final metrics, tags and JSON artifacts, set ``ndebench.status``, the digest of the result metrics
+        (:func:`~ndebench.platform.record.summaries.results_digest`) and, under a lease, ``ndebench.result_lease``
+        (the epoch that wrote the result), and terminate the run. The lease is read afresh first."""
         from mlflow.entities import RunTag
 
+        self.check(fresh=True)
         if metrics:
             self.log_metrics(metrics)
         for name, payload in artifacts.items():
             retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
         tags = {**tags, RESULTS_DIGEST: results_digest(metrics)}
+        if self.lease:
+            tags[RESULT_LEASE] = str(self.lease)
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
         retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
@@ -290,8 +305,20 @@ def last_logged_step(mlflow_client: Any, run_id: str, metric: str = "train_loss"
 
 
 def run_status(run: Any) -> str:
-    """``ndebench.status`` of a run (``running`` while a trial trains), else one derived from MLflow's status."""
-    return run.data.tags.get(f"{TAG}status") or MLFLOW_STATUS.get(run.info.status, "error")
+    """``ndebench.status`` of a run (``running`` while a trial trains), else one derived from MLflow's status;
+    ``interrupted`` (``--resume`` continues it) where the result on it was written by the trial of a driver that
+    had lost the study after a newer driver continued the run (tag ``ndebench.result_lease`` below
+    ``ndebench.lease``)."""
+    tags = run.data.tags
+    if _epoch(tags.get(f"{TAG}{RESULT_LEASE}")) < _epoch(tags.get(f"{TAG}lease")):
+        return "interrupted"
+    return tags.get(f"{TAG}status") or MLFLOW_STATUS.get(run.info.status, "error")
+
+
+def _epoch(text: str | None) -> int:
+    """A lease epoch tag's number; where absent (``ndebench.result_lease`` of runs recorded before it) a number
+    above every epoch, so such a run keeps its own status."""
+    return int(text) if text and text.isdigit() else 1 << 62
 
 
 def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,

@@ -6,11 +6,19 @@ that claimed it. That driver is fenced once any valid claim of a higher epoch ex
 over, or someone with write access to the study made one), or once its own claim no longer stands under its own
 id (its lease run deleted, its record released or gone): every write of the driver and of its trials (a
 :class:`FencedClient` checks before each) then raises :class:`LeaseLostError` instead, and the driver exits 3.
+
+A check reads the store at most once per ``max_age_s`` (the heartbeat's interval): a write within that time of
+the last read goes through on its verdict, so a trial of a driver just taken over may still log an epoch. What
+counts never rests on that: a trial reads afresh before it makes or continues its run and before it writes its
+result, and its result carries ``ndebench.result_lease`` (the writer's epoch), so a result written into a run a
+newer driver had already continued is the lost driver's and is not counted
+(:func:`~ndebench.platform.record.completeness.current`).
 Studies recorded before the lease moved into the study's experiment have experiments ``S::lease::<n>``: they only
 number the first epoch of the new lease (:func:`is_lease` keeps them out of the list of studies).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,18 +49,25 @@ class Fence:
     """The check of epoch ``epoch`` of ``study``'s lease, claimed with id ``lease_id`` (``""``: any id, for runs
     written before claims had one): :meth:`check` reads the study's lease runs (one request) and raises
     :class:`LeaseLostError` once a valid claim of a higher epoch exists or this epoch's claim no longer stands;
-    from then on it raises without reading."""
+    from then on it raises without reading. A verdict that the lease holds stands for ``max_age_s`` seconds
+    (0: every check reads) unless ``check(fresh=True)``."""
 
-    def __init__(self, mlflow_client: Any, study: str, epoch: int, lease_id: str = ""):
+    def __init__(self, mlflow_client: Any, study: str, epoch: int, lease_id: str = "", max_age_s: float = 0.0):
         self.client, self.study, self.epoch, self.lease_id = mlflow_client, study, epoch, lease_id
+        self.max_age_s = max_age_s
         self.lost: LeaseLostError | None = None
         self._experiment_id: str | None = None
+        self._held_at: float | None = None  # time.monotonic() of the last read that found the lease held
 
-    def check(self) -> None:
-        if self.lost is None:
+    def check(self, fresh: bool = False) -> None:
+        if self.lost is None and (fresh or self._held_at is None
+                                  or time.monotonic() - self._held_at >= self.max_age_s):
+            read_at = time.monotonic()
             why = self.verdict()
             if why is not None:
                 self.lose(why)
+            else:
+                self._held_at = read_at
         if self.lost is not None:
             raise self.lost
 

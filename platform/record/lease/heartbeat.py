@@ -167,7 +167,8 @@ class Lease:
     def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float):
         self.uri, self.study, self.epoch, self.lease_id, self.run_ids = uri, study, epoch, lease_id, run_ids
         self.interval = interval
-        self.fence = Fence(raw_client(uri), study, epoch, lease_id)
+        # The heartbeat reads the lease every interval, so the driver's own writes can rest on its last verdict.
+        self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ndebench-lease", daemon=True)
         self._thread.start()
@@ -201,8 +202,9 @@ class Lease:
         return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale)), previous
 
     def check(self) -> None:
-        """Raise :class:`~ndebench.platform.record.lease.fence.LeaseLostError` if the lease no longer holds."""
-        self.fence.check()
+        """Raise :class:`~ndebench.platform.record.lease.fence.LeaseLostError` if the lease no longer holds (read
+        afresh)."""
+        self.fence.check(fresh=True)
 
     def _run(self) -> None:
         mlflow_client, count = raw_client(self.uri), 0
