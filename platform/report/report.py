@@ -406,14 +406,14 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     table = table or Table.build(runs, primary, "primary", test, alpha, correction,
                                  flagged=learning.flags(learning.learning_check(runs)))
-    tests = table.comparisons.set_index(stats.CELL)
+    tests = {tuple(r[c] for c in stats.CELL): r for r in table.comparisons.to_dict("records")}
     rows = []
     rank = {r: i for i, r in enumerate(table.rows)}
     ordered = table.cell_stats.sort_values(["model", "dataset", "regularizer"], key=lambda c: c.map(rank)
                                            if c.name == "regularizer" else c)
     for row in ordered.itertuples(index=False):
         key = (row.model, row.dataset, row.regularizer)
-        c = tests.loc[key] if key in tests.index else None
+        c = tests.get(key)
         failed = ", ".join(f"{int(n)} {w}" for n, w in ((row.n_diverged, "diverged"), (row.n_error, "error")) if n)
         rows.append({
             "model": row.model, "dataset": row.dataset, "regularizer": row.regularizer,
@@ -434,7 +434,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             + f"; mean (sample std) over the ok runs.\n{counts}")
 
 
-def _console_diff(regularizer: str, comparison: pd.Series | None) -> str:
+def _console_diff(regularizer: str, comparison: dict[str, Any] | None) -> str:
     if comparison is not None:
         return fmt(comparison["difference"], sign=True)
     return "baseline" if regularizer == BASELINE else f"no {BASELINE} runs"
