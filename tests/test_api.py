@@ -4,7 +4,7 @@ import pytest
 import yaml
 from fakes import study_frame
 from ndebench.platform import api
-from ndebench.platform.record.tracking import TrialRecorder
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.spec.config import ConfigError
 
 SPEC = {

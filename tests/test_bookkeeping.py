@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ndebench.platform.engine.progress import _error_line
 from ndebench.platform.record.completeness import attempts, current, mark_superseded, not_ok_summary, planned_statuses
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import SUPERSEDED, TAG
-from ndebench.platform.record.tracking import TrialRecorder, run_status, search
+from ndebench.platform.record.tracking import run_status, search
 
 
 def _tags(phase: str, seed: int = 0, trial_dir: str = "s/tune-1/abc") -> dict[str, str]:

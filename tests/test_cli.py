@@ -86,7 +86,7 @@ def test_every_subcommand_has_help(command, capsys):
 
 @pytest.mark.system
 def test_ui_serves_runs_with_their_tags(tmp_path):
-    from ndebench.platform.record.tracking import TrialRecorder
+    from ndebench.platform.record.recorder import TrialRecorder
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"study": "uistudy", "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",

@@ -10,8 +10,9 @@ from ndebench.platform.cli.main import main
 from ndebench.platform.engine.searcher import CellSearcher
 from ndebench.platform.engine.searchspace import Past, contains
 from ndebench.platform.record.interruption import INTERRUPTION, mark_interrupted
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.searchtrials import IncompleteSearchError, finish_search_cell
-from ndebench.platform.record.tracking import TAG, TrialRecorder, client, run_status, study_run
+from ndebench.platform.record.tracking import TAG, client, run_status, study_run
 from ndebench.platform.spec.config import Space, parse_spec
 from ndebench.platform.spec.plan import pick_best, plan_stages
 

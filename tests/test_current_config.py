@@ -21,9 +21,10 @@ from ndebench.platform.record.completeness import (
     planned_statuses,
     record_plan,
 )
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import PLANNED_SEEDS, SUPERSEDED, TAG
-from ndebench.platform.record.tracking import TrialRecorder, cell_run, client, search, study_run
+from ndebench.platform.record.tracking import cell_run, client, search, study_run
 
 NONE, CD = "neural_cde__synthetic__none", "neural_cde__synthetic__continuum_dropout"
 

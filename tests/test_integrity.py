@@ -11,10 +11,11 @@ import time
 import pytest
 from ndebench.platform import api
 from ndebench.platform.cli.main import main
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 from ndebench.platform.record.synthetic import write_study
-from ndebench.platform.record.tracking import TrialRecorder, client, search
+from ndebench.platform.record.tracking import client, search
 from ndebench.platform.report.integrity import changed_runs, verify_runs
 
 STUDY = "t"

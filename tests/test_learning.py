@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 from ndebench.platform.cli.main import main
-from ndebench.platform.record.tracking import TrialRecorder
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.report.learning import MARGIN, chance_loss, class_counts, flags, learning_check, mean_curves
 
 STUDY = "learning"

@@ -34,10 +34,11 @@ from ndebench.platform.record.lease.ledger import (
     released_tag,
     token,
 )
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.system_metrics import system_metrics
-from ndebench.platform.record.tracking import TrialRecorder, client, ensure_experiment, run_status, search, study_names
+from ndebench.platform.record.tracking import client, ensure_experiment, run_status, search, study_names
 
 STUDY = "s"
 

@@ -180,7 +180,8 @@ def test_asha_compares_trials_only_within_their_cell():
 
 def test_a_stopped_trial_ends_its_mlflow_run_as_stopped(tmp_path):
     from ndebench.platform.engine.progress import MarkStopped
-    from ndebench.platform.record.tracking import TAG, TrialRecorder, client
+    from ndebench.platform.record.recorder import TrialRecorder
+    from ndebench.platform.record.tracking import TAG, client
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"phase": "tune", "model": "m", "dataset": "d", "regularizer": "r", "seed": "0"}

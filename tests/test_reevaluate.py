@@ -8,6 +8,7 @@ from ndebench.platform.cli.main import main
 from ndebench.platform.common.weights import load_weights, log_weights
 from ndebench.platform.engine.reevaluate import parse_n_mc
 from ndebench.platform.record import tracking
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.worker.build import build_trial
 from ndebench.platform.worker.evaluation import trial_loss
 from ndebench.platform.worker.spec import TrialSpec
@@ -32,7 +33,7 @@ def _train_one_epoch(spec: TrialSpec) -> dict[str, torch.Tensor]:
 
 def _record(uri: str, config: dict) -> str:
     tags = {k: config[k] for k in ("phase", "model", "dataset", "regularizer", "seed")}
-    recorder = tracking.TrialRecorder(uri, "tiny", config, config["regularizer"], tags)
+    recorder = TrialRecorder(uri, "tiny", config, config["regularizer"], tags)
     log_weights(recorder.client, recorder.run_id, _train_one_epoch(TrialSpec.from_flat(config)))
     recorder.finish("ok", {"test_accuracy": 0.5}, {}, {})
     return recorder.run_id

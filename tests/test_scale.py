@@ -15,6 +15,7 @@ from ndebench.platform.cli.main import main
 from ndebench.platform.common.metrics import calibration_bins
 from ndebench.platform.record import tracking
 from ndebench.platform.record.bulk import write_trial
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs, runs_frame
 from ndebench.platform.record.summaries import BIN_KEYS, calibration_from_run, calibration_tags, time_summaries
 from ndebench.platform.record.synthetic import cells, trial
@@ -56,7 +57,7 @@ def _study(uri: str, layout: str) -> None:
         for regularizer in ("none", "continuum_dropout"):
             for seed in range(3):
                 identity, config, epochs, final, bins = _trial(regularizer, dataset, seed)
-                recorder = tracking.TrialRecorder(uri, STUDY, config, f"{dataset}-{regularizer}-{seed}", identity)
+                recorder = TrialRecorder(uri, STUDY, config, f"{dataset}-{regularizer}-{seed}", identity)
                 for step, record in enumerate(epochs, start=1):
                     recorder.log_metrics(record, step=step)
                 tags = {"num_classes": 2}
@@ -130,7 +131,7 @@ def test_only_old_runs_cost_a_request_each(both, monkeypatch):
 def test_bulk_writer_records_what_the_trial_recorder_records(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     kwargs = trial(cells(5)[0], 0, STUDY)
-    recorder = tracking.TrialRecorder(uri, STUDY, kwargs["config"], kwargs["config_hash"], kwargs["tags"])
+    recorder = TrialRecorder(uri, STUDY, kwargs["config"], kwargs["config_hash"], kwargs["tags"])
     for step, record in enumerate(kwargs["epochs"], start=1):
         recorder.log_metrics(record, step=step)
     recorder.finish(kwargs["status"], kwargs["final"], kwargs["final_tags"], kwargs["artifacts"])

@@ -4,12 +4,12 @@ import sys
 
 import pytest
 from ndebench.platform.cli.main import main
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs, planned_seeds, runs_frame
 from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
 from ndebench.platform.record.tracking import (
     MLFLOW_STATUS,
     TAG,
-    TrialRecorder,
     client,
     close_orphaned_runs,
 )

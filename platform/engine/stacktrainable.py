@@ -37,10 +37,11 @@ from ndebench.platform.failures.infrastructure import (
     infrastructure_failure,
     infrastructure_retried,
 )
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.schema import RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.summaries import TIME_METRICS, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
-from ndebench.platform.record.tracking import TrialRecorder, epoch_values, last_logged_step, run_status, search
+from ndebench.platform.record.tracking import epoch_values, last_logged_step, run_status, search
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.platform.worker.stack import run_stack

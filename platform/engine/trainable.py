@@ -29,10 +29,11 @@ from ndebench.platform.failures.infrastructure import (
     infrastructure_failure,
     infrastructure_retried,
 )
+from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 from ndebench.platform.record.system_metrics import system_metrics as sampled
-from ndebench.platform.record.tracking import TAG, TrialRecorder, epoch_values, last_logged_step
+from ndebench.platform.record.tracking import TAG, epoch_values, last_logged_step
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.worker.loop import run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ndebench.platform.record.recorder import trial_run_tags
 from ndebench.platform.record.schema import FINISHED_STATUSES, TAG
 from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
-from ndebench.platform.record.tracking import retry, run_name, trial_run_tags
+from ndebench.platform.record.tracking import retry, run_name
 
 # MLflow takes at most 1000 metrics in one log_batch.
 BATCH = 1000
