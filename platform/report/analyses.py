@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
-from ndebench.platform.report import audit, controls, mc_samples, report, sensitivity, summary, timing
+from ndebench.platform.report import architectures, audit, controls, mc_samples, report, sensitivity, summary, timing
 from ndebench.platform.report.integrity import integrity_warning
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import EXTENSION
@@ -62,6 +62,9 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     selection = audit.selection_audit(runs, primary)
     control = (controls.control_section(controls.control_comparisons(runs, primary, files.tables[0].test, alpha))
                if files.tables else None)
+    matched = (architectures.matched_section(architectures.matched_comparisons(runs, primary, files.tables[0].test,
+                                                                               alpha), alpha)
+               if files.tables else None)
     groups = {
         "Sensitivity to the regularizer's parameters": ("sensitivity", "no fixed-parameter variant cells",
                                                         sensitivity.sensitivity_sections(frame, primary, directory)),
@@ -71,6 +74,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         "Selection audit": ("selection_audit", audit.SKIPPED,
                             [audit.audit_section(selection, primary)] if len(selection) else []),
         "Dropout vs ensembling": ("mc_control", controls.SKIPPED, [] if control is None else [control]),
+        "Against none of the same architecture": ("architectures", architectures.SKIPPED,
+                                                  [] if matched is None else [matched]),
         "The paper's numbers beside the study": ("paper_comparison", "not asked for; `ndebench report --paper`",
                                                  list(files.paper)),
         "Monte-Carlo samples at test time": (
