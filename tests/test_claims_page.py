@@ -3,8 +3,9 @@
 Every decimal number they quote must be written, at the same precision, in a committed report file
 (``table.md``, ``summary.json``, ``paper_comparison.md``, ``selection_audit.md``) or, for the design, in a committed
 config of docs/reproduction/; every "N of M" count must be written as such in one of them. Numbers in the pages'
-code blocks and links are not quotes. The pending configs validate and plan the trials their headers state, and
-the verdicts the page gives are the ones paper_comparison.md computes.
+code blocks and links are not quotes. The configs validate and plan the trials their headers state, the
+hidden-size run's report (``report/reproduction_hidden_sizes``: ``table.md``, ``architectures.md``, ``summary.json``)
+is committed and quoted, and the verdicts the page gives are the ones paper_comparison.md computes.
 """
 import json
 import re
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "docs" / "reproduction"
 REPORT = FOLDER / "report" / "reproduction"
 REPORT_FILES = ["table.md", "summary.json", "paper_comparison.md", "selection_audit.md"]
+HIDDEN = FOLDER / "report" / "reproduction_hidden_sizes"
+HIDDEN_FILES = ["table.md", "architectures.md"]
 CONFIGS = ["reproduction.yaml", "hidden_sizes.yaml", "reproduction_large.yaml"]
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
 COUNT = re.compile(r"\b(\d+) of (\d+)\b")
@@ -27,9 +30,11 @@ CODE = re.compile(r"```.*?```|`[^`]*`|\]\([^)]*\)", re.S)
 def _sources() -> tuple[str, list[float]]:
     """The committed files' text, and the per-cell t-test p-values that only ``summary.json`` writes out."""
     text = "\n".join((REPORT / name).read_text() for name in REPORT_FILES if name.endswith(".md"))
+    text += "\n".join((HIDDEN / name).read_text() for name in HIDDEN_FILES)
     text += "\n".join((FOLDER / name).read_text() for name in CONFIGS)
-    summary = json.loads((REPORT / "summary.json").read_text())
-    return text, [float(c["p"]) for table in summary["tables"] for c in table["comparisons"] if c["p"] is not None]
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (REPORT, HIDDEN)]
+    return text, [float(c["p"]) for summary in summaries for table in summary["tables"] for c in table["comparisons"]
+                  if c["p"] is not None]
 
 
 def _written(number: str, text: str, p_values: list[float]) -> bool:
@@ -67,8 +72,9 @@ def test_every_decimal_and_count_on_the_page_is_in_a_committed_file(page):
 def test_the_check_catches_a_number_no_file_holds():
     sources, values = _sources()
     assert _written("0.037", sources, values)  # the oracle's gap 0.0375 is written +0.037 (0.038 is another number)
-    # the hidden-16 results of a run never committed, and a wall time no file holds
-    assert not any(_written(n, sources, values) for n in ("0.0085", "0.913", "4687.0"))
+    # a hidden-16 result of the run never committed (its p = 0.0085 is now also a number of the committed hidden-size
+    # report), a wall time no file holds, and a number no file has at 4 decimals
+    assert not any(_written(n, sources, values) for n in ("0.913", "4687.0", "0.8123"))
     assert _written("12.706", sources, values) and _written("0.835", sources, values)
     assert _written("0.064", sources, values)  # 0.0641 in selection_audit.md
     assert DECIMAL.findall(_quoted("p 0.15-0.72, [-1.059, +0.942], `1.5` (see [x](a/1.2.md)) 0.1.")) == [
@@ -96,7 +102,7 @@ def test_the_pages_verdicts_are_the_ones_the_comparison_computes():
 
 @pytest.mark.parametrize(("name", "trials"), [("hidden_sizes.yaml", (8, 16, 440)),
                                               ("reproduction_large.yaml", (72, 72, 570))])
-def test_the_pending_configs_plan_what_their_headers_say(name, trials):
+def test_the_configs_plan_what_their_headers_say(name, trials):
     config = FOLDER / name
     spec = api.load(config)
     base, tune = plan_stages(spec)
@@ -105,10 +111,27 @@ def test_the_pending_configs_plan_what_their_headers_say(name, trials):
     assert spec.resources.stack == 5
     header = config.read_text()
     assert f"= {trials[0]}" in header and f"= {trials[1]}" in header and f"= {trials[2]} runs" in header
-    assert "Pending: not run yet." in header
     if name == "hidden_sizes.yaml":
         sizes = {c.variant for c in cells if c.regularizer == "none" and c.variant}
         assert sizes == {f"none[model.hidden_size={h}]" for h in (16, 32, 64, 128)}
         assert list(spec.models) == ["neural_cde"]
+        assert "Pending" not in header and f"{trials[2]} of {trials[2]} evaluate runs ok" in header
     else:
+        assert "Pending: not run yet." in header
         assert {"uea/ItalyPowerDemand", "uea/OSULeaf"} <= set(spec.datasets)
+
+
+def test_the_hidden_size_report_is_committed_and_the_page_quotes_its_architecture_tests():
+    """Every Continuum Dropout cell of the run was tested against none of its own hidden size, and the page's
+    counts are those of architectures.md's caption."""
+    results = (HIDDEN / "results.csv").read_text().splitlines()
+    assert len(results) == 441 and all(",ok," in line for line in results[1:])
+    table = (HIDDEN / "architectures.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| neural_cde |")]
+    sizes = [line.split("|")[3].strip() for line in rows]
+    assert len(rows) == 64 and {s: sizes.count(s) for s in set(sizes)} == {
+        f"model.hidden_size={h}": 16 for h in (16, 32, 64, 128)}
+    caption = re.search(r"(\d+) of 64 better, (\d+) of 64 worse; (\d+) of 64 below 0.05 after Holm", table)
+    page = (FOLDER / "README.md").read_text()
+    better, worse, holm = caption.groups()
+    assert f"{better} of 64 better,\n  {worse} of 64 worse" in page and f"{holm} of 64 below 0.05 after Holm" in page
