@@ -106,6 +106,20 @@ def test_interrupted_runs_are_closed_and_continued_into_the_same_run(uri):
     assert run_status(client(uri).get_run(cut.run_id)) == "running"
 
 
+def test_a_stop_between_a_trials_result_and_its_mlflow_status_keeps_the_result(uri):
+    """The stop came after the trial wrote its result (metrics, then the ``ok`` tag) and before MLflow's FINISHED."""
+    from mlflow.entities import RunTag
+
+    cut, caught = _trial(uri, "r", 0), _trial(uri, "r", 1)
+    caught.log_metrics({"test_accuracy": 0.5})
+    client(uri).log_batch(caught.run_id, tags=[RunTag(f"{TAG}status", "ok")])
+    assert client(uri).get_run(caught.run_id).info.status == "RUNNING"
+    assert mark_interrupted(uri, "r", "stopped by SIGINT") == 1
+    run = client(uri).get_run(caught.run_id)
+    assert (run.info.status, run_status(run), INTERRUPTION in run.data.tags) == ("FINISHED", "ok", False)
+    assert run_status(client(uri).get_run(cut.run_id)) == "interrupted"
+
+
 def test_a_report_counts_one_finished_run_per_cell_and_seed_and_lists_the_other(uri, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     values = {("none", 0): 0.60, ("none", 1): 0.62, ("continuum_dropout", 0): 0.70, ("continuum_dropout", 1): 0.72}
