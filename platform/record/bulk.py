@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ndebench.platform.record.recorder import trial_run_tags
-from ndebench.platform.record.schema import FINISHED_STATUSES, TAG
+from ndebench.platform.record.schema import TAG, mlflow_end
 from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 from ndebench.platform.record.tracking import retry, run_name
 
@@ -39,5 +39,5 @@ def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any
             run_id, metrics=chunk, params=params if first else [], tags=ended if first else []))
     for artifact, payload in artifacts.items():
         retry(lambda artifact=artifact, payload=payload: mlflow_client.log_dict(run_id, payload, artifact))
-    retry(lambda: mlflow_client.set_terminated(run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+    retry(lambda: mlflow_client.set_terminated(run_id, mlflow_end(status)))
     return run_id

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ndebench.platform.record.schema import COUNTED_STATUSES, FINISHED_STATUSES, TAG
+from ndebench.platform.record.schema import COUNTED_STATUSES, TAG, mlflow_end
 from ndebench.platform.record.tracking import client, retry, run_status, search
 
 INTERRUPTION = f"{TAG}interruption"
@@ -38,7 +38,7 @@ def _close(mlflow_client: Any, run: Any, cause: str) -> bool:
 
     status, run_id = run_status(run), run.info.run_id
     if status in COUNTED_STATUSES and run.info.status == "RUNNING" and run.data.tags.get(f"{TAG}kind") == "trial":
-        retry(lambda: mlflow_client.set_terminated(run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+        retry(lambda: mlflow_client.set_terminated(run_id, mlflow_end(status)))
         return False
     if status != "running" and run.info.status != "RUNNING":
         return False

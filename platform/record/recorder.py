@@ -8,7 +8,7 @@ from typing import Any
 
 from ndebench.platform.record.lease.fence import Fence, fenced
 from ndebench.platform.record.lease.heartbeat import interval_s, stale_s
-from ndebench.platform.record.schema import FINISHED_STATUSES, PARENT, RESULT_LEASE, RESUMABLE_STATUSES, TAG
+from ndebench.platform.record.schema import PARENT, RESULT_LEASE, RESUMABLE_STATUSES, TAG, mlflow_end
 from ndebench.platform.record.standard_tags import standard_tags
 from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
 from ndebench.platform.record.tracking import client, ensure_experiment, retry, run_name, run_status, search
@@ -98,4 +98,4 @@ class TrialRecorder:
             tags[RESULT_LEASE] = str(self.lease)
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
-        retry(lambda: self.client.set_terminated(self.run_id, "FINISHED" if status in FINISHED_STATUSES else "FAILED"))
+        retry(lambda: self.client.set_terminated(self.run_id, mlflow_end(status)))

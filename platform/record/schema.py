@@ -37,3 +37,8 @@ RESUMABLE_STATUSES: tuple[Status, ...] = ("running", "interrupted")
 # One row per evaluate run; the test_* metric columns follow.
 RESULTS_COLUMNS = ("variant", "run_id", "study", "model", "dataset", "regularizer", "config_hash", "status", "message",
                    "seed", "test_protocol", "metric")
+
+
+def mlflow_end(status: str) -> str:
+    """MLflow's status for a run that ended as ``status``: ``FINISHED`` for a result, else ``FAILED``."""
+    return "FINISHED" if status in FINISHED_STATUSES else "FAILED"
