@@ -79,3 +79,23 @@ def test_server_auth_without_credentials_exits_2_before_starting(monkeypatch, tm
     assert main(["server", "--auth", "--port", "5999"]) == 2
     assert "MLFLOW_TRACKING_PASSWORD" in capsys.readouterr().err
     assert not (tmp_path / "mlflow-auth").exists()
+
+
+@pytest.mark.parametrize("ttl", [60, 0])
+def test_mlflow_reads_the_password_cache_ttl_that_the_config_sets(tmp_path, monkeypatch, ttl):
+    from mlflow.server.auth.config import read_auth_config
+
+    env = auth_environment(tmp_path / "auth", "lead", "another-long-one", cache_ttl_s=ttl)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert read_auth_config().auth_cache_ttl_seconds == ttl
+
+
+def test_the_password_cache_ttl_is_whole_seconds(capsys):
+    from ndebench.platform.cli.arguments import build_parser
+
+    assert build_parser().parse_args(["server", "--auth"]).auth_cache_ttl == 60
+    assert build_parser().parse_args(["ui", "--auth", "--auth-cache-ttl", "0"]).auth_cache_ttl == 0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["server", "--auth", "--auth-cache-ttl", "-5"])
+    assert "expected whole seconds >= 0, got '-5'" in capsys.readouterr().err

@@ -25,6 +25,7 @@ def _add_exposure(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--auth", action="store_true", help="run MLflow's basic-auth app, as `server --auth` (admin "
                         "from $MLFLOW_TRACKING_USERNAME/_PASSWORD or --credentials-file)")
     parser.add_argument("--credentials-file", help="with --auth: the admin's 'username = ...', 'password = ...' file")
+    parser.add_argument("--auth-cache-ttl", type=_whole_seconds, default=60, metavar="SECONDS", help=AUTH_CACHE_HELP)
     parser.add_argument("--insecure", action="store_true", help=f"allow `{command} --host` beyond this machine "
                         "without --auth (a network only trusted machines reach); refused otherwise")
 
@@ -53,6 +54,17 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def _whole_seconds(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected whole seconds >= 0, got {text!r}")
+    return int(text)
+
+
+AUTH_CACHE_HELP = ("with --auth: seconds a server worker accepts a checked password again without hashing it "
+                   "(MLflow's auth_cache_ttl_seconds; default 60, 0 hashes every request). A password changed or a "
+                   "user deleted through another worker is refused by this one at most that much later")
 
 
 def _seconds(text: str) -> float:
@@ -193,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a network only trusted machines reach); refused otherwise")
     server.add_argument("--credentials-file", help="with --auth: a file of 'username = NAME' and 'password = "
                         "SECRET' lines for the admin account, instead of the environment variables")
+    server.add_argument("--auth-cache-ttl", type=_whole_seconds, default=60, metavar="SECONDS", help=AUTH_CACHE_HELP)
 
     grant = sub.add_parser(
         "grant", help="create a non-admin MLflow user that may write one study (server with --auth)",

@@ -33,7 +33,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     warning = check_exposure("ui", args.host, args.auth, args.insecure)
     uri = tracking_uri(args)
-    env = basic_auth_environment(args.credentials_file) if args.auth else {}
+    env = basic_auth_environment(args.credentials_file, cache_ttl_s=args.auth_cache_ttl) if args.auth else {}
     base = f"http://{args.host}:{args.port}"
     if args.study:
         links = api.study_links(args.study, uri, base)
@@ -65,6 +65,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         backend_store_uri=backend, artifacts_destination=args.artifacts_destination, host=args.host,
         port=args.port, public_host=args.public_host, workers=args.workers,
         allowed_hosts=tuple(h for h in (args.allowed_hosts or "").split(",") if h) or None, auth=args.auth,
+        auth_cache_ttl_s=args.auth_cache_ttl,
     )
     env = server_environment(settings, args.credentials_file)
     if warning:

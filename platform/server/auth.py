@@ -53,11 +53,16 @@ def check_installed() -> None:
                         "(or 'mlflow[auth]')")
 
 
-def auth_environment(folder: Path, username: str, password: str) -> dict[str, str]:
+def auth_environment(folder: Path, username: str, password: str, cache_ttl_s: int = 60) -> dict[str, str]:
     """Write MLflow's ``basic_auth.ini`` (owner-only, no secret in it) under ``folder`` and return the server's
     environment: ``MLFLOW_AUTH_CONFIG_PATH``, the admin account (``MLFLOW_AUTH_ADMIN_USERNAME`` / ``_PASSWORD``,
     used when the user database is created) and a Flask secret key (``$MLFLOW_FLASK_SERVER_SECRET_KEY`` if set, so
-    that several servers agree, else a new random one)."""
+    that several servers agree, else a new random one).
+
+    ``cache_ttl_s`` is MLflow's ``auth_cache_ttl_seconds``: a server worker that has checked a user's password
+    accepts it again for that long without the password hash (scrypt, about 0.15 s of CPU a request on a 2-core
+    machine, which otherwise bounds a sweep's requests); a password changed or a user deleted through another
+    worker is refused by this one at most that much later. 0 checks every request."""
     folder.mkdir(parents=True, exist_ok=True)
     config = configparser.ConfigParser(interpolation=None)
     config["mlflow"] = {
@@ -65,6 +70,7 @@ def auth_environment(folder: Path, username: str, password: str) -> dict[str, st
         "default_permission": "READ",
         "database_uri": f"sqlite:///{(folder / 'basic_auth.db').resolve()}",
         "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
+        "auth_cache_ttl_seconds": str(cache_ttl_s),
     }
     path = folder / "basic_auth.ini"
     path.touch(mode=0o600)

@@ -52,7 +52,7 @@ class ServerSettings:
     """A tracking server: ``backend_store_uri`` (runs, params, metrics), ``artifacts_destination`` (a folder
     or object-store URI the server proxies artifact uploads to), bind ``host`` and ``port``, the name
     workers reach it by (``public_host``), the Host headers it accepts (``allowed_hosts``), and whether it runs
-    MLflow's basic-auth app (``auth``)."""
+    MLflow's basic-auth app (``auth``), caching a checked password for ``auth_cache_ttl_s`` seconds."""
 
     backend_store_uri: str
     artifacts_destination: str
@@ -62,6 +62,7 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()
     workers: int = 4
     auth: bool = False
+    auth_cache_ttl_s: int = 60
 
     @property
     def reachable_host(self) -> str:
@@ -122,16 +123,19 @@ def server_command(settings: ServerSettings) -> list[str]:
 def server_environment(settings: ServerSettings, credentials_file: str | None = None,
                        cwd: Path | None = None) -> dict[str, str]:
     """Environment of the server process beyond this one's: with ``auth``, :func:`basic_auth_environment`."""
-    return basic_auth_environment(credentials_file, cwd) if settings.auth else {}
+    return basic_auth_environment(credentials_file, cwd, settings.auth_cache_ttl_s) if settings.auth else {}
 
 
-def basic_auth_environment(credentials_file: str | None = None, cwd: Path | None = None) -> dict[str, str]:
+def basic_auth_environment(credentials_file: str | None = None, cwd: Path | None = None,
+                           cache_ttl_s: int = 60) -> dict[str, str]:
     """The basic-auth config of an MLflow server or UI: admin credentials from the environment or
-    ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``."""
+    ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``; a checked password cached ``cache_ttl_s``
+    seconds per server worker (:func:`~ndebench.platform.server.auth.auth_environment`)."""
     from ndebench.platform.server.auth import admin_credentials, auth_environment, check_installed
 
     check_installed()
-    return auth_environment(Path(cwd or os.getcwd()) / "mlflow-auth", *admin_credentials(credentials_file))
+    return auth_environment(Path(cwd or os.getcwd()) / "mlflow-auth", *admin_credentials(credentials_file),
+                            cache_ttl_s=cache_ttl_s)
 
 
 def ui_command(tracking_uri: str, host: str, port: int, auth: bool = False) -> list[str]:
