@@ -5,6 +5,7 @@ import argparse
 from importlib.metadata import version
 
 from ndebench.platform.common.choices import CORRECTIONS, FIGURE_MODES, TESTS
+from ndebench.platform.server.auth import PASSWORD_CACHE_TTL_S
 
 EPILOG = "Docs: README.md and docs/ (`make docs` builds the site). Every subcommand has --help."
 
@@ -25,7 +26,7 @@ def _add_exposure(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--auth", action="store_true", help="run MLflow's basic-auth app, as `server --auth` (admin "
                         "from $MLFLOW_TRACKING_USERNAME/_PASSWORD or --credentials-file)")
     parser.add_argument("--credentials-file", help="with --auth: the admin's 'username = ...', 'password = ...' file")
-    parser.add_argument("--auth-cache-ttl", type=_whole_seconds, default=60, metavar="SECONDS", help=AUTH_CACHE_HELP)
+    _add_auth_cache_ttl(parser)
     parser.add_argument("--insecure", action="store_true", help=f"allow `{command} --host` beyond this machine "
                         "without --auth (a network only trusted machines reach); refused otherwise")
 
@@ -62,9 +63,12 @@ def _whole_seconds(text: str) -> int:
     return int(text)
 
 
-AUTH_CACHE_HELP = ("with --auth: seconds a server worker accepts a checked password again without hashing it "
-                   "(MLflow's auth_cache_ttl_seconds; default 60, 0 hashes every request). A password changed or a "
-                   "user deleted through another worker is refused by this one at most that much later")
+def _add_auth_cache_ttl(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--auth-cache-ttl", type=_whole_seconds, default=PASSWORD_CACHE_TTL_S, metavar="SECONDS",
+                        help="with --auth: seconds a server worker accepts a checked password again without hashing "
+                             f"it (MLflow's auth_cache_ttl_seconds; default {PASSWORD_CACHE_TTL_S}, 0 hashes every "
+                             "request). A password changed or a user deleted through another worker is refused by "
+                             "this one at most that much later")
 
 
 def _seconds(text: str) -> float:
@@ -205,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a network only trusted machines reach); refused otherwise")
     server.add_argument("--credentials-file", help="with --auth: a file of 'username = NAME' and 'password = "
                         "SECRET' lines for the admin account, instead of the environment variables")
-    server.add_argument("--auth-cache-ttl", type=_whole_seconds, default=60, metavar="SECONDS", help=AUTH_CACHE_HELP)
+    _add_auth_cache_ttl(server)
 
     grant = sub.add_parser(
         "grant", help="create a non-admin MLflow user that may write one study (server with --auth)",

@@ -17,6 +17,7 @@ import socket
 from pathlib import Path
 
 USERNAME_VAR, PASSWORD_VAR = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+PASSWORD_CACHE_TTL_S = 60  # the default of --auth-cache-ttl: see auth_environment
 
 
 class AuthError(ValueError):
@@ -53,7 +54,8 @@ def check_installed() -> None:
                         "(or 'mlflow[auth]')")
 
 
-def auth_environment(folder: Path, username: str, password: str, cache_ttl_s: int = 60) -> dict[str, str]:
+def auth_environment(folder: Path, username: str, password: str,
+                     cache_ttl_s: int = PASSWORD_CACHE_TTL_S) -> dict[str, str]:
     """Write MLflow's ``basic_auth.ini`` (owner-only, no secret in it) under ``folder`` and return the server's
     environment: ``MLFLOW_AUTH_CONFIG_PATH``, the admin account (``MLFLOW_AUTH_ADMIN_USERNAME`` / ``_PASSWORD``,
     used when the user database is created) and a Flask secret key (``$MLFLOW_FLASK_SERVER_SECRET_KEY`` if set, so

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from ndebench.platform.server.auth import PASSWORD_CACHE_TTL_S
+
 # With job execution on, MLflow 3.17 starts worker processes that survive the server's own exit.
 SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 # Seconds the server gets to shut down after SIGTERM before the group is killed: stopping must take under 2 s.
@@ -62,7 +64,7 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()
     workers: int = 4
     auth: bool = False
-    auth_cache_ttl_s: int = 60
+    auth_cache_ttl_s: int = PASSWORD_CACHE_TTL_S
 
     @property
     def reachable_host(self) -> str:
@@ -127,7 +129,7 @@ def server_environment(settings: ServerSettings, credentials_file: str | None = 
 
 
 def basic_auth_environment(credentials_file: str | None = None, cwd: Path | None = None,
-                           cache_ttl_s: int = 60) -> dict[str, str]:
+                           cache_ttl_s: int = PASSWORD_CACHE_TTL_S) -> dict[str, str]:
     """The basic-auth config of an MLflow server or UI: admin credentials from the environment or
     ``credentials_file``; users in ``<cwd>/mlflow-auth/basic_auth.db``; a checked password cached ``cache_ttl_s``
     seconds per server worker (:func:`~ndebench.platform.server.auth.auth_environment`)."""
