@@ -1,4 +1,4 @@
-"""Test order, the ``gpu`` lane and the fixtures several files share.
+"""Test order, the tests' temporary folders in RAM, the ``gpu`` lane and the fixtures several files share.
 
 Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, the longest of all in the order
 of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole files each, handed out in this
@@ -6,7 +6,10 @@ order because of ``--no-loadscope-reorder``) no long file starts last while the 
 from __future__ import annotations
 
 import gc
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,36 @@ LONGEST = ("test_lease.py", "test_interruptions.py", "test_sweep.py", "test_faul
            "test_scale.py", "test_deletions.py", "test_resume_holes.py", "test_disk_full.py", "test_timeouts.py",
            "test_analyses.py", "test_report_settings.py", "test_api.py", "test_tracking.py", "test_report.py",
            "test_paper_comparison.py", "test_learning.py", "test_continuation.py", "test_infrastructure.py")
+
+
+# Where pytest's temporary folders go unless --basetemp is given: a fresh folder in RAM, removed at the end. SQLite
+# syncs every commit to the disk, and every MLflow store, Ray results folder and sweep of a test lives there: on the
+# project's 2-core VM a new MLflow store took 4.3 s on disk and 0.7 s in RAM, the fast lane's store-heavy files ran
+# in half the time and the sweeps of two system files in 23% less. Only where the RAM disk can hold a whole run
+# (about 1.1 GB, the wheel test's venv most of it) and may run programs; otherwise pytest's default, on the disk.
+RAM_DISK = Path("/dev/shm")
+RAM_DISK_FREE = 4 * 1024**3
+_IN_RAM = pytest.StashKey[str]()
+
+
+def _ram_disk_usable() -> bool:
+    try:
+        return (os.access(RAM_DISK, os.W_OK | os.X_OK) and shutil.disk_usage(RAM_DISK).free >= RAM_DISK_FREE
+                and not os.statvfs(RAM_DISK).f_flag & os.ST_NOEXEC)
+    except OSError:
+        return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's workers get their folder under the controller's, as --basetemp.
+    if config.option.basetemp is None and not hasattr(config, "workerinput") and _ram_disk_usable():
+        config.option.basetemp = config.stash[_IN_RAM] = tempfile.mkdtemp(prefix="ndebench-tests.", dir=RAM_DISK)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (folder := config.stash.get(_IN_RAM, None)) is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
