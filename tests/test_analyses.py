@@ -15,6 +15,7 @@ from ndebench.platform.cli.main import main
 from ndebench.platform.record import tracking
 from ndebench.platform.report.render.trajectories import sample_trajectories
 from ndebench.platform.report.statistics.significance import friedman_gate, mark
+from ndebench.platform.report.timing import time_sections
 from scipy import stats as sps
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"
@@ -105,6 +106,28 @@ def test_compute_time_table_and_ratio(crafted):
             f"{np.mean(cd):.3f} ({np.std(cd, ddof=1):.3f}) x{np.mean(cd) / np.mean(base):.3f}")
     assert "from train_time_s: the training pass of each epoch only" in (out / "timing.md").read_text()
 
+
+
+def test_compute_time_names_each_models_own_p_and_m_for_the_validation_selected_cell():
+    """The tuned ``continuum_dropout`` cell picked (0.1, 50) for one model and (0.5, 5) for the other on A, and
+    (0.1, 5) for both on B: A's row says "per model" and names each cell's own point, B's row gives (0.1, 5)."""
+    points = {("ode", "A"): (0.1, 50.0), ("cde", "A"): (0.5, 5.0), ("ode", "B"): (0.1, 5.0), ("cde", "B"): (0.1, 5.0)}
+    rows = []
+    for (model, dataset), (p, m) in points.items():
+        for seed, seconds in enumerate((1.0, 2.0, 3.0)):
+            common = {"model": model, "dataset": dataset, "seed": seed, "status": "ok", "variant": ""}
+            rows.append({**common, "regularizer": "none", "label": "none", "p": np.nan, "m": np.nan,
+                         "train_time_s": seconds})
+            rows.append({**common, "regularizer": "continuum_dropout", "label": "continuum_dropout", "p": p, "m": m,
+                         "train_time_s": 2 * seconds})
+    sections = {s.title: s for s in time_sections(pd.DataFrame(rows))}
+    tuned = {section: next(r for r in sections[f"Compute time on {section}"].rows if r[0].text == "continuum_dropout")
+             for section in ("A", "B")}
+    assert sections["Compute time on A"].header == ["regularizer", "p", "m", "cde", "ode"]
+    assert [c.text for c in tuned["A"]] == ["continuum_dropout", "per model", "per model",
+                                            "4.000 (2.000) x2.000 at p=0.5, m=5", "4.000 (2.000) x2.000 at p=0.1, m=50"]
+    assert [c.text for c in tuned["B"]] == ["continuum_dropout", "0.1", "5", "4.000 (2.000) x2.000",
+                                            "4.000 (2.000) x2.000"]
 
 def _summary_expectation(frame, model, label, datasets):
     base = np.array([_cell(frame, model, d, label="none")["test_accuracy"].mean() for d in datasets])

@@ -26,11 +26,13 @@ def time_column(runs: pd.DataFrame) -> str | None:
 
 def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     """Per (model, dataset, label) of ``none`` and Continuum Dropout: ``n, mean, std`` of the per-run
-    seconds per epoch, ``p, m`` and ``ratio`` (mean over the baseline's mean)."""
+    seconds per epoch, the cell's own ``p, m`` (a tuned cell's differ by model and dataset) and ``ratio`` (mean
+    over the baseline's mean)."""
     part = runs[runs["regularizer"].isin([BASELINE, REGULARIZER])]
     cells = (stats.summarize_cells(part.assign(regularizer=part["label"]), column)
              .rename(columns={"regularizer": "label"}))
-    cells = cells.join(part.groupby("label")[["p", "m"]].first(), on="label")
+    keys = ["model", "dataset", "label"]
+    cells = cells.join(part.groupby(keys)[["p", "m"]].first(), on=keys)
     base = cells[cells["label"] == BASELINE].set_index(["model", "dataset"])["mean"]
     cells["ratio"] = [row.mean / base.get((row.model, row.dataset), np.nan) for row in cells.itertuples()]
     return cells
@@ -38,7 +40,8 @@ def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
 
 def time_sections(runs: pd.DataFrame) -> list[Section]:
     """One table per dataset: rows ``none`` and each Continuum Dropout cell (with its p and m), columns models,
-    cells "mean (std) x ratio"."""
+    cells "mean (std) x ratio". Where a row's p and m differ between models (the validation-selected cell),
+    the p and m columns say "per model" and each cell names its own."""
     column = time_column(runs)
     if column is None or not (runs["regularizer"] == REGULARIZER).any():
         return []
@@ -46,15 +49,16 @@ def time_sections(runs: pd.DataFrame) -> list[Section]:
     sections = []
     for dataset, group in cells.groupby("dataset", sort=True):
         models = sorted(group["model"].unique())
-        order = group.groupby("label")[["p", "m"]].first().fillna(-1.0)
+        order = group.groupby("label")[["p", "m"]].min().fillna(-1.0)
         labels = sorted(order.index, key=lambda label: (label != BASELINE, *order.loc[label], label))
         by = group.set_index(["label", "model"])
         rows = []
         for label in labels:
-            first = by.loc[label].iloc[0]
             baseline = label == BASELINE
-            line = [Cell(label), Cell("0" if baseline else _number(first["p"])),
-                    Cell("–" if baseline else _number(first["m"]))]
+            settings = {(_number(p), _number(m)) for p, m in by.loc[label][["p", "m"]].itertuples(index=False)}
+            shared = baseline or len(settings) == 1
+            p, m = ("0", "–") if baseline else next(iter(settings)) if shared else ("per model", "per model")
+            line = [Cell(label), Cell(p), Cell(m)]
             for model in models:
                 if (label, model) not in by.index:
                     line.append(Cell("–"))
@@ -63,6 +67,8 @@ def time_sections(runs: pd.DataFrame) -> list[Section]:
                 text = mean_std(row["mean"], row["std"], int(row["n"]))
                 if label != BASELINE and np.isfinite(row["ratio"]):
                     text += f" x{row['ratio']:.3f}"
+                if not shared:
+                    text += f" at p={_number(row['p'])}, m={_number(row['m'])}"
                 line.append(Cell(text))
             rows.append(line)
         source = ("train_time_s: the training pass of each epoch only" if column == "train_time_s" else
