@@ -6,7 +6,8 @@ From the frames of :mod:`~ndebench.platform.report.paper.comparison` and the rul
 - **Across datasets** (Tables 9-11): the study's improvement with its 95% interval on ``sets - 1`` degrees of
   freedom, the paper's with its own (its SE over its 15 or 30 sets, ``df = sets - 1``), the Welch interval of
   study minus paper, the TOST with margin :data:`MARGIN_FRACTION` x the paper's improvement, the study's minimum
-  detectable effect (MDE, its own test against 0) and its power at the paper's effect, and the verdict.
+  detectable effect (MDE, its own test against 0) and its power at the paper's effect, the verdict, and how many
+  of the row's sets are near ceiling (below), which can make a row differ by its sets rather than the method.
 - **Per cell**: study cell minus paper cell with the paper's std and n = 5 seeds, the TOST with margin
   :data:`MARGIN_FRACTION` x the paper's Table 9 improvement of the model (the mean of Table 9's rows for a model
   it lacks), the MDE of the Welch test, and the verdict.
@@ -179,8 +180,27 @@ def _study_text(r: Any) -> str:
     return f"{_num(r.study_improvement)} {_ci(r.study_ci_low, r.study_ci_high)} df={r.study_df}"
 
 
+def with_ceilings(across: pd.DataFrame, powers: pd.DataFrame) -> pd.DataFrame:
+    """``across`` (:func:`across_agreement`) with ``ceiling_sets``: the row's study sets near ceiling, from the
+    same (model, split) row of :func:`per_set_power`."""
+    ceilings = {(p.model, p.split): list(p.ceiling_sets) for p in powers.itertuples(index=False)}
+    return across.assign(ceiling_sets=[ceilings.get((r.model, r.split), []) for r in across.itertuples(index=False)])
+
+
+def _ceiling_note(across: pd.DataFrame) -> str:
+    """The rows that differ from the paper while half or more of their study sets are near ceiling."""
+    rows = [f"{r.model} {r.split} ({len(r.ceiling_sets)} of {r.study_n_datasets})"
+            for r in across.itertuples(index=False)
+            if r.verdict == "differs" and 2 * len(r.ceiling_sets) >= r.study_n_datasets]
+    return ("Near ceiling: the study's sets whose none mean leaves less room to 1 than the paper's improvement "
+            "(per-set power table). A row that differs with half or more of its sets near ceiling may differ by "
+            "the sets' ceiling, not the method: there the study's improvement cannot reach the paper's. "
+            + (f"Such rows: {', '.join(rows)}." if rows else "No row that differs is such a row."))
+
+
 def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.DataFrame) -> list[Section]:
-    """The across-dataset agreement, the per-cell agreement and the per-set power as report sections."""
+    """The across-dataset agreement (``across`` from :func:`with_ceilings`), the per-cell agreement and the
+    per-set power as report sections."""
     across_rows = [[Cell(r.model), Cell(f"{r.split} (Table {r.table})"),
                     Cell(_study_text(r)),
                     Cell(f"{_num(r.paper_improvement)} {_ci(r.paper_ci_low, r.paper_ci_high)} df={r.paper_df}"),
@@ -188,6 +208,7 @@ def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.Dat
                     Cell(f"{_p(r.p_difference)} ({_p(r.p_difference_holm)})"),
                     Cell(f"±{r.margin:.3f}: {_p(r.p_tost)} ({_p(r.p_tost_holm)})"),
                     Cell(_num(r.study_mde, ".3f")), Cell(_num(r.power_at_paper, ".2f")),
+                    Cell(f"{len(r.ceiling_sets)} of {r.study_n_datasets}"),
                     Cell(r.verdict, flag=r.verdict == "differs")]
                    for r in across.itertuples(index=False)]
     counts = across["verdict"].value_counts().to_dict() if len(across) else {}
@@ -196,14 +217,14 @@ def agreement_sections(across: pd.DataFrame, cells: pd.DataFrame, powers: pd.Dat
     first = Section(
         "Agreement with the paper across datasets",
         ["model", "split", "study improvement [95% CI]", "paper improvement [95% CI]", "study - paper [95% CI]",
-         "p (Holm)", "TOST margin: p (Holm)", "study MDE", "power at paper", "verdict"], across_rows,
+         "p (Holm)", "TOST margin: p (Holm)", "study MDE", "power at paper", "near ceiling", "verdict"], across_rows,
         "Improvement of continuum_dropout over none, mean over sets with its Student-t 95% interval on sets - 1 "
         "degrees of freedom, for the study and for the paper (its SE over its sets); study - paper: Welch interval "
         "and p (Welch-Satterthwaite df); TOST: equivalence within the margin; study MDE: the smallest improvement "
         "the study's own test against 0 detects with 80% power at alpha 0.05; power at paper: that test's power if "
         "the paper's improvement were true.",
         notes=[agr.RULE, MARGIN_TEXT, "Verdicts: " + ", ".join(f"{v} {counts.get(v, 0)} of {len(across)}"
-                                                              for v in agr.VERDICTS)]
+                                                              for v in agr.VERDICTS), _ceiling_note(across)]
         + ([f"The study's intervals use t quantiles {quantiles}: with few sets the interval is that many standard "
             "errors wide on each side."] if quantiles else []),
         flag_legend="differs from the paper")

@@ -270,8 +270,9 @@ def paper_comparison(runs: pd.DataFrame, primary: dict[str, str],
     ``summary.json``'s ``paper_comparison``."""
     cells, missing = compare_cells(runs, primary)
     across, notes = compare_summary(runs, primary, channels)
-    agree_across, agree_cells = agreement.across_agreement(across), agreement.cell_agreement(cells)
     powers = agreement.per_set_power(runs, primary, across, PROPOSED, BASELINE)
+    agree_across = agreement.with_ceilings(agreement.across_agreement(across), powers)
+    agree_cells = agreement.cell_agreement(cells)
     chance, maxima = evidence.paper_chance_gains(across), evidence.column_maxima()
     found = paper_json(cells, missing, across, notes)
     found["paper_comparison"] |= (agreement.agreement_json(agree_across, agree_cells, powers)
