@@ -107,7 +107,6 @@ def test_compute_time_table_and_ratio(crafted):
     assert "from train_time_s: the training pass of each epoch only" in (out / "timing.md").read_text()
 
 
-
 def test_compute_time_names_each_models_own_p_and_m_for_the_validation_selected_cell():
     """The tuned ``continuum_dropout`` cell picked (0.1, 50) for one model and (0.5, 5) for the other on A, and
     (0.1, 5) for both on B: A's row says "per model" and names each cell's own point, B's row gives (0.1, 5)."""
@@ -128,6 +127,7 @@ def test_compute_time_names_each_models_own_p_and_m_for_the_validation_selected_
                                             "4.000 (2.000) x2.000 at p=0.5, m=5", "4.000 (2.000) x2.000 at p=0.1, m=50"]
     assert [c.text for c in tuned["B"]] == ["continuum_dropout", "0.1", "5", "4.000 (2.000) x2.000",
                                             "4.000 (2.000) x2.000"]
+
 
 def _summary_expectation(frame, model, label, datasets):
     base = np.array([_cell(frame, model, d, label="none")["test_accuracy"].mean() for d in datasets])
