@@ -276,7 +276,8 @@ def test_the_chance_of_so_few_significant_sets_is_the_poisson_binomial():
 def test_a_row_that_differs_on_sets_near_ceiling_says_so():
     """8 univariate sets at none 0.97 and no gain: the row differs from the paper's +0.098, but every set leaves
     0.03 < 0.098 to 1, so the table counts 8 of 8 near ceiling and the note names the row."""
-    runs = _improvement_study("neural_cde", [0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)], base=0.97)
+    gains = [0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)]
+    runs = _improvement_study("neural_cde", gains, base=0.97)
     channels = dict.fromkeys(sorted(set(runs["dataset"])), 1)
     sections, found = paper.paper_comparison(runs, _primary(runs), channels)
     across = {r["split"]: r for r in found["paper_comparison"]["agreement_across_datasets"]}
@@ -290,7 +291,7 @@ def test_a_row_that_differs_on_sets_near_ceiling_says_so():
     note = next(n for n in section.notes if n.startswith("Near ceiling:"))
     assert note.endswith("Such rows: neural_cde all (8 of 8), neural_cde univariate (8 of 8).")
     # the same sets with room to 1 (none at 0.5): none of them near ceiling, and no row named
-    runs = _improvement_study("neural_cde", [0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)], base=0.5)
+    runs = _improvement_study("neural_cde", gains, base=0.5)
     sections, found = paper.paper_comparison(runs, _primary(runs), channels)
     section = next(s for s in sections if s.title == "Agreement with the paper across datasets")
     assert next(r for r in section.rows if r[1].text == "univariate (Table 10)")[column].text == "0 of 8"
