@@ -34,8 +34,9 @@ GRID = {
 TPE = {
     "study": "tpe", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
     "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
-    # 60 epochs (about 16 s a trial): long enough to stop the stage part-way, twice, on a loaded machine.
-    "training": {"epochs": 60, "min_epochs": 60, "patience": 60, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
+    # 40 epochs (about 11 s a trial): the first driver's stage outlasts a refused second driver's start (about
+    # 4 s, started once the first holds the lease) many times over, and each stop leaves the stage part-way.
+    "training": {"epochs": 40, "min_epochs": 40, "patience": 40, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
     "tune": {"sampler": "tpe", "num_samples": 5, "n_startup_trials": 2}, "resources": {"cpu": 1},
 }
 COMMAND = [sys.executable, "-m", "ndebench.platform", "run"]
@@ -157,8 +158,8 @@ def test_tpe_search_stopped_twice_ends_with_its_budget_and_one_driver_per_study(
     first = _start(tmp_path, "tpe.yaml")
     try:
         deadline = time.time() + 300
-        while _training(db, "tune") == 0:
-            assert first.poll() is None and time.time() < deadline, "the sweep never started training"
+        while not _count(db, "select count(*) from params where key like 'ndebench.lease.%'"):
+            assert first.poll() is None and time.time() < deadline, "the sweep never took its lease"
             time.sleep(0.1)
         second = _run(tmp_path, "tpe.yaml", "--resume")
         assert second.returncode == 2, second.stdout + second.stderr

@@ -5,6 +5,7 @@ stage, and records a cell that yields no usable trial as failed, so that the swe
 """
 from __future__ import annotations
 
+import gc
 import math
 import os
 import socket
@@ -141,6 +142,10 @@ class StageContext:
         # Tune's automatic CSV, JSON and TensorBoard loggers write every result of every trial again, beside
         # MLflow, and the driver pays for them (about 8 ms a trial) and reads them all back when the run ends.
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+        if not gc.get_freeze_count():
+            # What the driver holds by now (torch, Ray Tune, MLflow, pandas: millions of objects) lives as long as
+            # it does; frozen, it is not walked again by every full collection of Tune's loop (docs/performance.md).
+            gc.freeze()
         grid = self.ray.fit(tuner)
         for callback in callbacks:
             self._cut_off(stage, getattr(callback, "outcomes", {}))
