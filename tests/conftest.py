@@ -1,4 +1,5 @@
-"""Test order, the tests' temporary folders in RAM, the ``gpu`` lane and the fixtures several files share.
+"""Test order, the tests' temporary folders in RAM, new MLflow stores from a kept schema, the ``gpu`` lane and the
+fixtures several files share.
 
 Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, the longest of all in the order
 of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole files each, handed out in this
