@@ -6,6 +6,7 @@ of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole
 order because of ``--no-loadscope-reorder``) no long file starts last while the other worker idles."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -90,17 +91,11 @@ def _initialize_from_template(engine) -> None:
         return
     if not _SCHEMA:
         _MIGRATE(engine)
-        raw = engine.raw_connection()
-        try:
+    with contextlib.closing(engine.raw_connection()) as raw:
+        if _SCHEMA:
+            raw.driver_connection.executescript(_SCHEMA[0])
+        else:
             _SCHEMA.append("\n".join(raw.driver_connection.iterdump()))
-        finally:
-            raw.close()
-        return
-    raw = engine.raw_connection()
-    try:
-        raw.driver_connection.executescript(_SCHEMA[0])
-    finally:
-        raw.close()
 
 
 _MIGRATE = mlflow.store.db.utils._initialize_tables
