@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from pathlib import Path
 
 import numpy as np
-import sktime
 import torch
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.datasets.files import corrupt_file, missing_files, resolve_data_dir
 from ndebench.datasets.protocol import check_missing_rate, resample_series, uea_protocol
 from ndebench.datasets.registry import register_dataset
-from sktime.datasets import load_from_tsfile
 
-SKTIME_DATA = Path(sktime.__file__).parent / "datasets" / "data"
+# Found without importing sktime (a quarter second of CPU in every driver and trial worker, most of which never
+# read a .ts file); read_ts imports it.
+SKTIME_DATA = Path(importlib.util.find_spec("sktime").origin).parent / "datasets" / "data"
 
 # Appendix, Table "Data description" of the paper (15 univariate, then 15 multivariate sets) as
 # name: (samples, classes, channels, length or None when lengths differ); the main text's four sets
@@ -131,6 +132,8 @@ def probe(name: str, data_dir: str | os.PathLike | None = None) -> None:
 
 def read_ts(path: Path) -> tuple[list[list[np.ndarray]], np.ndarray]:
     """Read a ``.ts`` file: ``series[i][c]`` 1-D float arrays (lengths may differ) and string labels ``(N,)``."""
+    from sktime.datasets import load_from_tsfile
+
     try:
         frame, labels = load_from_tsfile(str(path), return_data_type="nested_univ")
         series = [[np.asarray(cell, dtype=np.float64) for cell in row] for row in frame.itertuples(index=False)]

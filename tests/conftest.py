@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shutil
 import sys
@@ -145,6 +146,18 @@ def fake_md5(monkeypatch):
         recorded.update({str(p): calculate_md5(str(p)) for p in root.rglob("*") if p.is_file()})
 
     return record
+
+
+@pytest.fixture(scope="module")
+def one_cpu_ray():
+    """The local Rays that a module's drivers start get one CPU (Ray's ``RAY_OVERRIDE_RESOURCES``), so a stage
+    runs its trials one after another on one reused worker process. Each trial worker's start (Ray, Tune, torch,
+    MLflow and scikit-learn imports, torch's first optimizer) costs about 6 s of CPU, more than the few epochs a
+    test trial trains, and with Ray's two CPUs every stage of two or more trials started two; files whose tests
+    are about trials running side by side do not use this."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_OVERRIDE_RESOURCES", json.dumps({"CPU": 1}))
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def test_each_row_is_evaluated_on_its_own_base(tmp_path):
     config = tmp_path / "scoped.yaml"
     config.write_text(yaml.safe_dump(SPEC))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=150 * 1024**2,
              log_to_driver=False)
     try:
         with contextlib.redirect_stdout(io.StringIO()):

@@ -17,7 +17,7 @@ from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.worker.loop import run_trial
 from ndebench.platform.worker.spec import TrialSpec
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("one_cpu_ray")]
 
 CONFIG = {
     "study": "fault", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],

@@ -22,7 +22,7 @@ from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import run_status, search
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("one_cpu_ray")]
 
 GRID = {
     "study": "stops", "protocol": "paper", "models": ["neural_cde"], "datasets": ["synthetic"],
@@ -34,9 +34,10 @@ GRID = {
 TPE = {
     "study": "tpe", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
     "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
-    # 40 epochs (about 11 s a trial): the first driver's stage outlasts a refused second driver's start (about
-    # 4 s, started once the first holds the lease) many times over, and each stop leaves the stage part-way.
-    "training": {"epochs": 40, "min_epochs": 40, "patience": 40, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
+    # 20 epochs, the trials one at a time (a one-CPU Ray): the first driver's stage outlasts a refused second
+    # driver's start (about 4 s, started once the first holds the lease) many times over, and each stop leaves the
+    # stage part-way.
+    "training": {"epochs": 20, "min_epochs": 20, "patience": 20, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
     "tune": {"sampler": "tpe", "num_samples": 5, "n_startup_trials": 2}, "resources": {"cpu": 1},
 }
 COMMAND = [sys.executable, "-m", "ndebench.platform", "run"]
@@ -105,11 +106,12 @@ def _metrics(uri: str, study: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, one_cpu_ray):
     folder = tmp_path_factory.mktemp("uninterrupted")
     (folder / "grid.yaml").write_text(yaml.safe_dump(GRID))
     done = _run(folder, "grid.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "Ray cluster: 1 CPU," in done.stdout
     return folder
 
 
@@ -145,7 +147,7 @@ def test_grid_sweep_stopped_in_tune_and_evaluate_resumes_to_the_uninterrupted_re
     assert _table(tmp_path, "stops") == _table(uninterrupted, "stops")
 
     (tmp_path / "elsewhere").mkdir()
-    again = _run(tmp_path, "grid.yaml", "--resume", "--data-dir", "elsewhere", "--set", "resources.cpu=2")
+    again = _run(tmp_path, "grid.yaml", "--resume", "--data-dir", "elsewhere", "--set", "resources.cpu=0.5")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1], 4 already recorded" in again.stdout
     assert len(_trials(uri, "stops", "evaluate")) == 4 and len(_trials(uri, "stops", "base")) == 2

@@ -327,16 +327,21 @@ def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(ur
 SWEEP = {
     "study": "lease", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
     "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
-    # 40 epochs (about 10 s a trial): time to pause the first driver, let a second take over and resume the first.
-    "training": {"epochs": 40, "min_epochs": 40, "patience": 40, "lr": [0.01, 0.02]},
+    # 20 epochs, the trials one at a time (a one-CPU Ray): time to pause the first driver, let a second take over
+    # and resume the first while the second still has trials to run.
+    "training": {"epochs": 20, "min_epochs": 20, "patience": 20, "lr": [0.01, 0.02]},
     "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
 }
 COMMAND = [sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml"]
-ENV = os.environ | {heartbeat.STALE_ENV: "4"}
+
+
+def _env() -> dict[str, str]:
+    # Read at each start: the `raced` fixture's one_cpu_ray sets the environment after this module is imported.
+    return os.environ | {heartbeat.STALE_ENV: "4"}
 
 
 def _start(cwd: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*COMMAND, *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    return subprocess.Popen([*COMMAND, *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
 
@@ -374,13 +379,14 @@ def _table(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def raced(tmp_path_factory):
+def raced(tmp_path_factory, one_cpu_ray):
     """Two drivers of one new study started in the same second; the winner's sweep runs to its end."""
     folder = tmp_path_factory.mktemp("raced")
     (folder / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
     drivers = [_start(folder), _start(folder)]
     outputs = [_finish(driver) for driver in drivers]
     loser = 0 if drivers[0].returncode == 2 else 1
+    assert "Ray cluster: 1 CPU," in outputs[1 - loser], outputs[1 - loser]
     return folder, drivers[loser], outputs[loser], drivers[1 - loser], outputs[1 - loser]
 
 
@@ -415,7 +421,7 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
         assert new.poll() is None, "the new driver ended before the old one was resumed"
         second, = claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id))[1:]
         assert second.epoch == 2 and second.held  # not freed
-        third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+        third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                                timeout=300)
         assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
             third.stdout + third.stderr)
@@ -469,7 +475,7 @@ def test_a_deleted_or_outbid_lease_stops_its_driver_and_a_resume_ends_the_study(
     assert second.returncode == 3, out
     assert "(epoch 2): driver made-up:1 took it over (lease epoch 4)" in out.strip().splitlines()[-1], out
 
-    third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+    third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                            timeout=600)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert 5 in _lease_claims(uri) and 3 not in _lease_claims(uri)

@@ -15,7 +15,7 @@ from ndebench.platform.record.completeness import planned_statuses
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import client, search
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("one_cpu_ray")]
 
 CONFIG = {"study": "outage", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
           "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]}, "plugins": ["faultplugin"],

@@ -97,7 +97,7 @@ def test_resume_fills_every_hole(tmp_path):
     sys.path.insert(0, str(tmp_path / "plugin"))
     importlib.invalidate_caches()
     os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=150 * 1024**2,
              log_to_driver=False,
              runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}})
     try:

@@ -43,7 +43,7 @@ def sweeps(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("stack")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
+    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=150 * 1024**2,
              log_to_driver=False)
     try:
         codes = {}

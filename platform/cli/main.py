@@ -13,6 +13,7 @@ from pathlib import Path
 from ndebench.platform.cli.arguments import build_parser
 from ndebench.platform.cli.configcheck import lint, load, located
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
+from ndebench.platform.common.collector import for_startup
 from ndebench.platform.failures import exitcodes
 
 
@@ -407,6 +408,7 @@ def run() -> None:
     """Console-script entry: ``main`` with Unix pipe behaviour (``ndebench list models | head`` ends quietly)."""
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    for_startup()
     try:
         code = main()
     except KeyboardInterrupt:

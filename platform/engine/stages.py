@@ -20,8 +20,8 @@ from ndebench.platform.cluster.joining import gpu_request
 from ndebench.platform.cluster.preflight import shared_folder
 from ndebench.platform.cluster.raysession import RaySession
 from ndebench.platform.cluster.storage import Storage
+from ndebench.platform.engine.entry import trial_entry
 from ndebench.platform.engine.provenance import driver_provenance
-from ndebench.platform.engine.stacktrainable import trial_or_stack
 from ndebench.platform.engine.trainable import full_config
 from ndebench.platform.record.interruption import interrupt_run
 from ndebench.platform.record.lease.heartbeat import Lease
@@ -96,7 +96,7 @@ class StageContext:
         from ray import tune
 
         fn = tune.with_parameters(
-            trial_or_stack, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
+            trial_entry, tracking_uri=self.tracking_uri, parents=parents, evaluate_configs=evaluate_configs,
             resume_runs=resume_runs or {}, templates=templates or {}, run_tags=driver_provenance() | self.lease_tag(),
             storage_uri=self.storage.uri, experiment=self.experiment(stage),
             checkpoint_every=self.spec.tune.checkpoint_every, save_weights=self.spec.evaluate.save_weights,
