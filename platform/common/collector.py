@@ -4,7 +4,7 @@ Each begins by importing torch, Ray Tune, MLflow and scikit-learn (and a worker,
 compiler stack): about a million objects that live as long as the process. Under CPython's default first
 threshold (700 new container objects) the collector scans the young objects over and over while they are made:
 about a fifth of a trial worker's start-up CPU. From a first threshold of 10,000 the scans cost little (measured in
-docs/performance.md), and the objects a training step leaves in reference cycles still go within a few steps.
+docs/performance.md), and garbage in reference cycles is still found after at most 10,000 new container objects.
 """
 from __future__ import annotations
 
