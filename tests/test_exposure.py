@@ -64,6 +64,29 @@ def test_the_log_file_is_owner_only_from_its_creation(tmp_path, monkeypatch):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_text() == f"password {REDACTED}\n"
 
 
+LOG_FOLDER = """
+import sys, types
+sys.modules["ray"] = types.SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"CPU": 1.0})
+from ndebench.platform.cluster.raysession import RaySession
+session = RaySession(None, False, lambda line: None)
+session.start()
+print(session._driver_log.parent)
+assert session._driver_log.parent.is_dir()
+""" + "raise SystemExit(int(sys.argv[1]))"
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_drivers_unredacted_ray_log_leaves_no_folder_behind(tmp_path, code):
+    """The driver captures Ray's output in a private temporary folder (only its redacted copy is saved under the
+    storage path); the folder goes when the driver exits, whether the sweep succeeded or failed."""
+    env = os.environ | {"TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", LOG_FOLDER, str(code)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == code, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.parent == tmp_path and folder.name.startswith("ndebench-")
+    assert not folder.exists() and not list(tmp_path.iterdir())
+
 def test_a_checkpoint_folder_symlinked_out_of_its_trial_is_refused(tmp_path):
     import torch
 

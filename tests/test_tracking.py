@@ -9,9 +9,12 @@ from ndebench.platform.record.runs import evaluate_runs, planned_seeds, runs_fra
 from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
 from ndebench.platform.record.tracking import (
     MLFLOW_STATUS,
+    RESULT_LEASE,
     TAG,
     client,
     close_orphaned_runs,
+    run_status,
+    search,
 )
 from ndebench.platform.report.report import primary_metrics
 
@@ -137,3 +140,26 @@ def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_me
 
 def test_statuses_read_from_mlflow_are_the_schema_statuses():
     assert set(MLFLOW_STATUS.values()) <= set(STATUSES)
+
+
+def test_orphans_are_found_by_query_exactly_as_a_full_read_finds_them(tmp_path):
+    """The end of a stage fetches only the runs that can read as running: a ``running`` status tag, or none and
+    MLflow's RUNNING; a running-tagged run whose result came from a driver that lost the study stays as it is."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tagged = _record(uri, "none", 0)
+    _record(uri, "none", 1, "ok", {"test_accuracy": 0.5})
+    mlflow_client = client(uri)
+    experiment = mlflow_client.get_experiment_by_name(STUDY).experiment_id
+    identity = {f"{TAG}phase": "evaluate", f"{TAG}kind": "trial"}
+    untagged = mlflow_client.create_run(experiment, tags=identity).info.run_id
+    ended = mlflow_client.create_run(experiment, tags=identity).info.run_id
+    mlflow_client.set_terminated(ended, "FINISHED")
+    superseded = _record(uri, "none", 2)
+    mlflow_client.set_tag(superseded, f"{TAG}lease", "2")
+    mlflow_client.set_tag(superseded, f"{TAG}{RESULT_LEASE}", "1")
+    expected = {r.info.run_id for r in search(uri, STUDY, f"tags.`{TAG}phase` = 'evaluate'")
+                if run_status(r) == "running"}
+    assert expected == {tagged, untagged}
+    assert sorted(close_orphaned_runs(uri, STUDY, "evaluate")) == sorted(expected)
+    assert {run_status(mlflow_client.get_run(r)) for r in expected} == {"error"}
+    assert run_status(mlflow_client.get_run(superseded)) == "interrupted"

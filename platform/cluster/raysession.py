@@ -1,7 +1,8 @@
 """The sweep's Ray session: starting or joining Ray, and capturing this driver's Ray output in one log file.
 
 Ray's console output (experiment boxes, result paths, its loggers' handlers) goes to a log file unless
-``verbose``; only the sweep's own progress lines reach the console.
+``verbose``; only the sweep's own progress lines reach the console. The capture lives in a private temporary
+folder that goes when the driver exits; the sweep saves its redacted copy under the storage path.
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ class RaySession:
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
             lambda record: TOKEN_WARNING not in record.getMessage())
         self._console = sys.stdout
-        self._driver_log = Path(tempfile.mkdtemp(prefix="ndebench-")) / "driver.log"
+        # Removed when this session is collected or the driver exits: save_log keeps what the user needs.
+        self._log_dir = tempfile.TemporaryDirectory(prefix="ndebench-")
+        self._driver_log = Path(self._log_dir.name) / "driver.log"
         self._console_log = self._driver_log.with_name("console.log")
         self._driver_handler = logging.FileHandler(self._driver_log)
         self._driver_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

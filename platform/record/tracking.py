@@ -245,7 +245,14 @@ def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any
     mlflow_client = client(uri)
     closed = []
     where = " and ".join(f"tags.`{TAG}{k}` = '{v}'" for k, v in ({"phase": phase} | (tags or {})).items())
-    for run in search(uri, study, where):
+    # Only runs that can read as running are fetched (a status tag of `running`, or none and an MLflow status that
+    # maps to it): a stage of thousands of trials would otherwise be read whole at its end.
+    open_runs: dict[str, Any] = {}
+    for clause in [f"tags.`{TAG}status` = 'running'",
+                   *(f"attributes.status = '{s}'" for s, ours in MLFLOW_STATUS.items() if ours == "running")]:
+        for run in search(uri, study, f"{where} and {clause}"):
+            open_runs.setdefault(run.info.run_id, run)
+    for run in open_runs.values():
         if run_status(run) != "running":
             continue
         reason = _first_line((reasons or {}).get(run.data.tags.get(f"{TAG}config_hash", "")))
