@@ -87,8 +87,8 @@ def stratified_split(
     The UEA pipeline uses the run seed for both; Speech Commands and Sepsis use the fixed states 0 and 1.
     Returns sorted int64 index tensors ``(train, val, test)``.
     """
-    # Imported here: a driver imports this module through the dataset registry but never splits data, and
-    # scikit-learn costs each process that imports it about 0.3 s of CPU.
+    # Imported here: the sweep's driver imports this module through the dataset registry but splits no data,
+    # and importing scikit-learn costs a process a few tenths of a second of CPU.
     from sklearn.model_selection import train_test_split
 
     y = targets.numpy()
