@@ -21,6 +21,7 @@ import torch
 import torchvision.datasets.cifar
 import torchvision.datasets.stl10
 import torchvision.datasets.svhn
+from fakes import local_ray_arguments
 from ndebench.datasets.registry import REGISTRY as DATASETS
 from ndebench.models.registry import REGISTRY as MODELS
 from ndebench.platform.common import plugins
@@ -165,7 +166,6 @@ def local_ray():
     """A small local Ray for a module's in-process sweeps (``main(["run", ...])`` joins it), ended after them."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
-             log_to_driver=False)
+    ray.init(**local_ray_arguments(2))
     yield
     ray.shutdown()

@@ -20,6 +20,15 @@ import pytest
 import scipy.io
 from scipy.io import wavfile
 
+
+def local_ray_arguments(num_cpus: int, **extra) -> dict:
+    """``ray.init``'s arguments for an in-process test Ray: the driver's own local Ray (``init_arguments``) with
+    ``num_cpus`` CPUs and a smaller object store, plus ``extra`` (a ``runtime_env``)."""
+    from ndebench.platform.cluster.joining import init_arguments
+
+    return init_arguments(None, verbose=False) | {"num_cpus": num_cpus, "object_store_memory": 150 * 1024**2} | extra
+
+
 # Devices a device-dependent test runs on: the CPU always, CUDA as a ``gpu`` test (skipped without a device).
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu, id="cuda")]
 

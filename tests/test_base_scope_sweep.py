@@ -7,6 +7,7 @@ import json
 
 import pytest
 import yaml
+from fakes import local_ray_arguments
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.tracking import TAG, search
 
@@ -31,8 +32,7 @@ def test_each_row_is_evaluated_on_its_own_base(tmp_path):
     config = tmp_path / "scoped.yaml"
     config.write_text(yaml.safe_dump(SPEC))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=150 * 1024**2,
-             log_to_driver=False)
+    ray.init(**local_ray_arguments(1))
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             code = main(["run", str(config), "--tracking-uri", uri, "--storage-path", (tmp_path / "ray").as_uri(),

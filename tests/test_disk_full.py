@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
+from fakes import local_ray_arguments
 from ndebench.platform.cli.main import main
 from ndebench.platform.cluster.raysession import RaySession
 from ndebench.platform.failures.diskfull import disk_full, is_disk_full
@@ -82,8 +83,7 @@ def test_a_full_disk_at_the_end_of_a_sweep_exits_3_with_the_report_written(tmp_p
 
     monkeypatch.setattr(RaySession, "save_log", save_log)
     monkeypatch.setattr(tracking, "log_report_artifacts", log_report_artifacts)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
-             log_to_driver=False)
+    ray.init(**local_ray_arguments(2))
     try:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

@@ -28,6 +28,23 @@ def test_local_ray_never_joins_a_running_cluster_and_joining_passes_no_local_opt
     assert init_arguments("127.0.0.1:6379", verbose=True) == {"address": "127.0.0.1:6379", "log_to_driver": True}
 
 
+@pytest.mark.system
+def test_a_local_ray_starts_no_idle_worker_that_no_trial_could_use():
+    """Ray prestarts an idle worker per CPU for the first driver, for tasks and actors without a runtime
+    environment; Ray Tune's trial actors have one, so the driver's local Ray starts none (Ray's first-driver
+    registration waits for its prestarted workers, so they would be there once ``ray.init`` returns)."""
+    import psutil
+    import ray
+
+    ray.init(**init_arguments(None, verbose=False), num_cpus=1)
+    try:
+        started = [p.cmdline()[:1] for p in psutil.Process().children(recursive=True)]
+        assert ["ray::IDLE"] not in started, started
+        assert any("raylet" in " ".join(cmd) for cmd in started), started  # the children are this Ray's
+    finally:
+        ray.shutdown()
+
+
 def test_tracking_uri_defaults_to_mlflow_tracking_uri(monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://head:5000")
     assert default_tracking_uri(tmp_path) == "http://head:5000"

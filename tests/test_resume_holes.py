@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 import ray
 import yaml
-from fakes import make_plugin
+from fakes import local_ray_arguments, make_plugin
 from ndebench.platform.cli.main import main
 from ndebench.platform.engine.evaluatestage import rerun_reason
 from ndebench.platform.record.completeness import attempts, current
@@ -97,9 +97,8 @@ def test_resume_fills_every_hole(tmp_path):
     sys.path.insert(0, str(tmp_path / "plugin"))
     importlib.invalidate_caches()
     os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
-    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=150 * 1024**2,
-             log_to_driver=False,
-             runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}})
+    ray.init(**local_ray_arguments(
+        1, runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}}))
     try:
         config = tmp_path / "holes.yaml"
         config.write_text(yaml.safe_dump(SPEC))

@@ -12,6 +12,7 @@ import io
 
 import pytest
 import yaml
+from fakes import local_ray_arguments
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
@@ -43,8 +44,7 @@ def sweeps(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("stack")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    ray.init(address="local", num_cpus=1, include_dashboard=False, object_store_memory=150 * 1024**2,
-             log_to_driver=False)
+    ray.init(**local_ray_arguments(1))
     try:
         codes = {}
         for study, stack in (("alone", 1), ("stacked", 3)):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import make_plugin
+from fakes import local_ray_arguments, make_plugin
 from ndebench.models.registry import list_models
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import evaluate_runs
@@ -91,9 +91,8 @@ def sweep(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NDEBENCH_TEST_BROKEN", str(flag))
         patch.syspath_prepend(str(root / "plugin"))
-        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=150 * 1024**2,
-                 log_to_driver=False,
-                 runtime_env={"env_vars": {"NDEBENCH_TEST_BROKEN": str(flag), "PYTHONPATH": pythonpath}})
+        ray.init(**local_ray_arguments(
+            2, runtime_env={"env_vars": {"NDEBENCH_TEST_BROKEN": str(flag), "PYTHONPATH": pythonpath}}))
         config = root / "e2e.yaml"
         config.write_text(yaml.safe_dump(SPEC))
         uri = f"sqlite:///{root / 'mlflow.db'}"

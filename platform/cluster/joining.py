@@ -43,6 +43,12 @@ def ray_address(flag: str | None) -> str | None:
     return address
 
 
+# Ray starts an idle worker per CPU when the first driver connects, for tasks and actors without a runtime
+# environment. Ray Tune gives every trial actor one (its environment variables), so those workers never run a
+# trial: each only costs its start (about 0.3 s of CPU and 70 MB).
+LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+
+
 def init_arguments(address: str | None, verbose: bool) -> dict[str, Any]:
     """Keyword arguments of ``ray.init`` for joining ``address`` or, with ``None``, starting a local Ray."""
     if address:
@@ -50,7 +56,7 @@ def init_arguments(address: str | None, verbose: bool) -> dict[str, Any]:
     # Trials pass only small configs and results through the object store (data are loaded in the worker), so
     # 256 MiB is plenty; Ray's default of 30% of RAM would reserve gigabytes of /dev/shm.
     return {"address": "local", "include_dashboard": False, "object_store_memory": 256 * 1024**2,
-            "log_to_driver": verbose}
+            "log_to_driver": verbose, "_system_config": dict(LOCAL_SYSTEM_CONFIG)}
 
 
 class NodeNotReady(RuntimeError):
