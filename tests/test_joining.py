@@ -1,6 +1,7 @@
 """Joining a Ray cluster the usual ways: $RAY_ADDRESS, $MLFLOW_TRACKING_URI, GPU requests never dropped."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -38,7 +39,10 @@ def test_a_local_ray_starts_no_idle_worker_that_no_trial_could_use():
 
     ray.init(**init_arguments(None, verbose=False), num_cpus=1)
     try:
-        started = [p.cmdline()[:1] for p in psutil.Process().children(recursive=True)]
+        started = []
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):  # a helper that ended since the listing
+                started.append(child.cmdline()[:1])
         assert ["ray::IDLE"] not in started, started
         assert any("raylet" in " ".join(cmd) for cmd in started), started  # the children are this Ray's
     finally:
