@@ -2,16 +2,20 @@
 and the study's report works and shows the error. A real local Ray, a real SIGKILL."""
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 from ndebench.platform.cli.main import main
+from ndebench.platform.failures.leftovers import DRIVER_LOG
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.worker.loop import run_trial
@@ -154,10 +158,10 @@ def _runs_logged(db: Path, phase: str) -> int:
         return 0
 
 
-def _kill_during(command: list[str], cwd: Path, phase: str) -> None:
-    """Start ``command`` and SIGKILL it once a trial of ``phase`` has logged an epoch."""
+def _kill_during(command: list[str], cwd: Path, phase: str, env: dict[str, str] | None = None) -> int:
+    """Start ``command`` and SIGKILL it once a trial of ``phase`` has logged an epoch; returns its pid."""
     driver = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+                              start_new_session=True, env=env)
     try:
         deadline = time.time() + 300
         while _runs_logged(cwd / "mlflow.db", phase) == 0:
@@ -167,18 +171,34 @@ def _kill_during(command: list[str], cwd: Path, phase: str) -> None:
         driver.wait()
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the local Ray processes the dead driver leaves behind
+    return driver.pid
+
+
+def _driver_log(folder: Path, pid: int) -> list[Path]:
+    """The Ray-output folder of driver ``pid`` in the temporary directory ``folder``, if it is still there."""
+    return list(folder.glob(f"ndebench-{DRIVER_LOG}-{socket.gethostname()}-{pid}-*"))
 
 
 def test_resume_after_the_driver_is_killed_in_search_and_in_evaluate(tmp_path):
     """SIGKILL of `ndebench run` while the base stage trains, then of its `--resume` while evaluate trains,
     then `--resume` again: every planned evaluate run exists once, the cut-off base trials were continued (one
-    run per grid point) and no run is left running."""
+    run per grid point), no run is left running, and the temporary folders the killed drivers and workers left
+    are gone (each driver's removes the last one's; the sweep's processes get a temporary directory of their own)."""
     (tmp_path / "driver.yaml").write_text(yaml.safe_dump(DRIVER))
     command = [sys.executable, "-m", "ndebench.platform", "run", "driver.yaml"]
-    _kill_during(command, tmp_path, "base")
-    _kill_during([*command, "--resume"], tmp_path, "evaluate")
-    resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    private = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))  # short: Ray's sockets go under it too
+    env = {**os.environ, "TMPDIR": str(private)}
+    try:
+        first = _kill_during(command, tmp_path, "base", env)
+        assert len(_driver_log(private, first)) == 1  # a SIGKILL skips the driver's own removal
+        second = _kill_during([*command, "--resume"], tmp_path, "evaluate", env)
+        assert _driver_log(private, first) == [] and len(_driver_log(private, second)) == 1
+        resumed = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=600, env=env)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert sorted(path.name for path in private.glob("ndebench-*")) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "driver")
     assert not [r.info.run_id for r in runs

@@ -9,11 +9,15 @@ below 1e-4 relative in every smooth metric (tests/test_stack.py measures the sam
 is left out: it jumps when a probability crosses a bin edge."""
 import contextlib
 import io
+import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
 from fakes import local_ray_arguments
 from ndebench.platform.cli.main import main
+from ndebench.platform.failures.leftovers import CHECKPOINT
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.worker.spec import TrialSpec
@@ -119,6 +123,13 @@ def test_a_stacked_tune_stage_records_one_run_per_grid_point_with_the_same_metri
     assert [c.data.params for c in cells["stacked"]] == [c.data.params for c in cells["alone"]] and cells["alone"]
 
 
+def _staging_left(pids: list[int]) -> list[Path]:
+    """The checkpoint staging folders of these (killed) processes still on disk: a stack stages its members'
+    checkpoints in one folder for its whole run, so a killed stack worker always had one."""
+    return [path for pid in pids
+            for path in Path(tempfile.gettempdir()).glob(f"ndebench-{CHECKPOINT}-{socket.gethostname()}-{pid}-*")]
+
+
 def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
     """SIGKILL of a stack's worker after 5 of 12 epochs: Ray retries the stack from its checkpoint (one folder
     per member) into the same two MLflow runs; every epoch is logged once per run and each member's test
@@ -131,6 +142,7 @@ def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
                                                       seconds=400)
     assert len(killed) == 1
     assert returncode == 0, output
+    assert _staging_left(killed) == []
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = sorted(search(uri, "stackkill", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"),
                   key=lambda r: int(r.data.tags[f"{TAG}seed"]))
@@ -157,6 +169,7 @@ def test_a_killed_tune_stack_resumes_every_member_from_its_checkpoint(tmp_path):
                                                       seconds=500)
     assert len(killed) == 1
     assert returncode == 0, output
+    assert _staging_left(killed) == []
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = sorted(search(uri, "tunekill", f"tags.`{TAG}phase` = 'tune' and tags.`{TAG}kind` = 'trial'"),
                   key=lambda r: float(r.data.params["regularizer.p"]))

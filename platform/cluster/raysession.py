@@ -2,7 +2,8 @@
 
 Ray's console output (experiment boxes, result paths, its loggers' handlers) goes to a log file unless
 ``verbose``; only the sweep's own progress lines reach the console. The capture lives in a private temporary
-folder that goes when the driver exits; the sweep saves its redacted copy under the storage path.
+folder that goes when the driver exits (after a SIGKILL, when the next driver on this host starts); the sweep
+saves its redacted copy under the storage path.
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from ndebench.platform.cluster.joining import init_arguments
 from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.cluster.sweeplog import write_private
+from ndebench.platform.failures.leftovers import DRIVER_LOG, process_folder, remove_orphaned
 from ndebench.platform.failures.outage import InfrastructureError, cause_line
 from ndebench.platform.failures.stopping import reclaim
 
@@ -38,8 +39,9 @@ class RaySession:
         logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
             lambda record: TOKEN_WARNING not in record.getMessage())
         self._console = sys.stdout
+        remove_orphaned()
         # Removed when this session is collected or the driver exits: save_log keeps what the user needs.
-        self._log_dir = tempfile.TemporaryDirectory(prefix="ndebench-")
+        self._log_dir = process_folder(DRIVER_LOG)
         self._driver_log = Path(self._log_dir.name) / "driver.log"
         self._console_log = self._driver_log.with_name("console.log")
         self._driver_handler = logging.FileHandler(self._driver_log)
@@ -56,13 +58,15 @@ class RaySession:
         self.say(f"Ray cluster: {resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU")
         return resources
 
-    @staticmethod
-    def stop() -> None:
-        """Disconnect from Ray (a local Ray ends with its workers; a cluster ends this driver's trials)."""
+    def stop(self) -> None:
+        """Disconnect from Ray (a local Ray ends with its workers; a cluster ends this driver's trials). A local
+        Ray's workers stopped inside ``tune.report`` leave their checkpoint staging folders: removed here."""
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
+        if self.address is None:
+            remove_orphaned()
 
     @staticmethod
     def node_resources() -> list[dict[str, float]]:

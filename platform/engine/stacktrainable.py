@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from ndebench.platform.failures.infrastructure import (
     infrastructure_failure,
     infrastructure_retried,
 )
+from ndebench.platform.failures.leftovers import CHECKPOINT, process_folder
 from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.schema import RESUMABLE_STATUSES, TAG
 from ndebench.platform.record.summaries import TIME_METRICS, time_summaries
@@ -185,7 +185,7 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
                for c in configs]
     run_ids = [m.recorder.run_id for m in members]
     epochs = 0
-    with tempfile.TemporaryDirectory() as staging, contextlib.ExitStack() as monitors:
+    with process_folder(CHECKPOINT) as staging, contextlib.ExitStack() as monitors:
 
         def report() -> None:
             nonlocal epochs

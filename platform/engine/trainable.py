@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import pickle
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from ndebench.platform.failures.infrastructure import (
     infrastructure_failure,
     infrastructure_retried,
 )
+from ndebench.platform.failures.leftovers import CHECKPOINT, process_folder
 from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
@@ -205,7 +205,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         if done % checkpoint_every:
             tune.report(report)
             return
-        with tempfile.TemporaryDirectory() as folder:
+        with process_folder(CHECKPOINT) as folder:
             save_trial_state(snapshot(), folder)
             (Path(folder) / RUN_ID_FILE).write_text(recorder.run_id)
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(folder))
