@@ -1,10 +1,12 @@
 """Interruptions and resumes never change a result: real sweeps in subprocesses, stopped with real signals.
 
-A paper-protocol grid sweep is stopped with SIGINT in its tune stage, resumed, stopped with SIGTERM in its
-evaluate stage and resumed again: it runs exactly the missing grid points, has one finished run per grid point
-and per (cell, seed), and its tables and test metrics equal those of an uninterrupted sweep; a last resume from
-another data directory and CPU count reruns nothing. A TPE search stopped twice (SIGKILL of its driver, then
-SIGINT) ends with exactly ``num_samples`` trials, and a second driver of a live study is refused.
+A paper-protocol grid sweep is stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it) in its
+tune stage, resumed, stopped with Ctrl-C in its evaluate stage and resumed again: each stop exits 130 at once
+(not Ray Tune ending only the stage and the sweep reporting lost workers), the sweep runs exactly the missing
+grid points, has one finished run per grid point and per (cell, seed), and its tables and test metrics equal
+those of an uninterrupted sweep; a last resume from another data directory and CPU count reruns nothing. A TPE
+search stopped twice (SIGKILL of its driver, then SIGTERM to the driver alone) ends with exactly ``num_samples``
+trials, and a second driver of a live study is refused.
 """
 import contextlib
 import os
@@ -129,8 +131,8 @@ def test_grid_sweep_stopped_in_tune_and_evaluate_resumes_to_the_uninterrupted_re
     assert {run_status(r) for r in search(uri, "stops")} <= {"ok", "done", "interrupted"}, out
 
     out = _stop_when(_start(tmp_path, "grid.yaml", "--resume"), lambda: _training(db, "evaluate") >= 1,
-                     signal.SIGTERM, group=False)
-    assert "[ndebench] exit 143: interrupted by SIGTERM" in out, out
+                     signal.SIGINT, group=True)
+    assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "lost their worker" not in out, out
     assert f"stage tune: {4 - finished} trial(s) over 1 cell(s)" in out, out
     resumed = _run(tmp_path, "grid.yaml", "--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -175,9 +177,9 @@ def test_tpe_search_stopped_twice_ends_with_its_budget_and_one_driver_per_study(
 
     before = _ended(db, "tune")
     assert before < 5
-    out = _stop_when(_start(tmp_path, "tpe.yaml", "--resume"), lambda: _ended(db, "tune") > before, signal.SIGINT,
-                     group=True)
-    assert "exit 130" in out and "closed as interrupted" in out, out
+    out = _stop_when(_start(tmp_path, "tpe.yaml", "--resume"), lambda: _ended(db, "tune") > before, signal.SIGTERM,
+                     group=False)
+    assert "[ndebench] exit 143: interrupted by SIGTERM" in out and "closed as interrupted" in out, out
     assert f"stage tune: {5 - before} trial(s) over 1 cell(s)" in out, out
     assert _ended(db, "tune") < 5
     assert "taking over study 'tpe' from driver" in out, out
