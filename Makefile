@@ -14,15 +14,18 @@ install: $(STAMP)
 # empty caches (docs/install.md). --compile-bytecode, as pip does by default: without .pyc files every process
 # compiles what it imports (where PYTHONDONTWRITEBYTECODE is set, importing torch, MLflow, Ray Tune and the rest
 # took 19 s of CPU instead of 7 s in every process). uv reads its own settings (UV_INDEX, UV_DEFAULT_INDEX,
-# UV_NATIVE_TLS), not pip.conf or PIP_*: where only pip is set up for a private index, `make install INSTALLER=pip`.
+# UV_NATIVE_TLS), not pip.conf or PIP_*: where uv fails (an index only pip is set up for), pip installs instead;
+# `make install INSTALLER=pip` uses pip alone.
 INSTALLER ?= uv
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 ifeq ($(INSTALLER),pip)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 else ifeq ($(INSTALLER),uv)
-	$(BIN)/pip install --quiet -c constraints.txt uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt uv && \
+	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[test]' || \
+	  { echo "make install: uv failed (above); installing with pip instead"; \
+	    $(BIN)/pip install --quiet -c constraints.txt -e '.[test]'; }
 else
 	$(error INSTALLER=$(INSTALLER): choose uv (the default) or pip)
 endif
@@ -32,15 +35,19 @@ endif
 # and waiting, so two files at a time roughly halve the wall time; a module's fixtures then run once. The files
 # go out in tests/conftest.py's order, longest first (xdist's own reorder puts the files with most tests first).
 XDIST := -n 2 --dist loadfile --no-loadscope-reorder
+# pytest keeps its assertion-rewritten test modules in __pycache__ only where Python may write bytecode: where
+# PYTHONDONTWRITEBYTECODE is set, each xdist worker rewrote all ~95 test modules at every start (collection 9.9 s
+# against 7.0 s). The lanes allow it; the caches are git-ignored.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q $(XDIST) tests
+	$(PYTEST) -q $(XDIST) tests
 
 # The same without the `system` tests (those that start Ray, MLflow servers or clusters): the lane to run while
 # working; `make test` (CI) still runs everything.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q $(XDIST) -m "not system" tests
+	$(PYTEST) -q $(XDIST) -m "not system" tests
 
 quickstart: $(STAMP)
 	$(BIN)/ndebench run tune_configs/quickstart.yaml
