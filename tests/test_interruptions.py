@@ -74,7 +74,8 @@ def _start(cwd: Path, *args: str) -> subprocess.Popen:
 
 
 def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, seconds: float = 400) -> str:
-    """Send ``signum`` to the driver (its process group: a terminal's Ctrl-C) once ``ready()``; its output."""
+    """Send ``signum`` to the driver (its process group: a terminal's Ctrl-C) once ``ready()``; its output. The
+    driver must exit with the signal's shell code, 128 + ``signum``."""
     try:
         deadline = time.time() + seconds
         while not ready():
@@ -82,7 +83,9 @@ def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, sec
             assert time.time() < deadline, "the sweep never got there"
             time.sleep(0.1)
         (os.killpg if group else os.kill)(driver.pid, signum)
-        return driver.communicate(timeout=180)[0]
+        output = driver.communicate(timeout=180)[0]
+        assert driver.returncode == 128 + signum, output
+        return output
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)  # what a killed driver leaves of its local Ray
