@@ -17,14 +17,15 @@ install: $(STAMP)
 # UV_NATIVE_TLS), not pip.conf or PIP_*: where uv fails (an index only pip is set up for), pip installs instead;
 # `make install INSTALLER=pip` uses pip alone.
 INSTALLER ?= uv
-PIP_INSTALL := $(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
+PACKAGES := -c constraints.txt -e '.[test]'
+PIP_INSTALL := $(BIN)/pip install --quiet $(PACKAGES)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 ifeq ($(INSTALLER),pip)
 	$(PIP_INSTALL)
 else ifeq ($(INSTALLER),uv)
 	$(BIN)/pip install --quiet -c constraints.txt uv && \
-	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -c constraints.txt -e '.[test]' || \
+	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(PACKAGES) || \
 	  { echo "make install: uv failed (above); installing with pip instead"; $(PIP_INSTALL); }
 else
 	$(error INSTALLER=$(INSTALLER): choose uv (the default) or pip)
