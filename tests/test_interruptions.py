@@ -126,6 +126,7 @@ def test_grid_sweep_stopped_in_tune_and_evaluate_resumes_to_the_uninterrupted_re
 
     out = _stop_when(_start(tmp_path, "grid.yaml"), lambda: _ended(db, "tune") >= 1, signal.SIGINT, group=True)
     assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "--resume" in out, out
+    assert "lost their worker" not in out, out
     finished = sum(run_status(r) == "ok" for r in _trials(uri, "stops", "tune"))
     assert 1 <= finished < 4, out
     cells = search(uri, "stops", f"tags.`{TAG}kind` = 'cell'")
