@@ -132,7 +132,7 @@ def test_a_deleted_current_run_brings_back_its_older_attempt_and_the_seed_is_rer
 SPEC = {"study": "solver", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
         "model": {"hidden_size": 8}, "solver": {"method": "euler"},
         "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "evaluate": {"seeds": [0]},
-        "resources": {"cpu": 1}}
+        "resources": {"cpu": 1}, "report": {"figures": "none"}}
 
 
 def _run(args: list[str]) -> tuple[int, str]:

@@ -16,7 +16,7 @@ from ndebench.platform.record.tracking import cell_run, client, finish_cell, sea
 
 SPEC = {"models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"], "model": {"hidden_size": 8},
         "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "evaluate": {"seeds": [0]},
-        "resources": {"cpu": 1}}
+        "resources": {"cpu": 1}, "report": {"figures": "none"}}
 
 
 def _args(tmp_path, study: str) -> list[str]:

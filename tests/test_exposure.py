@@ -27,7 +27,7 @@ from ndebench.platform.worker.state import STATE_FILE
 SECRET = "correct-horse-battery-staple"
 TINY = {"study": "expo", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
         "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
-        "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}}
+        "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "report": {"figures": "none"}}
 
 
 @pytest.mark.parametrize("line", [
@@ -178,7 +178,7 @@ def test_a_password_in_a_jobs_env_vars_never_reaches_storage(tmp_path):
 import os, sys, ray
 env = {{"MLFLOW_TRACKING_PASSWORD": {SECRET!r}, "AWS_SECRET_ACCESS_KEY": "aws-{SECRET}"}}
 os.environ.update(env)  # as in a Ray Job's driver, whose env_vars reach its own environment too
-ray.init(num_cpus=2, include_dashboard=False, _temp_dir={ray_temp!r}, runtime_env={{"env_vars": env}})
+ray.init(num_cpus=1, include_dashboard=False, _temp_dir={ray_temp!r}, runtime_env={{"env_vars": env}})
 @ray.remote
 def leak():
     print("worker sees", os.environ["MLFLOW_TRACKING_PASSWORD"], "and MLFLOW_TRACKING_PASSWORD=" +

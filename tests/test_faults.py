@@ -27,12 +27,12 @@ CONFIG = {
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
     # Long enough that the trial is still training when it is killed.
     "training": {"epochs": 500, "min_epochs": 500, "patience": 500, "lr": 0.01},
-    "tune": {"max_failures": 1},
+    "tune": {"max_failures": 1}, "report": {"figures": "none"},
 }
 RESUMED = {
     "study": "resumed", "models": ["neural_cde"], "datasets": ["synthetic"],
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]}, "regularizers": {"continuum_dropout": {"p": 0.3, "m": 10}},
-    "training": {"epochs": 12, "min_epochs": 12, "patience": 12, "lr": 0.01},
+    "training": {"epochs": 12, "min_epochs": 12, "patience": 12, "lr": 0.01}, "report": {"figures": "none"},
 }
 
 
@@ -141,7 +141,7 @@ DRIVER = {
     "regularizers": {"none": {}, "continuum_dropout": {"p": 0.3, "m": 10}},
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
     "training": {"epochs": 4, "min_epochs": 4, "patience": 4, "lr": [0.01, 0.02]},
-    "base": {"sampler": "grid"},
+    "base": {"sampler": "grid"}, "report": {"figures": "none"},
 }
 
 

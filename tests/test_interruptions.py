@@ -32,6 +32,7 @@ GRID = {
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
     "training": {"epochs": 6, "min_epochs": 6, "patience": 6, "lr": [0.01, 0.02]},
     "base": {"sampler": "grid"}, "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
+    "report": {"figures": "none"},
 }
 TPE = {
     "study": "tpe", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
@@ -41,6 +42,7 @@ TPE = {
     # stage part-way.
     "training": {"epochs": 20, "min_epochs": 20, "patience": 20, "lr": {"loguniform": [1.0e-3, 1.0e-1]}},
     "tune": {"sampler": "tpe", "num_samples": 5, "n_startup_trials": 2}, "resources": {"cpu": 1},
+    "report": {"figures": "none"},
 }
 COMMAND = [sys.executable, "-m", "ndebench.platform", "run"]
 

@@ -330,7 +330,7 @@ SWEEP = {
     # 20 epochs, the trials one at a time (a one-CPU Ray): time to pause the first driver, let a second take over
     # and resume the first while the second still has trials to run.
     "training": {"epochs": 20, "min_epochs": 20, "patience": 20, "lr": [0.01, 0.02]},
-    "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
+    "tune": {"sampler": "grid"}, "resources": {"cpu": 1}, "report": {"figures": "none"},
 }
 COMMAND = [sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml"]
 

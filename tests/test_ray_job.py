@@ -29,7 +29,7 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 CONFIG = {
     "study": "ray_job", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
-    "training": {"epochs": 2, "min_epochs": 2, "lr": 0.01},
+    "training": {"epochs": 2, "min_epochs": 2, "lr": 0.01}, "report": {"figures": "none"},
 }
 USER, PASSWORD = "team-admin", "a-long-test-password"
 

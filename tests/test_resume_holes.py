@@ -57,7 +57,8 @@ class NanDrift(Regularizer):
 '''
 SPEC = {"study": "holes", "models": ["neural_cde"], "datasets": ["synthetic"],
         "regularizers": ["none", "raise_on_seed1", "nan_drift"], "model": {"hidden_size": 8},
-        "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "evaluate": {"seeds": [0, 1]}}
+        "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "evaluate": {"seeds": [0, 1]},
+        "report": {"figures": "none"}}
 
 
 def _run(args: list[str]) -> tuple[int, str]:

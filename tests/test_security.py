@@ -150,7 +150,7 @@ def _http(port: int, method: str, path: str, body: bytes) -> bytes:
 
 CONFIG = {"study": "sec", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
           "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
-          "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}}
+          "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "report": {"figures": "none"}}
 
 
 @pytest.mark.system

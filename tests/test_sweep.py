@@ -299,7 +299,7 @@ def test_asha_stops_a_hopeless_trial_which_never_becomes_the_base_config(sweep, 
             "training": {"epochs": 4, "min_epochs": 4, "patience": 4, "lr": [0.01, 1e-9]},
             "base": {"sampler": "grid", "scheduler": "asha", "max_concurrent": 1,
                      "asha": {"grace_period": 1, "reduction_factor": 2}},
-            "evaluate": {"seeds": [0]}, "resources": {"cpu": 1}}
+            "evaluate": {"seeds": [0]}, "resources": {"cpu": 1}, "report": {"figures": "none"}}
     config = tmp_path / "asha.yaml"
     config.write_text(yaml.safe_dump(spec))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

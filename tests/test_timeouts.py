@@ -159,7 +159,7 @@ SWEEP = {
     "regularizers": {"none": {}, "slow_none": {"delay_s": [0.0, 16.0]}}, "model": {"hidden_size": 8},
     "training": {"epochs": 2, "min_epochs": 2, "patience": 2, "lr": 0.01},
     "tune": {"sampler": "grid", "trial_timeout_s": 15}, "evaluate": {"seeds": [0]},
-    "resources": {"system_metrics": False},
+    "resources": {"system_metrics": False}, "report": {"figures": "none"},
 }
 READ = '''
 import copy
@@ -172,9 +172,11 @@ print(json.dumps([{"tags": {k[len("ndebench."):]: v for k, v in r.data.tags.item
 
 
 @pytest.mark.system
+@pytest.mark.usefixtures("one_cpu_ray")
 def test_a_trial_over_its_limit_ends_timeout_and_the_stage_goes_on(tmp_path):
-    """A real sweep: of a cell's two grid points, the slow one times out (run FAILED, tagged ``timeout`` with
-    the limit named); the cell chooses the other, and both cells are evaluated: exit 0."""
+    """A real sweep on a one-CPU Ray (its trials one after another on one worker): of a cell's two grid points, the
+    slow one times out (run FAILED, tagged ``timeout`` with the limit named); the cell chooses the other, and both
+    cells are evaluated: exit 0."""
     env = make_plugin(tmp_path / "site", SLOW_PLUGIN, module="ndebench_slowplugin")
     (tmp_path / "slow.yaml").write_text(yaml.safe_dump(SWEEP))
     run = subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "slow.yaml"], cwd=tmp_path, env=env,

@@ -22,7 +22,7 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 CONFIG = {
     "study": "two_nodes", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1, 2, 3]},
-    "training": {"epochs": 3, "min_epochs": 3, "lr": 0.01},
+    "training": {"epochs": 3, "min_epochs": 3, "lr": 0.01}, "report": {"figures": "none"},
 }
 
 

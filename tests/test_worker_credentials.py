@@ -22,7 +22,7 @@ pytest.importorskip("flask_wtf", reason="needs mlflow[auth] (the `cluster` extra
 ADMIN = ("lead", "admin-correct-horse-battery")
 STUDY = {"study": "B", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
          "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
-         "training": {"epochs": 2, "min_epochs": 2, "patience": 2, "lr": 0.01}}
+         "training": {"epochs": 2, "min_epochs": 2, "patience": 2, "lr": 0.01}, "report": {"figures": "none"}}
 DENIED = "403|Permission denied|PERMISSION_DENIED"
 
 
