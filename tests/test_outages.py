@@ -19,8 +19,7 @@ pytestmark = [pytest.mark.system, pytest.mark.usefixtures("one_cpu_ray")]
 
 CONFIG = {"study": "outage", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
           "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]}, "plugins": ["faultplugin"],
-          "training": {"epochs": 4, "min_epochs": 4, "patience": 4, "lr": 0.01}, "tune": {"max_failures": 1},
-          "report": {"figures": "none"}}
+          "training": {"epochs": 4, "min_epochs": 4, "patience": 4, "lr": 0.01}, "tune": {"max_failures": 1}}
 CELL = "neural_cde__synthetic__none"
 
 
