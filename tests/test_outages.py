@@ -88,9 +88,11 @@ def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_ru
 
 
 def test_an_outage_in_a_search_stage_spends_no_budget_and_resume_finishes_the_search(tmp_path):
-    """Both grid points of the base search hit a storm on every attempt: the sweep exits 3, its trial runs are
-    interrupted (not spent), the cell is not done; `--resume` continues both runs and the search ends with them."""
-    config = dict(CONFIG, training=dict(CONFIG["training"], lr=[0.01, 0.02]), base={"sampler": "grid"})
+    """Both grid points of the base search hit a storm: the sweep exits 3, its trial runs are interrupted (not
+    spent), the cell is not done; `--resume` continues both runs and the search ends with them. No retries here
+    (each retry is a new trial worker; the tests above retry)."""
+    config = dict(CONFIG, training=dict(CONFIG["training"], lr=[0.01, 0.02]), base={"sampler": "grid"},
+                  tune={"max_failures": 0})
     (tmp_path / "outage.yaml").write_text(yaml.safe_dump(config))
     state = write_fault_plugin(tmp_path, "storm", epoch=3, forever=True)
     failed = _run(tmp_path)
