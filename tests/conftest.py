@@ -28,13 +28,14 @@ from ndebench.platform.common import plugins
 from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
 from torchvision.datasets.utils import calculate_md5
 
-# Longest first: the system files by single-file runs on the loaded machine (test_lease 11 min, test_sweep 7,
-# test_stack_sweep 3.5) and, where not run alone, by how many sweeps each drives; then the slowest fast-lane
-# files of a `--durations` profile. Without `--no-loadscope-reorder` pytest-xdist hands out the files with the
-# most tests first, which put the one-test cluster and sweep files at the very end of `make test`.
-LONGEST = ("test_lease.py", "test_interruptions.py", "test_sweep.py", "test_faults.py", "test_exposure.py",
-           "test_stack_sweep.py", "test_outages.py", "test_security.py", "test_two_nodes.py", "test_ray_job.py",
-           "test_scale.py", "test_deletions.py", "test_resume_holes.py", "test_disk_full.py", "test_timeouts.py",
+# Longest first: the system files by their time on an idle machine (2026-11-29, alone or in a whole-suite timeline:
+# test_interruptions 207 s, test_lease 199, test_outages 117, test_stack_sweep 95, test_sweep 70) and by how many
+# sweeps each drives; then the slowest fast-lane files of a `--durations` profile. Without `--no-loadscope-reorder`
+# pytest-xdist hands out the files with the most tests first, which put the one-test cluster and sweep files at the
+# very end of `make test`.
+LONGEST = ("test_interruptions.py", "test_lease.py", "test_outages.py", "test_stack_sweep.py", "test_sweep.py",
+           "test_security.py", "test_exposure.py", "test_timeouts.py", "test_ray_job.py", "test_faults.py",
+           "test_deletions.py", "test_disk_full.py", "test_two_nodes.py", "test_scale.py", "test_resume_holes.py",
            "test_analyses.py", "test_report_settings.py", "test_api.py", "test_tracking.py", "test_report.py",
            "test_paper_comparison.py", "test_learning.py", "test_continuation.py", "test_infrastructure.py")
 
@@ -163,9 +164,10 @@ def one_cpu_ray():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A small local Ray for a module's in-process sweeps (``main(["run", ...])`` joins it), ended after them."""
+    """A small local Ray for a module's in-process sweeps (``main(["run", ...])`` joins it), ended after them: one
+    CPU, so that each stage reuses one trial worker (see ``one_cpu_ray``)."""
     import ray
 
-    ray.init(**local_ray_arguments(2))
+    ray.init(**local_ray_arguments(1))
     yield
     ray.shutdown()
