@@ -1,25 +1,31 @@
 """Interruptions and resumes never change a result: real sweeps in subprocesses, stopped with real signals.
 
-A paper-protocol grid sweep is stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it) in its
-tune stage, resumed, stopped with Ctrl-C in its evaluate stage and resumed again: each stop exits 130 at once
-(not Ray Tune ending only the stage and the sweep reporting lost workers), the sweep runs exactly the missing
-grid points, has one finished run per grid point and per (cell, seed), and its tables and test metrics equal
-those of an uninterrupted sweep; a last resume from another data directory and CPU count reruns nothing. A TPE
-search stopped twice (SIGKILL of its driver, then SIGTERM to the driver alone) ends with exactly ``num_samples``
-trials, and a second driver of a live study is refused.
+A paper-protocol grid sweep is killed (SIGKILL of its driver alone) in its base stage, stopped with Ctrl-C (SIGINT
+to its process group, as a terminal sends it) in its tune stage, stopped with Ctrl-C and then killed in its
+evaluate stage, and resumed after each stop. Each Ctrl-C exits 130 at once (not Ray Tune ending only the stage and
+the sweep reporting lost workers); each resume continues the runs the killed driver left running (one run per grid
+point and per (cell, seed), none left running) and removes the temporary folder the killed driver left; the sweep
+runs exactly the missing grid points and its tables and test metrics equal those of an uninterrupted sweep; a last
+resume from another data directory and CPU count reruns nothing. A TPE search stopped twice (SIGKILL of its driver,
+then SIGTERM to the driver alone) ends with exactly ``num_samples`` trials, and a second driver of a live study is
+refused.
 """
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+from ndebench.platform.failures.leftovers import DRIVER_LOG
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import run_status, search
@@ -69,10 +75,17 @@ def _training(db: Path, phase: str) -> int:
                       "where m.key = 'train_loss' and t.key = 'ndebench.phase' and t.value = ?", phase)
 
 
-def _start(cwd: Path, *args: str) -> subprocess.Popen:
+def _epochs(db: Path, phase: str) -> int:
+    """Epochs of training logged by the runs of ``phase``."""
+    return _count(db, "select count(*) from metrics m join tags t on t.run_uuid = m.run_uuid where m.key = "
+                      "'train_loss' and t.key = 'ndebench.phase' and t.value = ?", phase)
+
+
+def _start(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     # SIGINT's default action restored: a shell's Ctrl-C, not the ignored SIGINT of a background job.
     return subprocess.Popen([*COMMAND, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            start_new_session=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, seconds: float = 400) -> str:
@@ -94,8 +107,30 @@ def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, sec
         driver.wait()
 
 
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+def _kill_when(driver: subprocess.Popen, ready, seconds: float = 400) -> int:
+    """SIGKILL the driver alone once ``ready()``, then what it leaves of its local Ray; the driver's pid."""
+    try:
+        deadline = time.time() + seconds
+        while not ready():
+            assert driver.poll() is None, driver.stdout.read()
+            assert time.time() < deadline, "the sweep never got there"
+            time.sleep(0.1)
+        driver.kill()
+        driver.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    return driver.pid
+
+
+def _driver_log(folder: Path, pid: int) -> list[Path]:
+    """The Ray-output folder of driver ``pid`` in the temporary directory ``folder``, if it is still there."""
+    return list(folder.glob(f"ndebench-{DRIVER_LOG}-{socket.gethostname()}-{pid}-*"))
+
+
+def _run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def _trials(uri: str, study: str, phase: str) -> list:
@@ -122,28 +157,50 @@ def uninterrupted(tmp_path_factory, one_cpu_ray):
     return folder
 
 
-def test_grid_sweep_stopped_in_tune_and_evaluate_resumes_to_the_uninterrupted_result(tmp_path, uninterrupted):
+def test_grid_sweep_killed_and_stopped_in_every_stage_resumes_to_the_uninterrupted_result(tmp_path, uninterrupted):
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(GRID))
     db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    private = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))  # short: Ray's sockets go under it too
+    env = {**os.environ, "TMPDIR": str(private)}
+    try:
+        killed = _kill_when(_start(tmp_path, "grid.yaml", env=env), lambda: _training(db, "base") >= 1)
+        assert len(_driver_log(private, killed)) == 1  # a SIGKILL skips the driver's own removal
 
-    out = _stop_when(_start(tmp_path, "grid.yaml"), lambda: _ended(db, "tune") >= 1, signal.SIGINT, group=True)
-    assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "--resume" in out, out
-    assert "lost their worker" not in out, out
-    finished = sum(run_status(r) == "ok" for r in _trials(uri, "stops", "tune"))
-    assert 1 <= finished < 4, out
-    cells = search(uri, "stops", f"tags.`{TAG}kind` = 'cell'")
-    assert not [c for c in cells if c.data.tags[f"{TAG}phase"] == "tune" and c.data.tags[f"{TAG}status"] == "done"]
-    assert not _trials(uri, "stops", "evaluate")
-    assert {run_status(r) for r in search(uri, "stops")} <= {"ok", "done", "interrupted"}, out
+        out = _stop_when(_start(tmp_path, "grid.yaml", "--resume", env=env), lambda: _ended(db, "tune") >= 1,
+                         signal.SIGINT, group=True)
+        assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "--resume" in out, out
+        assert "lost their worker" not in out, out
+        assert _driver_log(private, killed) == []  # removed by the next driver
+        finished = sum(run_status(r) == "ok" for r in _trials(uri, "stops", "tune"))
+        assert 1 <= finished < 4, out
+        cells = search(uri, "stops", f"tags.`{TAG}kind` = 'cell'")
+        assert not [c for c in cells if c.data.tags[f"{TAG}phase"] == "tune" and c.data.tags[f"{TAG}status"] == "done"]
+        assert not _trials(uri, "stops", "evaluate")
+        assert {run_status(r) for r in search(uri, "stops")} <= {"ok", "done", "interrupted"}, out
 
-    out = _stop_when(_start(tmp_path, "grid.yaml", "--resume"), lambda: _training(db, "evaluate") >= 1,
-                     signal.SIGINT, group=True)
-    assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "lost their worker" not in out, out
-    assert f"stage tune: {4 - finished} trial(s) over 1 cell(s)" in out, out
-    resumed = _run(tmp_path, "grid.yaml", "--resume")
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "stage tune: every cell already done" in resumed.stdout
+        out = _stop_when(_start(tmp_path, "grid.yaml", "--resume", env=env),
+                         lambda: _training(db, "evaluate") >= 1, signal.SIGINT, group=True)
+        assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "lost their worker" not in out, out
+        assert f"stage tune: {4 - finished} trial(s) over 1 cell(s)" in out, out
 
+        trained = _epochs(db, "evaluate")
+        killed = _kill_when(_start(tmp_path, "grid.yaml", "--resume", env=env),
+                            lambda: _epochs(db, "evaluate") > trained)
+        assert len(_driver_log(private, killed)) == 1
+        resumed = _run(tmp_path, "grid.yaml", "--resume", env=env)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "stage tune: every cell already done" in resumed.stdout
+        assert sorted(path.name for path in private.glob("ndebench-*")) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+    runs = search(uri, "stops")
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING" or run_status(r) == "running"]
+    # The base trials the first driver left running were continued, not repeated: one run per grid point.
+    base = _trials(uri, "stops", "base")
+    assert sorted(r.data.params["training.lr"] for r in base) == ["0.01", "0.02"]
+    assert {run_status(r) for r in base} == {"ok"}
+    assert any(r.data.tags.get(f"{TAG}interruption", "").startswith("driver lost: ") for r in base)
     tune = _trials(uri, "stops", "tune")
     points = Counter((r.data.params["regularizer.p"], r.data.params["regularizer.m"]) for r in tune)
     assert points == {(p, m): 1 for p in ("0.1", "0.3") for m in ("5", "10")}
@@ -151,6 +208,7 @@ def test_grid_sweep_stopped_in_tune_and_evaluate_resumes_to_the_uninterrupted_re
     evaluated = _trials(uri, "stops", "evaluate")
     assert Counter((r.data.tags[f"{TAG}cell"], r.data.tags[f"{TAG}seed"]) for r in evaluated) == {
         (f"neural_cde__synthetic__{reg}", seed): 1 for reg in ("none", "continuum_dropout") for seed in ("0", "1")}
+    assert {run_status(r) for r in evaluated} == {"ok"}
     assert _metrics(uri, "stops") == _metrics(f"sqlite:///{uninterrupted / 'mlflow.db'}", "stops")
     assert _table(tmp_path, "stops") == _table(uninterrupted, "stops")
 

@@ -130,55 +130,40 @@ def _staging_left(pids: list[int]) -> list[Path]:
             for path in Path(tempfile.gettempdir()).glob(f"ndebench-{CHECKPOINT}-{socket.gethostname()}-{pid}-*")]
 
 
-def test_a_killed_stack_resumes_every_member_from_its_checkpoint(tmp_path):
-    """SIGKILL of a stack's worker after 5 of 12 epochs: Ray retries the stack from its checkpoint (one folder
-    per member) into the same two MLflow runs; every epoch is logged once per run and each member's test
-    metrics equal an uninterrupted stack's (the same batched arithmetic, hence exactly)."""
+def test_a_killed_stack_resumes_every_member_from_its_checkpoint_in_tune_and_in_evaluate(tmp_path):
+    """SIGKILL of the tune stack's worker after 5 of 12 epochs of its two grid points, then of the evaluate stack's
+    worker after 5 of 12 epochs of its two seeds: Ray retries each stack from its checkpoint (one folder per member)
+    into the same two MLflow runs; every epoch is logged once per run, and each point's validation values and each
+    seed's test metrics equal an uninterrupted stack's (the same batched arithmetic, hence exactly)."""
     from test_faults import RESUMED, _run_killing_workers
 
-    config = dict(RESUMED, study="stackkill", evaluate={"seeds": [0, 1]}, resources={"cpu": 1, "stack": 2})
+    config = dict(RESUMED, study="stackkill", regularizers={"continuum_dropout": {"p": [0.1, 0.3], "m": [10]}},
+                  tune={"sampler": "grid"}, evaluate={"seeds": [0, 1]}, resources={"cpu": 1, "stack": 2})
     (tmp_path / "stackkill.yaml").write_text(yaml.safe_dump(config))
-    returncode, output, killed = _run_killing_workers(tmp_path, "stackkill.yaml", 10, every_attempt=False,
-                                                      seconds=400)
-    assert len(killed) == 1
+    returncode, output, killed = _run_killing_workers(tmp_path, "stackkill.yaml", [("tune", 10), ("evaluate", 10)],
+                                                      every_attempt=False, seconds=600)
+    assert len(killed) == 2
     assert returncode == 0, output
     assert _staging_left(killed) == []
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    runs = sorted(search(uri, "stackkill", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'"),
-                  key=lambda r: int(r.data.tags[f"{TAG}seed"]))
-    assert [int(r.data.tags[f"{TAG}seed"]) for r in runs] == [0, 1]
-    for run in runs:
-        assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
-        steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss") if m.step)
-        assert steps == list(range(1, 13))
-    specs = [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
-    for run, result in zip(runs, run_stack(specs), strict=True):
-        assert result.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
 
+    def trials(phase: str, key) -> list:
+        runs = search(uri, "stackkill", f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'")
+        for run in runs:
+            assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
+            steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss") if m.step)
+            assert steps == list(range(1, 13))
+        return sorted(runs, key=key)
 
-def test_a_killed_tune_stack_resumes_every_member_from_its_checkpoint(tmp_path):
-    """SIGKILL of a tune stack's worker after 5 of 12 epochs of its two grid points: Ray retries the stack from its
-    checkpoint into the same two tune runs; every epoch is logged once per run and each point's validation values
-    equal an uninterrupted stack's (the same batched arithmetic, hence exactly)."""
-    from test_faults import RESUMED, _run_killing_workers
+    def specs(runs: list) -> list[TrialSpec]:
+        return [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
 
-    config = dict(RESUMED, study="tunekill", regularizers={"continuum_dropout": {"p": [0.1, 0.3], "m": [10]}},
-                  tune={"sampler": "grid"}, resources={"cpu": 1, "stack": 2})
-    (tmp_path / "tunekill.yaml").write_text(yaml.safe_dump(config))
-    returncode, output, killed = _run_killing_workers(tmp_path, "tunekill.yaml", 10, every_attempt=False,
-                                                      seconds=500)
-    assert len(killed) == 1
-    assert returncode == 0, output
-    assert _staging_left(killed) == []
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    runs = sorted(search(uri, "tunekill", f"tags.`{TAG}phase` = 'tune' and tags.`{TAG}kind` = 'trial'"),
-                  key=lambda r: float(r.data.params["regularizer.p"]))
-    assert [r.data.params["regularizer.p"] for r in runs] == ["0.1", "0.3"]
-    for run in runs:
-        assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
-        steps = sorted(m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss") if m.step)
-        assert steps == list(range(1, 13))
-    specs = [TrialSpec.from_flat({k: parse_param(v) for k, v in r.data.params.items()}) for r in runs]
-    for run, result in zip(runs, run_stack(specs, evaluate_test=False), strict=True):
+    tune = trials("tune", lambda r: float(r.data.params["regularizer.p"]))
+    assert [r.data.params["regularizer.p"] for r in tune] == ["0.1", "0.3"]
+    for run, result in zip(tune, run_stack(specs(tune), evaluate_test=False), strict=True):
         assert {f"result_{k}": v for k, v in result.val.items()} == {
             k: v for k, v in run.data.metrics.items() if k.startswith("result_")}
+    evaluated = trials("evaluate", lambda r: int(r.data.tags[f"{TAG}seed"]))
+    assert [int(r.data.tags[f"{TAG}seed"]) for r in evaluated] == [0, 1]
+    for run, result in zip(evaluated, run_stack(specs(evaluated)), strict=True):
+        assert result.test == {k: v for k, v in run.data.metrics.items() if k.startswith("test_")}
