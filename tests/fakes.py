@@ -371,20 +371,21 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 STATE = pathlib.Path({state!r})
-FAULT, EPOCH = {fault!r}, {epoch!r}
+FAULTS = {faults!r}
 STORM = ("API request to http://127.0.0.1:5000/api/2.0/mlflow/runs/log-batch failed with exception "
          "HTTPConnectionPool(host='127.0.0.1', port=5000): Max retries exceeded (Caused by ResponseError('too many "
          "503 error responses'))")
 
 
-def _fire():
-    """Whether this attempt fails: every attempt while STATE/forever exists, else the first one only."""
+def _fire(fault):
+    """Whether this attempt fails with ``fault``: every attempt while STATE/forever exists, else the first one
+    that reaches it only."""
     if (STATE / "off").exists():
         return False
     if (STATE / "forever").exists():
         return True
     try:
-        os.close(os.open(STATE / "fired", os.O_CREAT | os.O_EXCL))
+        os.close(os.open(STATE / f"fired-{{fault}}", os.O_CREAT | os.O_EXCL))
         return True
     except FileExistsError:
         return False
@@ -404,15 +405,15 @@ logged, saved = MlflowClient.log_batch, torch.save
 
 
 def log_batch(self, run_id, metrics=(), *args, **kwargs):
-    if FAULT == "storm" and any(m.step == EPOCH for m in metrics) and _fire():
+    if "storm" in FAULTS and any(m.step == FAULTS["storm"] for m in metrics) and _fire("storm"):
         raise MlflowException(STORM)
     return logged(self, run_id, metrics, *args, **kwargs)
 
 
 def save(obj, path, *args, **kwargs):
-    if FAULT in ("enospc", "eio") and str(path).endswith("trial_state.pt") and obj["epoch"] == EPOCH and _fire():
-        code = errno.ENOSPC if FAULT == "enospc" else errno.EIO
-        raise OSError(code, os.strerror(code), str(path))
+    for fault, code in (("enospc", errno.ENOSPC), ("eio", errno.EIO)):
+        if str(path).endswith("trial_state.pt") and FAULTS.get(fault) == obj["epoch"] and _fire(fault):
+            raise OSError(code, os.strerror(code), str(path))
     return saved(obj, path, *args, **kwargs)
 
 
@@ -420,15 +421,16 @@ trainable_module._restored, MlflowClient.log_batch, torch.save = _restored, log_
 '''
 
 
-def write_fault_plugin(root: Path, fault: str, epoch: int, forever: bool = False) -> Path:
+def write_fault_plugin(root: Path, faults: dict[str, int], forever: bool = False) -> Path:
     """Module ``faultplugin`` in ``root`` (a sweep's working folder; list it under ``plugins:``): in the trial's
-    worker, ``fault`` (``storm``: MLflow's client failing as after its retries on 503 answers; ``enospc``/``eio``:
-    the checkpoint write failing) hits at epoch ``epoch`` of the first attempt, or of every attempt while
-    ``forever`` (the file ``<state>/forever``); ``<state>/off`` turns it off. Each attempt appends the epoch it
-    restored (0: none) to ``<state>/attempts``. Returns the state folder."""
+    worker, each fault of ``faults`` (``storm``: MLflow's client failing as after its retries on 503 answers;
+    ``enospc``/``eio``: the checkpoint write failing) hits at its epoch of the first attempt that reaches it
+    (leaving ``<state>/fired-<fault>``), or of every attempt while ``forever`` (the file ``<state>/forever``);
+    ``<state>/off`` turns them off. Each attempt appends the epoch it restored (0: none) to ``<state>/attempts``.
+    Returns the state folder."""
     state = root / "faultstate"
     state.mkdir()
     if forever:
         (state / "forever").touch()
-    (root / "faultplugin.py").write_text(FAULT_PLUGIN.format(state=str(state), fault=fault, epoch=epoch))
+    (root / "faultplugin.py").write_text(FAULT_PLUGIN.format(state=str(state), faults=faults))
     return state

@@ -41,15 +41,16 @@ def _steps_once(uri: str, run_id: str) -> None:
         assert steps == [1, 2, 3, 4], metric
 
 
-@pytest.mark.parametrize("fault", ["storm", "enospc"])
-def test_an_outage_inside_a_trial_is_retried_from_its_checkpoint(tmp_path, fault):
-    (tmp_path / "outage.yaml").write_text(yaml.safe_dump(CONFIG))
-    state = write_fault_plugin(tmp_path, fault, epoch=3)
+def test_outages_inside_a_trial_are_each_retried_from_its_checkpoint(tmp_path):
+    """An MLflow 5xx storm at epoch 2 and a full disk at epoch 3 of the same trial: each ends its attempt, and
+    Ray's retries restore the checkpoints of epochs 1 and 2 into the same run, which ends ``ok``."""
+    (tmp_path / "outage.yaml").write_text(yaml.safe_dump(dict(CONFIG, tune={"max_failures": 2})))
+    state = write_fault_plugin(tmp_path, {"storm": 2, "enospc": 3})
     done = _run(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (state / "fired").exists()
-    # The first attempt started from nothing; Ray's retry restored the checkpoint of epoch 2.
-    assert (state / "attempts").read_text().split() == ["0", "2"]
+    assert sorted(path.name for path in state.glob("fired-*")) == ["fired-enospc", "fired-storm"]
+    # The first attempt started from nothing; Ray's retries restored the checkpoints of epochs 1 and 2.
+    assert (state / "attempts").read_text().split() == ["0", "1", "2"]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = _evaluate_run(uri)
     assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
@@ -59,7 +60,7 @@ def test_an_outage_inside_a_trial_is_retried_from_its_checkpoint(tmp_path, fault
 
 def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_run(tmp_path):
     (tmp_path / "outage.yaml").write_text(yaml.safe_dump(CONFIG))
-    state = write_fault_plugin(tmp_path, "enospc", epoch=3, forever=True)
+    state = write_fault_plugin(tmp_path, {"enospc": 3}, forever=True)
     failed = _run(tmp_path)
     output = failed.stdout + failed.stderr
     assert failed.returncode == 3, output
@@ -94,7 +95,7 @@ def test_an_outage_in_a_search_stage_spends_no_budget_and_resume_finishes_the_se
     config = dict(CONFIG, training=dict(CONFIG["training"], lr=[0.01, 0.02]), base={"sampler": "grid"},
                   tune={"max_failures": 0})
     (tmp_path / "outage.yaml").write_text(yaml.safe_dump(config))
-    state = write_fault_plugin(tmp_path, "storm", epoch=3, forever=True)
+    state = write_fault_plugin(tmp_path, {"storm": 3}, forever=True)
     failed = _run(tmp_path)
     assert failed.returncode == 3, failed.stdout + failed.stderr
     assert "2 trial(s) stopped by an infrastructure failure" in failed.stdout.strip().splitlines()[-1]

@@ -226,7 +226,7 @@ def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path):
     config = dict(CONFIG, plugins=["faultplugin"], tune={"max_failures": 1},
                   training={"epochs": 4, "min_epochs": 4, "patience": 4, "lr": 0.01})
     (tmp_path / "sec.yaml").write_text(yaml.safe_dump(config))
-    write_fault_plugin(tmp_path, "eio", epoch=2, forever=True)
+    write_fault_plugin(tmp_path, {"eio": 2}, forever=True)
     marker, stop, planted = tmp_path / "PWNED", threading.Event(), set()
     attacker = threading.Thread(target=_plant, args=(tmp_path / "ray_results" / "sec", marker, stop, planted))
     attacker.start()
