@@ -90,7 +90,7 @@ def _start(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subproce
 
 def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, seconds: float = 400) -> str:
     """Send ``signum`` to the driver (its process group: a terminal's Ctrl-C) once ``ready()``; its output. The
-    driver must exit with the signal's shell code, 128 + ``signum``."""
+    driver must exit with the signal's shell code, 128 + ``signum``; a SIGKILL leaves it none (-9)."""
     try:
         deadline = time.time() + seconds
         while not ready():
@@ -99,29 +99,12 @@ def _stop_when(driver: subprocess.Popen, ready, signum: int, *, group: bool, sec
             time.sleep(0.1)
         (os.killpg if group else os.kill)(driver.pid, signum)
         output = driver.communicate(timeout=180)[0]
-        assert driver.returncode == 128 + signum, output
+        assert driver.returncode == (-signum if signum == signal.SIGKILL else 128 + signum), output
         return output
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)  # what a killed driver leaves of its local Ray
         driver.wait()
-
-
-def _kill_when(driver: subprocess.Popen, ready, seconds: float = 400) -> int:
-    """SIGKILL the driver alone once ``ready()``, then what it leaves of its local Ray; the driver's pid."""
-    try:
-        deadline = time.time() + seconds
-        while not ready():
-            assert driver.poll() is None, driver.stdout.read()
-            assert time.time() < deadline, "the sweep never got there"
-            time.sleep(0.1)
-        driver.kill()
-        driver.wait()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    return driver.pid
 
 
 def _driver_log(folder: Path, pid: int) -> list[Path]:
@@ -163,14 +146,15 @@ def test_grid_sweep_killed_and_stopped_in_every_stage_resumes_to_the_uninterrupt
     private = Path(tempfile.mkdtemp(prefix="nb-", dir="/tmp"))  # short: Ray's sockets go under it too
     env = {**os.environ, "TMPDIR": str(private)}
     try:
-        killed = _kill_when(_start(tmp_path, "grid.yaml", env=env), lambda: _training(db, "base") >= 1)
-        assert len(_driver_log(private, killed)) == 1  # a SIGKILL skips the driver's own removal
+        killed = _start(tmp_path, "grid.yaml", env=env)
+        _stop_when(killed, lambda: _training(db, "base") >= 1, signal.SIGKILL, group=False)
+        assert len(_driver_log(private, killed.pid)) == 1  # a SIGKILL skips the driver's own removal
 
         out = _stop_when(_start(tmp_path, "grid.yaml", "--resume", env=env), lambda: _ended(db, "tune") >= 1,
                          signal.SIGINT, group=True)
         assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "--resume" in out, out
         assert "lost their worker" not in out, out
-        assert _driver_log(private, killed) == []  # removed by the next driver
+        assert _driver_log(private, killed.pid) == []  # removed by the next driver
         finished = sum(run_status(r) == "ok" for r in _trials(uri, "stops", "tune"))
         assert 1 <= finished < 4, out
         cells = search(uri, "stops", f"tags.`{TAG}kind` = 'cell'")
@@ -184,9 +168,9 @@ def test_grid_sweep_killed_and_stopped_in_every_stage_resumes_to_the_uninterrupt
         assert f"stage tune: {4 - finished} trial(s) over 1 cell(s)" in out, out
 
         trained = _epochs(db, "evaluate")
-        killed = _kill_when(_start(tmp_path, "grid.yaml", "--resume", env=env),
-                            lambda: _epochs(db, "evaluate") > trained)
-        assert len(_driver_log(private, killed)) == 1
+        killed = _start(tmp_path, "grid.yaml", "--resume", env=env)
+        _stop_when(killed, lambda: _epochs(db, "evaluate") > trained, signal.SIGKILL, group=False)
+        assert len(_driver_log(private, killed.pid)) == 1
         resumed = _run(tmp_path, "grid.yaml", "--resume", env=env)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "stage tune: every cell already done" in resumed.stdout
