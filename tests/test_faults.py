@@ -2,7 +2,6 @@
 and the study's report works and shows the error. A real local Ray, a real SIGKILL."""
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import epochs_logged
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.runs import parse_param
 from ndebench.platform.record.tracking import TAG, client, search
@@ -53,19 +53,6 @@ def _descendants(root: int) -> dict[int, str]:
     return found
 
 
-def _epochs_logged(db: Path, phase: str) -> int:
-    """Epochs of training logged by the trial runs of ``phase``."""
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
-            return connection.execute(
-                "select count(*) from metrics m join tags t on t.run_uuid = m.run_uuid where m.key = 'train_loss' "
-                "and m.step > 0 and t.key = 'ndebench.phase' and t.value = ?", (phase,)).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def _run_killing_workers(tmp_path: Path, config: str, kills: list[tuple[str, int]], every_attempt: bool,
                          seconds: float) -> tuple[int, str, list[int]]:
     """Run ``ndebench run config`` and SIGKILL its trial worker once for each ``(phase, epochs)`` of ``kills``, in
@@ -79,7 +66,7 @@ def _run_killing_workers(tmp_path: Path, config: str, kills: list[tuple[str, int
         deadline = time.time() + seconds
         while driver.poll() is None:
             assert time.time() < deadline, "the sweep did not end"
-            if pending and _epochs_logged(tmp_path / "mlflow.db", pending[0][0]) >= pending[0][1]:
+            if pending and epochs_logged(tmp_path / "mlflow.db", pending[0][0]) >= pending[0][1]:
                 pids = [pid for pid, command in _descendants(driver.pid).items() if "ImplicitFunc" in command]
                 for pid in pids:
                     os.kill(pid, signal.SIGKILL)

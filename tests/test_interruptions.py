@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakes import epochs_logged
 from ndebench.platform.failures.leftovers import DRIVER_LOG
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
@@ -73,12 +74,6 @@ def _training(db: Path, phase: str) -> int:
     """Runs of ``phase`` that logged an epoch."""
     return _count(db, "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
                       "where m.key = 'train_loss' and t.key = 'ndebench.phase' and t.value = ?", phase)
-
-
-def _epochs(db: Path, phase: str) -> int:
-    """Epochs of training logged by the runs of ``phase``."""
-    return _count(db, "select count(*) from metrics m join tags t on t.run_uuid = m.run_uuid where m.key = "
-                      "'train_loss' and t.key = 'ndebench.phase' and t.value = ?", phase)
 
 
 def _start(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -167,9 +162,9 @@ def test_grid_sweep_killed_and_stopped_in_every_stage_resumes_to_the_uninterrupt
         assert "[ndebench] exit 130: interrupted by SIGINT (Ctrl-C)" in out and "lost their worker" not in out, out
         assert f"stage tune: {4 - finished} trial(s) over 1 cell(s)" in out, out
 
-        trained = _epochs(db, "evaluate")
+        trained = epochs_logged(db, "evaluate")
         killed = _start(tmp_path, "grid.yaml", "--resume", env=env)
-        _stop_when(killed, lambda: _epochs(db, "evaluate") > trained, signal.SIGKILL, group=False)
+        _stop_when(killed, lambda: epochs_logged(db, "evaluate") > trained, signal.SIGKILL, group=False)
         assert len(_driver_log(private, killed.pid)) == 1
         resumed = _run(tmp_path, "grid.yaml", "--resume", env=env)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
