@@ -74,10 +74,12 @@ def test_the_wheel_installs_beside_another_torch_and_runs_the_shipped_quickstart
     uri = f"sqlite:///{work / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
     env["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 1})  # one trial worker for the evaluate stage's two trials
+    # Values instead of grids: the base and tune stages have nothing to search, so only the evaluate stage runs
+    # (one trial worker, about 6 s of CPU, instead of three).
     sweep = subprocess.run(
         [str(venv / "bin" / "ndebench"), "run", "quickstart", "--tracking-uri", uri, "--set", "training.epochs=1",
-         "training.min_epochs=1", "base.epochs=1", "evaluate.seeds=[0]", "regularizers.continuum_dropout.p=[0.3]",
-         "regularizers.continuum_dropout.m=[5]", "training.lr=[0.01]"],
+         "training.min_epochs=1", "evaluate.seeds=[0]", "regularizers.continuum_dropout.p=0.3",
+         "regularizers.continuum_dropout.m=5", "training.lr=0.01"],
         cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert sweep.returncode == 0, sweep.stdout[-4000:] + sweep.stderr[-4000:]
     assert "Ray cluster: 1 CPU," in sweep.stdout
@@ -85,4 +87,5 @@ def test_the_wheel_installs_beside_another_torch_and_runs_the_shipped_quickstart
                  "mlflow.search_runs(experiment_names=['quickstart'], filter_string=\"tags.`ndebench.kind` = 'trial'\","
                  " output_format='list'); print(json.dumps([r.data.tags for r in runs]))"], env=env).stdout
     trials = json.loads(tags.strip().splitlines()[-1])
-    assert trials and all(t["ndebench.lib.torch"] == other and t["ndebench.torch_build"] == other for t in trials)
+    assert len(trials) == 2, trials  # the evaluate stage's two trials
+    assert all(t["ndebench.lib.torch"] == other and t["ndebench.torch_build"] == other for t in trials)
