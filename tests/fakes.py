@@ -3,6 +3,7 @@ a crafted analysis study."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import signal
@@ -276,6 +277,30 @@ def auth_server(cwd: Path, env: dict[str, str]):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``ndebench ARGS`` as a process in ``cwd`` with exactly the environment ``env`` would run it (exit code,
+    stdout, stderr), but through ``main`` in this process: a new interpreter's imports cost 4-6 s of CPU for
+    ``report`` and ``verify``. For the commands that end by returning; a sweep, server or UI gets its own process."""
+    from ndebench.platform.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as exit_:  # argparse's usage errors
+                code = exit_.code
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+    return subprocess.CompletedProcess(["ndebench", *args], code, out.getvalue(), err.getvalue())
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import auth_server
+from fakes import auth_server, cli
 from ndebench.platform.cli.main import main
 from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.cluster.sweeplog import REDACTED, redact, write_private
@@ -225,16 +225,15 @@ def test_workers_write_the_study_as_a_granted_non_admin_user(tmp_path, monkeypat
     base = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     admin = dict(base, MLFLOW_TRACKING_USERNAME="lead", MLFLOW_TRACKING_PASSWORD="admin-" + SECRET)
     with auth_server(tmp_path, admin) as uri:
-        granted = _ndebench(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1",
-                             "--credentials-out", str(tmp_path / "worker.ini")], tmp_path, admin, timeout=300)
+        granted = cli(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1",
+                       "--credentials-out", str(tmp_path / "worker.ini")], tmp_path, admin)
         assert granted.returncode == 0, granted.stdout + granted.stderr
         assert "user 'worker1' created: EDIT on study 'expo'" in granted.stdout
         credentials = tmp_path / "worker.ini"
         assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
         password = credentials.read_text().split("mlflow_tracking_password = ")[1].strip()
         assert len(password) >= 24 and password not in granted.stdout + granted.stderr
-        again = _ndebench(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1"], tmp_path, admin,
-                          timeout=300)
+        again = cli(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1"], tmp_path, admin)
         assert again.returncode == 0 and "exists (password kept)" in again.stdout, again.stdout + again.stderr
 
         home = tmp_path / "home"
@@ -256,9 +255,8 @@ def test_workers_write_the_study_as_a_granted_non_admin_user(tmp_path, monkeypat
         with pytest.raises(MlflowException, match="403|Permission denied|PERMISSION_DENIED"):
             AuthServiceClient(uri).create_user("mallory", "a-long-password-x")
 
-        wrong = _ndebench(["report", "--study", "expo", "--tracking-uri", uri], tmp_path,
-                          dict(base, MLFLOW_TRACKING_USERNAME="worker1", MLFLOW_TRACKING_PASSWORD="wrong-password"),
-                          timeout=300)
+        wrong = cli(["report", "--study", "expo", "--tracking-uri", uri], tmp_path,
+                    dict(base, MLFLOW_TRACKING_USERNAME="worker1", MLFLOW_TRACKING_PASSWORD="wrong-password"))
         assert wrong.returncode == 2, wrong.stdout + wrong.stderr
         assert "refused the credentials (HTTP 401, user 'worker1'" in wrong.stderr
         assert "wrong-password" not in wrong.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import auth_server
+from fakes import auth_server, cli
 
 pytestmark = pytest.mark.system
 pytest.importorskip("flask_wtf", reason="needs mlflow[auth] (the `cluster` extra)")
@@ -24,11 +24,6 @@ STUDY = {"study": "B", "models": ["neural_cde"], "datasets": ["synthetic"], "reg
          "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
          "training": {"epochs": 2, "min_epochs": 2, "patience": 2, "lr": 0.01}, "report": {"figures": "none"}}
 DENIED = "403|Permission denied|PERMISSION_DENIED"
-
-
-def _ndebench(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ndebench.platform", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _as(monkeypatch, user: str, password: str) -> None:
@@ -52,7 +47,7 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
     with auth_server(tmp_path, admin) as uri:
         passwords = {}
         for study, user in (("A", "wa"), ("B", "wb")):
-            granted = _ndebench(["grant", "--tracking-uri", uri, "--study", study, "--user", user,
+            granted = cli(["grant", "--tracking-uri", uri, "--study", study, "--user", user,
                                  "--credentials-out", str(tmp_path / f"{user}.ini")], tmp_path, admin)
             assert granted.returncode == 0, granted.stdout + granted.stderr
             passwords[user] = _password(tmp_path / f"{user}.ini")
@@ -61,7 +56,7 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
         # A worker may create experiments (MLflow lets every user), and so squat a name before its grant: refused.
         _as(monkeypatch, "wa", passwords["wa"])
         mlflow_client.create_experiment("C")
-        squatted = _ndebench(["grant", "--tracking-uri", uri, "--study", "C", "--user", "wc"], tmp_path, admin)
+        squatted = cli(["grant", "--tracking-uri", uri, "--study", "C", "--user", "wc"], tmp_path, admin)
         assert squatted.returncode == 2, squatted.stdout + squatted.stderr
         assert "study 'C': its experiment" in squatted.stderr and "managed by 'wa', not by an admin" in squatted.stderr
         assert not (tmp_path / "mlflow-credentials-wc").exists()
@@ -113,11 +108,11 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
                 manage()
 
         wb = dict(base, MLFLOW_TRACKING_USERNAME="wb", MLFLOW_TRACKING_PASSWORD=passwords["wb"])
-        assert _ndebench(["verify", "--study", "B", "--tracking-uri", uri], tmp_path, wb).returncode == 0
+        assert cli(["verify", "--study", "B", "--tracking-uri", uri], tmp_path, wb).returncode == 0
         mlflow_client.log_metric(trial.info.run_id, "test_accuracy", 0.96, step=0)  # a writer rewrites a result
-        verified = _ndebench(["verify", "--study", "B", "--tracking-uri", uri], tmp_path, wb)
+        verified = cli(["verify", "--study", "B", "--tracking-uri", uri], tmp_path, wb)
         assert verified.returncode == 1 and f"run {trial.info.run_id} " in verified.stdout, verified.stdout
-        reported = _ndebench(["report", "--study", "B", "--tracking-uri", uri, "--out", str(tmp_path / "r"),
+        reported = cli(["report", "--study", "B", "--tracking-uri", uri, "--out", str(tmp_path / "r"),
                               "--figures", "none"], tmp_path, wb)
         assert reported.returncode == 0, reported.stdout + reported.stderr
         assert (tmp_path / "r/B/table.md").read_text().startswith("WARNING: 1 run(s) have results that changed")
