@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import epochs_logged
+from fakes import cli, epochs_logged
 from ndebench.platform.failures.leftovers import DRIVER_LOG
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
@@ -208,7 +208,7 @@ def test_tpe_search_stopped_twice_ends_with_its_budget_and_one_driver_per_study(
         while not _count(db, "select count(*) from params where key like 'ndebench.lease.%'"):
             assert first.poll() is None and time.time() < deadline, "the sweep never took its lease"
             time.sleep(0.1)
-        second = _run(tmp_path, "tpe.yaml", "--resume")
+        second = cli([*COMMAND[3:], "tpe.yaml", "--resume"], tmp_path, dict(os.environ))  # refused before Ray starts
         assert second.returncode == 2, second.stdout + second.stderr
         assert f"is being run by another driver, {os.uname().nodename}:{first.pid}" in second.stdout + second.stderr
         while _ended(db, "tune") < 1:

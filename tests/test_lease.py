@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from fakes import cli
 from ndebench.platform.record.lease import fence, heartbeat
 from ndebench.platform.record.lease.fence import Fence, LeaseLostError, fence_writes, raise_if_driver_lost
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
@@ -421,8 +422,7 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
         assert new.poll() is None, "the new driver ended before the old one was resumed"
         second, = claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id))[1:]
         assert second.epoch == 2 and second.held  # not freed
-        third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                               timeout=300)
+        third = cli([*COMMAND[3:], "--resume"], tmp_path, _env())  # refused before Ray starts
         assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
             third.stdout + third.stderr)
         out = _finish(new)
