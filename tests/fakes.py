@@ -282,7 +282,8 @@ def auth_server(cwd: Path, env: dict[str, str]):
 def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``ndebench ARGS`` as a process in ``cwd`` with exactly the environment ``env`` would run it (exit code,
     stdout, stderr), but through ``main`` in this process: a new interpreter's imports cost 4-6 s of CPU for
-    ``report`` and ``verify``. For the commands that end by returning; a sweep, server or UI gets its own process."""
+    ``report`` and ``verify``. For commands that start no Ray, server or UI (a driver refused before Ray starts
+    included); a sweep, a server or a UI gets its own process."""
     from ndebench.platform.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
