@@ -48,7 +48,7 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
         passwords = {}
         for study, user in (("A", "wa"), ("B", "wb")):
             granted = cli(["grant", "--tracking-uri", uri, "--study", study, "--user", user,
-                                 "--credentials-out", str(tmp_path / f"{user}.ini")], tmp_path, admin)
+                           "--credentials-out", str(tmp_path / f"{user}.ini")], tmp_path, admin)
             assert granted.returncode == 0, granted.stdout + granted.stderr
             passwords[user] = _password(tmp_path / f"{user}.ini")
         mlflow_client = MlflowClient(uri)
@@ -113,7 +113,7 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
         verified = cli(["verify", "--study", "B", "--tracking-uri", uri], tmp_path, wb)
         assert verified.returncode == 1 and f"run {trial.info.run_id} " in verified.stdout, verified.stdout
         reported = cli(["report", "--study", "B", "--tracking-uri", uri, "--out", str(tmp_path / "r"),
-                              "--figures", "none"], tmp_path, wb)
+                        "--figures", "none"], tmp_path, wb)
         assert reported.returncode == 0, reported.stdout + reported.stderr
         assert (tmp_path / "r/B/table.md").read_text().startswith("WARNING: 1 run(s) have results that changed")
         changed = json.loads((tmp_path / "r/B/summary.json").read_text())["changed_results"]
