@@ -387,18 +387,23 @@ def cell_study(uri: str, study: str, lrs: tuple[float, float] = (0.01, 0.01)) ->
     return cells
 
 
-def epochs_logged(db: Path, phase: str) -> int:
-    """Epochs of training (``train_loss`` at steps 1, 2, ...) logged by the runs of ``phase`` in the sqlite store
-    ``db``, read while a sweep writes it: 0 where it does not exist yet or is locked."""
+def count_rows(db: Path, sql: str, *args: str) -> int:
+    """The count that ``sql`` (a ``select count(...)`` with ``?`` for ``args``) reads from the sqlite store ``db``
+    while a sweep writes it: 0 where the store does not exist yet or is locked."""
     if not db.exists():
         return 0
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
-            return connection.execute(
-                "select count(*) from metrics m join tags t on t.run_uuid = m.run_uuid where m.key = 'train_loss' "
-                "and m.step > 0 and t.key = 'ndebench.phase' and t.value = ?", (phase,)).fetchone()[0]
+            return connection.execute(sql, args).fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def epochs_logged(db: Path, phase: str) -> int:
+    """Epochs of training (``train_loss`` at steps 1, 2, ...) logged by the runs of ``phase`` in the sqlite store
+    ``db`` (:func:`count_rows`)."""
+    return count_rows(db, "select count(*) from metrics m join tags t on t.run_uuid = m.run_uuid where m.key = "
+                          "'train_loss' and m.step > 0 and t.key = 'ndebench.phase' and t.value = ?", phase)
 
 
 # Infrastructure failures inside a trial, injected in the Ray worker through a `plugins:` module

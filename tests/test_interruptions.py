@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import cli, epochs_logged
+from fakes import cli, count_rows, epochs_logged
 from ndebench.platform.failures.leftovers import DRIVER_LOG
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
@@ -54,25 +53,15 @@ TPE = {
 COMMAND = [sys.executable, "-m", "ndebench.platform", "run"]
 
 
-def _count(db: Path, sql: str, *args: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as connection:
-            return connection.execute(sql, args).fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def _ended(db: Path, phase: str) -> int:
     """Trial runs of ``phase`` that ended ok."""
-    return _count(db, "select count(*) from tags s join tags p on s.run_uuid = p.run_uuid where s.key = "
+    return count_rows(db, "select count(*) from tags s join tags p on s.run_uuid = p.run_uuid where s.key = "
                       "'ndebench.status' and s.value = 'ok' and p.key = 'ndebench.phase' and p.value = ?", phase)
 
 
 def _training(db: Path, phase: str) -> int:
     """Runs of ``phase`` that logged an epoch."""
-    return _count(db, "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
+    return count_rows(db, "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
                       "where m.key = 'train_loss' and t.key = 'ndebench.phase' and t.value = ?", phase)
 
 
@@ -205,7 +194,7 @@ def test_tpe_search_stopped_twice_ends_with_its_budget_and_one_driver_per_study(
     first = _start(tmp_path, "tpe.yaml")
     try:
         deadline = time.time() + 300
-        while not _count(db, "select count(*) from params where key like 'ndebench.lease.%'"):
+        while not count_rows(db, "select count(*) from params where key like 'ndebench.lease.%'"):
             assert first.poll() is None and time.time() < deadline, "the sweep never took its lease"
             time.sleep(0.1)
         second = cli([*COMMAND[3:], "tpe.yaml", "--resume"], tmp_path, dict(os.environ))  # refused before Ray starts

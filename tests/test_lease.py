@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from fakes import cli
+from fakes import cli, count_rows
 from ndebench.platform.record.lease import fence, heartbeat
 from ndebench.platform.record.lease.fence import Fence, LeaseLostError, fence_writes, raise_if_driver_lost
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
@@ -366,13 +365,8 @@ def _wait(what, ready, *drivers: subprocess.Popen, seconds: float = 400) -> None
 
 def _trained_under(db: Path, epoch: int) -> int:
     """Trial runs of lease epoch ``epoch`` that logged an epoch of training."""
-    if not db.exists():
-        return 0
-    with contextlib.suppress(sqlite3.Error), sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as db_:
-        return db_.execute("select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid"
-                           " where m.key = 'train_loss' and t.key = 'ndebench.lease' and t.value = ?",
-                           (str(epoch),)).fetchone()[0]
-    return 0
+    return count_rows(db, "select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
+                          "where m.key = 'train_loss' and t.key = 'ndebench.lease' and t.value = ?", str(epoch))
 
 
 def _table(folder: Path) -> str:
