@@ -9,8 +9,9 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHL"/*.whl >
 mkdir -p /tmp/pkg/ndebench; for d in platform models regularizers datasets; do ln -sfn "$ROOT/$d" /tmp/pkg/ndebench/$d; done
 export PYTHONPATH=/tmp/pkg:/tmp/site
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
-timeout ${T_TEST:-120} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_gpu.py tests/test_graphs.py \
-  tests/test_checkpoint.py tests/test_continuum_dropout.py tests/test_gpu_packing.py > "$OUT/pytest.txt" 2>&1
+# The files with a CUDA case (marker `gpu`, or fakes.DEVICES' cuda parameter); the others import Ray or MLflow.
+timeout ${T_TEST:-120} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu \
+  $(grep -l -E 'mark\.gpu|DEVICES' tests/test_*.py) > "$OUT/pytest.txt" 2>&1
 echo "pytest rc $?" >> "$OUT/pytest.txt"
 m() { timeout "$1" python3 "$HERE/measure.py" "$OUT/measure.jsonl" "${@:2}" >> "$OUT/measure.log" 2>&1 ||
       echo "{\"kind\": \"timeout\", \"what\": \"${*:2}\"}" >> "$OUT/measure.jsonl"; }
