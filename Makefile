@@ -44,7 +44,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(PYTEST) -q $(XDIST) tests
 
-# The same without the `system` tests (those that start Ray, MLflow servers or clusters): the lane to run while
+# The same without the `system` tests (those that start Ray, MLflow servers or clusters, or run elsewhere): the lane to run while
 # working; `make test` (CI) still runs everything.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .

@@ -3,8 +3,14 @@ the grid sampler, the step lookup by time at exact grid times, the per-device re
 trial on the device. The ``cuda`` cases skip where torch finds no CUDA device (marker ``gpu``); mask
 statistics on the device are the CPU tests of ``test_continuum_dropout.py`` run on it, the checkpoint resumed
 on the device is ``test_checkpoint.py``'s, and captured CUDA-graph solves against eager ones are
-``test_graphs.py``'s."""
+``test_graphs.py``'s. ``.ci/gpu/run.sh`` runs these cases on a GPU machine that has torch but neither Ray, Optuna
+nor MLflow; the last test here runs them so on this machine."""
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +147,31 @@ def test_a_captured_and_an_eager_trial_of_one_seed_end_with_the_same_metrics():
     assert captured.test["test_nll"] == pytest.approx(eager.test["test_nll"], rel=1e-3)
     assert abs(captured.test["test_ece"] - eager.test["test_ece"]) <= 0.01
     assert abs(captured.test["test_accuracy"] - eager.test["test_accuracy"]) <= 0.02
+
+
+
+# Modules the GPU check's machine lacks, hidden from a pytest run in a child process.
+_WITHOUT_RAY_OPTUNA_MLFLOW = """
+import importlib.abc, sys
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("ray", "optuna", "mlflow"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Missing())
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.system
+def test_the_gpu_cases_load_and_run_without_ray_optuna_or_mlflow():
+    # The files .ci/gpu/run.sh selects (its grep): conftest and each of them must load without those modules, or
+    # the GPU check runs no case at all (as from caa1f49 to 44a9f30). Each file has a case that passes or skips.
+    tests = Path(__file__).parent
+    files = sorted(f for f in tests.glob("test_*.py") if re.search(r"mark\.gpu|import DEVICES", f.read_text()))
+    command = [sys.executable, "-c", _WITHOUT_RAY_OPTUNA_MLFLOW, "-q", "-rA", "-p", "no:cacheprovider", "-m", "gpu"]
+    proc = subprocess.run(command + [str(f) for f in files], cwd=tests.parent, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = set(re.findall(r"^(?:PASSED|SKIPPED \[\d+\]) tests/(test_\w+\.py)", proc.stdout, re.MULTILINE))
+    assert ran == {f.name for f in files} and "test_machines.py" in ran, (ran, proc.stdout[-3000:])
