@@ -44,8 +44,8 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(PYTEST) -q $(XDIST) tests
 
-# The same without the `system` tests (those that start Ray, MLflow servers or clusters, or run elsewhere): the lane to run while
-# working; `make test` (CI) still runs everything.
+# The same without the `system` tests (those that start Ray, MLflow servers or clusters, or run the package in
+# another environment): the lane to run while working; `make test` (CI) still runs everything.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(PYTEST) -q $(XDIST) -m "not system" tests
