@@ -16,16 +16,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
-import torchvision.datasets.cifar
-import torchvision.datasets.stl10
-import torchvision.datasets.svhn
-from fakes import local_ray_arguments
-from ndebench.datasets.registry import REGISTRY as DATASETS
-from ndebench.models.registry import REGISTRY as MODELS
-from ndebench.platform.common import plugins
-from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
-from torchvision.datasets.utils import calculate_md5
 
 # Longest first: the system files by their time on an idle machine (2026-11-29, alone or in a whole-suite timeline:
 # test_interruptions 207 s, test_lease 199, test_outages 117, test_stack_sweep 95, test_sweep 70) and by how many
@@ -70,6 +60,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    import torch
+
     long_files = {item.path for item in items if item.get_closest_marker("system")}
     rank = {name: i for i, name in enumerate(LONGEST)}
     items.sort(key=lambda item: (item.path not in long_files, rank.get(item.path.name, len(LONGEST))))
@@ -80,36 +72,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(skip)
 
 
-_SCHEMA: list[str] = []
-
-
-def _initialize_from_template(engine) -> None:
-    """MLflow's ``_initialize_tables`` for a new sqlite store made in a test process: the schema its migrations
-    build, replayed from a dump of one store they built in this process. The migrations cost 0.4-0.6 s of CPU per
-    store and the fast lane makes a new store in most of its tests; every driver and server the tests start as a
-    process still runs the real migrations, as does this process's first store."""
-    if engine.dialect.name != "sqlite":
-        _MIGRATE(engine)
+def _replay_the_first_schema() -> None:
+    """MLflow's ``_initialize_tables`` for a new sqlite store made in a test process becomes the schema its
+    migrations build, replayed from a dump of one store they built in this process. The migrations cost 0.4-0.6 s
+    of CPU per store and the fast lane makes a new store in most of its tests; every driver and server the tests
+    start as a process still runs the real migrations, as does this process's first store."""
+    try:
+        import mlflow.store.db.utils as db
+    except ImportError:  # .ci/gpu/run.sh runs the ``gpu`` lane on a machine without MLflow
         return
-    if not _SCHEMA:
-        _MIGRATE(engine)
-    with contextlib.closing(engine.raw_connection()) as raw:
-        if _SCHEMA:
-            raw.driver_connection.executescript(_SCHEMA[0])
-        else:
-            _SCHEMA.append("\n".join(raw.driver_connection.iterdump()))
+    migrate, schema = db._initialize_tables, []
 
+    def initialize(engine) -> None:
+        if engine.dialect.name != "sqlite":
+            migrate(engine)
+            return
+        if not schema:
+            migrate(engine)
+        with contextlib.closing(engine.raw_connection()) as raw:
+            if schema:
+                raw.driver_connection.executescript(schema[0])
+            else:
+                schema.append("\n".join(raw.driver_connection.iterdump()))
 
-try:
-    import mlflow.store.db.utils
-except ImportError:  # .ci/gpu/run.sh runs the ``gpu`` lane on a machine without MLflow
-    pass
-else:
-    _MIGRATE = mlflow.store.db.utils._initialize_tables
-    mlflow.store.db.utils._initialize_tables = _initialize_from_template
+    db._initialize_tables = initialize
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    # Here, not at import: the pytest-xdist controller, which collects nothing, loads this file too, and every
+    # import at its top would delay the workers' start (torch, MLflow and torchvision took 6 s there).
+    _replay_the_first_schema()
     # Everything imported so far (torch, MLflow, Ray, pandas: millions of long-lived objects) leaves the cyclic
     # collector's view. statsmodels' Holm correction calls gc.collect() on every call, and a report makes dozens;
     # over the full heap of a test process each took 0.1-0.3 s, half of some report tests' time.
@@ -121,6 +113,11 @@ def _registries_as_found():
     """Each test file sees the registries as a fresh process does. A sweep driven in-process installs a plugin
     (``tests/fakes.py``'s ``ndebench_*`` modules) whose components would otherwise stay registered and show up
     in the valid-name lists of every later file on the same pytest-xdist worker."""
+    from ndebench.datasets.registry import REGISTRY as DATASETS
+    from ndebench.models.registry import REGISTRY as MODELS
+    from ndebench.platform.common import plugins
+    from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
+
     registries = (MODELS, REGULARIZERS, DATASETS)
     for registry in registries:
         registry.load()  # the built-ins register on their modules' first import only: keep them in the snapshot
@@ -140,6 +137,11 @@ def _registries_as_found():
 @pytest.fixture
 def fake_md5(monkeypatch):
     """torchvision's MD5 check against the fake files' own recorded MD5s (a later change is caught)."""
+    import torchvision.datasets.cifar
+    import torchvision.datasets.stl10
+    import torchvision.datasets.svhn
+    from torchvision.datasets.utils import calculate_md5
+
     recorded: dict[str, str] = {}
 
     def check_integrity(fpath, md5=None):
@@ -171,6 +173,7 @@ def local_ray():
     """A small local Ray for a module's in-process sweeps (``main(["run", ...])`` joins it), ended after them: one
     CPU, so that each stage reuses one trial worker (see ``one_cpu_ray``)."""
     import ray
+    from fakes import local_ray_arguments
 
     ray.init(**local_ray_arguments(1))
     yield
