@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from ndebench.datasets.files import resolve_data_dir
 from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.models.base import DataSpec, NDEClassifier, TimedInputs, index_batch, inputs_to
 from ndebench.models.registry import create_model
+from ndebench.models.timeseries import natural_splines_kept_in
 from ndebench.platform.failures.deadline import Deadline
 from ndebench.platform.worker.spec import TrialSpec
 from ndebench.regularizers.registry import create_regularizer
@@ -121,7 +123,9 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
     binary = bundle.task == "binary"
     model = create_model(spec.model, data_spec(bundle), regularizer=regularizer, solver=spec.solver,
                          **spec.model_params).to(device)
-    feeds = {name: Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
+    data_dir = resolve_data_dir(spec.data_dir)
+    with natural_splines_kept_in(data_dir if data_dir.is_dir() else None):
+        feeds = {name: Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}
     return BuiltTrial(model, feeds, resolve_batch_size(spec.training.batch_size, bundle),
                       bundle.extra.get("pos_weight") if binary else None, dataset_info(spec.dataset).metric,
                       bundle.num_classes)
