@@ -72,7 +72,8 @@ def test_complete_paths_other_splines_and_calls_outside_the_block_keep_nothing(t
 
 def trial(data_dir) -> TrialSpec:
     return TrialSpec(model="neural_cde", dataset="synthetic", regularizer="none", seed=3,
-                     model_params={"hidden_size": 4}, dataset_options={"missing_rate": 0.3}, data_dir=str(data_dir))
+                     model_params={"hidden_size": 4}, dataset_options={"missing_rate": 0.3, "num_samples": 36},
+                     data_dir=str(data_dir))
 
 
 def test_a_trial_reads_the_splines_an_earlier_trial_of_its_splits_kept(tmp_path, fits):
