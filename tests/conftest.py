@@ -6,6 +6,7 @@ of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole
 order because of ``--no-loadscope-reorder``) no long file starts last while the other worker idles."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import json
@@ -54,9 +55,18 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = config.stash[_IN_RAM] = tempfile.mkdtemp(prefix="ndebench-tests.", dir=RAM_DISK)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if (folder := config.stash.get(_IN_RAM, None)) is not None:
         shutil.rmtree(folder, ignore_errors=True)
+    if hasattr(config, "workerinput"):
+        # A pytest-xdist worker has sent its last report by now. Python's own teardown of its heap (torch, MLflow,
+        # Ray, pandas) then took 4-5 s, which the controller waited out before it could end the run; the exit
+        # handlers still run, the heap's teardown is left to the operating system.
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
