@@ -43,7 +43,7 @@ def _natural_coefficients(times: torch.Tensor, path: torch.Tensor) -> torch.Tens
     for tensor in (times, path):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-        digest.update(tensor.view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.view(torch.uint8).numpy())
     params = {"data": digest.hexdigest(), "torch": torch.__version__, "torchcde": torchcde.__version__}
     kept, _ = cached(cache_path(folder, "natural-spline", params),
                      lambda: {"coeffs": torchcde.natural_cubic_coeffs(path, t=times)})
