@@ -304,10 +304,19 @@ def cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.CompletedProcess(["ndebench", *args], code, out.getvalue(), err.getvalue())
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this process: the kernel may give a just-closed port again,
+    and a test that asked for a cluster's GCS and dashboard ports in a row once got the same one for both."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def start_server(cwd: Path) -> tuple[int, subprocess.Popen]:
