@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from ndebench.platform.engine.sweep import SweepOutcome
-from ndebench.platform.report.report import ReportFiles, build_report, format_console_table
 from ndebench.platform.spec.config import SweepSpec, apply_overrides, load_spec, parse_spec
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from ndebench.platform.report.report import ReportFiles
 
 
 def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> SweepSpec:
@@ -117,8 +117,7 @@ def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path =
 
 def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
                      test: str) -> dict[tuple[str, str, str], dict[str, float]]:
-    # The report wing (scipy, statsmodels) is imported when the evaluate stage ends, as before the split, not
-    # while the sweep starts.
+    # The report wing (scipy, statsmodels, matplotlib) loads when the evaluate stage ends, not as the sweep starts.
     from ndebench.platform.report.cellstats import cell_statistics
 
     return cell_statistics(runs, cells, test)
@@ -316,9 +315,10 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     (:func:`~ndebench.platform.report.integrity.changed_runs`) spare reading the study's runs again.
     ``paper``: the study beside the Continuum Dropout paper's reported numbers
     (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
-    ``protocol``
-    (:func:`~ndebench.platform.report.protocol.protocol_note`, read from the study run with ``uri``) says which
-    protocol produced the rows."""
+    ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`, read from the study run with ``uri``)
+    says which protocol produced the rows."""
+    from ndebench.platform.report.report import build_report, format_console_table
+
     if study is None:
         names = sorted(set(runs["study"])) if "study" in runs.columns else []
         if len(names) != 1:

@@ -1,4 +1,5 @@
-"""The platform's wings import one way, and every wing is listed with what it owns and what it may import.
+"""The platform's wings import one way, every wing is listed with what it owns and what it may import, and a
+sweep's driver starts without the report wing.
 
 Read from the source with ``ast`` (top-level and function-level imports alike), so a lazy import inside a
 function counts as much as one at the top of the file. The wings are folders without ``__init__.py`` (a
@@ -53,17 +54,21 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     """The platform modules ``path`` imports, as names in ``known``."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
-        else:
-            continue
-        for name in names:
-            short = name.removeprefix(PREFIX)
-            if name.startswith(PREFIX) and short in known:
-                found.add(short)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(_imports_of(node, known))
     return found
+
+
+def _imports_of(node: ast.Import | ast.ImportFrom, known: set[str]) -> set[str]:
+    """The platform modules one import statement names, as names in ``known``."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif node.module:
+        names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+    else:
+        return set()
+    shorts = {name.removeprefix(PREFIX) for name in names if name.startswith(PREFIX)}
+    return shorts & known
 
 
 def _graph() -> dict[str, set[str]]:
@@ -111,3 +116,38 @@ def test_every_wing_is_listed_and_the_root_holds_only_front_doors():
     crowded = {str(d.relative_to(PLATFORM)): n for d in {p.parent for p in PLATFORM.rglob("*.py")}
                if (n := len(list(d.glob("*.py")))) > 15}
     assert not crowded, f"a folder holds at most 15 modules: {crowded}"
+
+
+def _loaded_with(path: Path, known: set[str]) -> set[str]:
+    """The platform modules that importing ``path`` imports: its imports outside functions and outside
+    ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+                visit(node.orelse)
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(_imports_of(node, known))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                visit(getattr(node, field, []))
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_a_sweeps_driver_starts_without_the_report_wing():
+    """`ndebench run` imports the API and the engine as it starts; the report wing (matplotlib, scipy.stats,
+    statsmodels: about 0.75 s of CPU) loads only when the report is written, so a driver that is refused, stopped
+    or killed before then never pays for it, and the first trial starts sooner."""
+    modules = _modules()
+    loaded, todo = set(), ["api", "engine.sweep"]
+    while todo:
+        module = todo.pop()
+        if module not in loaded:
+            loaded.add(module)
+            todo.extend(_loaded_with(modules[module], set(modules)))
+    assert sorted(m for m in loaded if _layer(m) == "report") == []
