@@ -149,7 +149,6 @@ def test_a_captured_and_an_eager_trial_of_one_seed_end_with_the_same_metrics():
     assert abs(captured.test["test_accuracy"] - eager.test["test_accuracy"]) <= 0.02
 
 
-
 # Modules the GPU check's machine lacks, hidden from a pytest run in a child process.
 _WITHOUT_RAY_OPTUNA_MLFLOW = """
 import importlib.abc, sys
