@@ -2,9 +2,10 @@
 that lost it writes nothing more, and liveness is the lease's own counter watched on the taker's clock.
 
 Without Ray: the lease's states on a sqlite store, hand-made records included (a newer epoch, a deleted lease run,
-records without a holder). System lane: two drivers started in the same second (one refused before Ray starts), a
-paused driver taken over and resumed (it exits 3 at its next write and changes no run of the new driver; the
-table equals an uninterrupted sweep's), and a sweep whose lease run is deleted (it exits 3 saying so).
+records without a holder). System lane: two drivers started in the same second (one refused before Ray starts),
+then one study handed over three times: a paused driver taken over and resumed (it exits 3 at its next write and
+changes no run of the new driver), the new driver's lease run deleted (it exits 3 saying so), the next driver
+outbid (exit 3), and a last resume whose table equals an uninterrupted sweep's.
 """
 from __future__ import annotations
 
@@ -396,11 +397,25 @@ def test_of_two_drivers_started_in_one_second_exactly_one_proceeds(raced):
     assert len(list((folder / "ray_results" / "lease").glob("tune-*-lease1"))) == 1
 
 
+def _lease_claims(uri: str) -> dict[int, list]:
+    found: dict[int, list] = {}
+    for c in claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id)):
+        found.setdefault(c.epoch, []).append(c)
+    return found
+
+
 @pytest.mark.system
-def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(tmp_path, raced):
+def test_a_paused_then_deleted_then_outbid_driver_each_exits_3_and_a_resume_ends_the_study(tmp_path, raced):
+    """One study through four drivers, each hand-over one of the reviews' scenarios on a real sweep. A paused driver
+    (SIGSTOP) is taken over; resumed, it exits 3 naming its taker, and a third driver is refused. The taker's lease
+    run is then deleted: it exits 3 saying so, not that another driver took over. The next driver is outbid by a
+    hand-made valid epoch above its own and exits 3. The last resume watches the still records, takes the epoch
+    above them all and ends the study: no run ends under the paused driver's epoch, no epoch is logged twice in a
+    run, and the table equals an uninterrupted sweep's."""
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
     db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
     paused = _start(tmp_path)
+    new = None
     try:
         _wait("trained", lambda: _trained_under(db, 1) >= 1, paused)
         os.kill(paused.pid, signal.SIGSTOP)  # the driver alone (a laptop lid, a long pause): its Ray runs on
@@ -419,65 +434,41 @@ def test_a_paused_driver_taken_over_exits_3_and_changes_nothing_of_the_new_one(t
         third = cli([*COMMAND[3:], "--resume"], tmp_path, _env())  # refused before Ray starts
         assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
             third.stdout + third.stderr)
-        out = _finish(new)
+
+        client(uri).delete_run(second.run_id)
+        out = _finish(new, seconds=180)
+        assert new.returncode == 3, out
+        assert out.strip().splitlines()[-1].startswith(
+            "ndebench run: error: this driver lost its lease of study 'lease' (epoch 2): its lease run "
+            f"{second.run_id} was deleted; it stopped writing, and no driver holds the study now"), out
+        assert "took it over" not in out and "Traceback" not in out, out
+        assert "taking over study 'lease' from driver" in out, out
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(paused.pid, signal.SIGKILL)
-    assert new.returncode == 0, out
-    assert "taking over study 'lease' from driver" in out, out
-    trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
-    phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
-    assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
-    assert Counter(r.data.tags[f"{TAG}seed"] for r in phases["evaluate"]) == {"0": 1, "1": 1}
-    assert {(run_status(r), r.data.tags[f"{TAG}lease"]) for r in trials} == {("ok", "2")}, out
-    for run in trials:  # one writer per run: no epoch logged twice
-        steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss")]
-        assert len(steps) == len(set(steps)) == SWEEP["training"]["epochs"], run.info.run_id
-    assert _table(tmp_path) == _table(raced[0])
+        for driver in filter(None, (paused, new)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
 
+    outbid = _start(tmp_path, "--resume")
+    _wait("resumed and trained", lambda: _trained_under(db, 3) >= 1, outbid)
+    held, = _lease_claims(uri)[3]
+    assert claim(client(uri), held.run_id, 5, token("made-up:1", "another machine", "x")) is None
+    out = _finish(outbid, seconds=180)
+    assert outbid.returncode == 3, out
+    assert "(epoch 3): driver made-up:1 took it over (lease epoch 5)" in out.strip().splitlines()[-1], out
 
-def _lease_claims(uri: str) -> dict[int, list]:
-    found: dict[int, list] = {}
-    for c in claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id)):
-        found.setdefault(c.epoch, []).append(c)
-    return found
-
-
-@pytest.mark.system
-def test_a_deleted_or_outbid_lease_stops_its_driver_and_a_resume_ends_the_study(tmp_path, raced):
-    """The review's scenarios on a real sweep: the held lease run deleted (its driver exits 3 saying so, not that
-    another driver took over), then a hand-made valid epoch above a live one (its driver exits 3); the next resume
-    watches the still records, takes the epoch above them all and ends the study as an uninterrupted sweep."""
-    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
-    db, uri = tmp_path / "mlflow.db", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    first = _start(tmp_path)
-    _wait("trained", lambda: _trained_under(db, 1) >= 1, first)
-    deleted = _lease_claims(uri)[1][0].run_id
-    client(uri).delete_run(deleted)
-    out = _finish(first, seconds=180)
-    assert first.returncode == 3, out
-    assert out.strip().splitlines()[-1].startswith(
-        "ndebench run: error: this driver lost its lease of study 'lease' (epoch 1): its lease run "
-        f"{deleted} was deleted; it stopped writing, and no driver holds the study now"), out
-    assert "took it over" not in out and "Traceback" not in out, out
-
-    second = _start(tmp_path, "--resume")
-    _wait("resumed and trained", lambda: _trained_under(db, 2) >= 1, second)
-    held, = _lease_claims(uri)[2]
-    assert claim(client(uri), held.run_id, 4, token("made-up:1", "another machine", "x")) is None
-    out = _finish(second, seconds=180)
-    assert second.returncode == 3, out
-    assert "(epoch 2): driver made-up:1 took it over (lease epoch 4)" in out.strip().splitlines()[-1], out
-
-    third = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                           timeout=600)
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert 5 in _lease_claims(uri) and 3 not in _lease_claims(uri)
+    last = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
+    assert 6 in _lease_claims(uri) and 4 not in _lease_claims(uri)
     trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
     phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
     assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
     assert Counter(r.data.tags[f"{TAG}seed"] for r in phases["evaluate"]) == {"0": 1, "1": 1}
     assert {run_status(r) for r in trials} == {"ok"}
+    assert "1" not in {r.data.tags[f"{TAG}lease"] for r in trials}  # the paused driver changed none
+    for run in trials:  # one writer per run: no epoch logged twice
+        steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train_loss")]
+        assert len(steps) == len(set(steps)) == SWEEP["training"]["epochs"], run.info.run_id
     assert _table(tmp_path) == _table(raced[0])
 
 
