@@ -1,6 +1,7 @@
 """Least exposure: no secret at rest in the storage path (the sweep's Ray log holds only this job's files, redacted,
-owner-only), a tracking server that refuses the credentials is a configuration error (exit 2), workers write
-with a non-admin user granted one study, and a checkpoint folder cannot be symlinked out of its trial."""
+owner-only), a tracking server that refuses the credentials is a configuration error (exit 2), and a checkpoint
+folder cannot be symlinked out of its trial. Workers that write with a non-admin user granted one study:
+``tests/test_worker_credentials.py``."""
 from __future__ import annotations
 
 import http.server
@@ -15,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import auth_server, cli
 from ndebench.platform.cli.main import main
 from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.cluster.sweeplog import REDACTED, redact, write_private
@@ -206,57 +206,3 @@ sys.exit(main(["run", "expo.yaml", "--storage-path", {str(tmp_path / "storage")!
     assert "console.log" in sections and any(name.startswith("worker-") for name in sections)
     assert all(name in ("driver.log", "console.log") or name.startswith(("worker-", "python-core-"))
                for name in sections), sections
-
-
-def _ndebench(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ndebench.platform", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.mark.system
-def test_workers_write_the_study_as_a_granted_non_admin_user(tmp_path, monkeypatch):
-    """`server --auth` keeps the admin; `grant` makes a worker user with EDIT on the study only, whose password
-    is only in an owner-only credentials file; a sweep run with it alone succeeds; it can neither write another
-    experiment nor manage users; a wrong password exits 2 naming the credentials."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.server.auth.client import AuthServiceClient
-    from mlflow.tracking import MlflowClient
-
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
-    admin = dict(base, MLFLOW_TRACKING_USERNAME="lead", MLFLOW_TRACKING_PASSWORD="admin-" + SECRET)
-    with auth_server(tmp_path, admin) as uri:
-        granted = cli(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1",
-                       "--credentials-out", str(tmp_path / "worker.ini")], tmp_path, admin)
-        assert granted.returncode == 0, granted.stdout + granted.stderr
-        assert "user 'worker1' created: EDIT on study 'expo'" in granted.stdout
-        credentials = tmp_path / "worker.ini"
-        assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
-        password = credentials.read_text().split("mlflow_tracking_password = ")[1].strip()
-        assert len(password) >= 24 and password not in granted.stdout + granted.stderr
-        again = cli(["grant", "--tracking-uri", uri, "--study", "expo", "--user", "worker1"], tmp_path, admin)
-        assert again.returncode == 0 and "exists (password kept)" in again.stdout, again.stdout + again.stderr
-
-        home = tmp_path / "home"
-        (home / ".mlflow").mkdir(parents=True)
-        (home / ".mlflow" / "credentials").write_text(credentials.read_text())
-        (tmp_path / "expo.yaml").write_text(yaml.safe_dump(TINY))
-        worker = dict(base, HOME=str(home))
-        sweep = _ndebench(["run", "expo.yaml", "--tracking-uri", uri], tmp_path, worker)
-        assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
-
-        other = MlflowClient(uri)
-        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "lead")
-        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "admin-" + SECRET)
-        foreign = other.create_experiment("not-the-study")
-        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "worker1")
-        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
-        with pytest.raises(MlflowException, match="403|Permission denied|PERMISSION_DENIED"):
-            other.create_run(foreign)
-        with pytest.raises(MlflowException, match="403|Permission denied|PERMISSION_DENIED"):
-            AuthServiceClient(uri).create_user("mallory", "a-long-password-x")
-
-        wrong = cli(["report", "--study", "expo", "--tracking-uri", uri], tmp_path,
-                    dict(base, MLFLOW_TRACKING_USERNAME="worker1", MLFLOW_TRACKING_PASSWORD="wrong-password"))
-        assert wrong.returncode == 2, wrong.stdout + wrong.stderr
-        assert "refused the credentials (HTTP 401, user 'worker1'" in wrong.stderr
-        assert "wrong-password" not in wrong.stderr

@@ -2,11 +2,13 @@
 as docs/cluster.md ('What a worker user can do') states it; and the review's attacks by one study's worker on
 another study: a lease written by another user is refused (403) and the study's driver runs on, a study name
 squatted before `grant` is refused, a test metric rewritten by a writer of the study is flagged by the report and
-by `ndebench verify` (exit 1)."""
+by `ndebench verify` (exit 1). `grant` keeps the password out of its output, in an owner-only file, and keeps it
+on a second grant; a wrong password exits 2 naming the user's credentials, not the password."""
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -50,7 +52,12 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
             granted = cli(["grant", "--tracking-uri", uri, "--study", study, "--user", user,
                            "--credentials-out", str(tmp_path / f"{user}.ini")], tmp_path, admin)
             assert granted.returncode == 0, granted.stdout + granted.stderr
+            assert f"user '{user}' created: EDIT on study '{study}'" in granted.stdout
+            assert stat.S_IMODE((tmp_path / f"{user}.ini").stat().st_mode) == 0o600
             passwords[user] = _password(tmp_path / f"{user}.ini")
+            assert len(passwords[user]) >= 24 and passwords[user] not in granted.stdout + granted.stderr
+        again = cli(["grant", "--tracking-uri", uri, "--study", "B", "--user", "wb"], tmp_path, admin)
+        assert again.returncode == 0 and "exists (password kept)" in again.stdout, again.stdout + again.stderr
         mlflow_client = MlflowClient(uri)
 
         # A worker may create experiments (MLflow lets every user), and so squat a name before its grant: refused.
@@ -118,3 +125,9 @@ def test_a_worker_writes_its_study_only_and_cannot_touch_another_studys_lease(tm
         assert (tmp_path / "r/B/table.md").read_text().startswith("WARNING: 1 run(s) have results that changed")
         changed = json.loads((tmp_path / "r/B/summary.json").read_text())["changed_results"]
         assert [c["run_id"] for c in changed] == [trial.info.run_id]
+
+        wrong = cli(["report", "--study", "B", "--tracking-uri", uri], tmp_path,
+                    dict(base, MLFLOW_TRACKING_USERNAME="wb", MLFLOW_TRACKING_PASSWORD="wrong-password"))
+        assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+        assert "refused the credentials (HTTP 401, user 'wb'" in wrong.stderr
+        assert "wrong-password" not in wrong.stderr
