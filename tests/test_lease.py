@@ -429,8 +429,10 @@ def test_a_paused_then_deleted_then_outbid_driver_each_exits_3_and_a_resume_ends
             f"{os.uname().nodename}:{new.pid} took it over (lease epoch 2)"), old
         assert "Traceback" not in old, old
         assert new.poll() is None, "the new driver ended before the old one was resumed"
-        second, = claims(lease_runs(client(uri), client(uri).get_experiment_by_name("lease").experiment_id))[1:]
-        assert second.epoch == 2 and second.held  # not freed
+        by_epoch = _lease_claims(uri)
+        assert sorted((epoch, len(found)) for epoch, found in by_epoch.items()) == [(1, 1), (2, 1)]
+        second, = by_epoch[2]
+        assert second.held  # not freed
         third = cli([*COMMAND[3:], "--resume"], tmp_path, _env())  # refused before Ray starts
         assert third.returncode == 2 and f"another driver, {os.uname().nodename}:{new.pid};" in third.stderr, (
             third.stdout + third.stderr)

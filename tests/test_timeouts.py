@@ -177,18 +177,17 @@ def test_a_trial_over_its_limit_ends_timeout_and_the_stage_goes_on(tmp_path):
     run = subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "slow.yaml"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    runs = [{"tags": {k[len(TAG):]: v for k, v in r.data.tags.items() if k.startswith(TAG)},
-             "params": r.data.params, "state": r.info.status}
-            for r in search(f"sqlite:///{tmp_path / 'mlflow.db'}", "slow")]
-    trials = [r for r in runs if r["tags"].get("kind") == "trial"]
-    tuned = {r["params"]["regularizer.delay_s"]: r for r in trials if r["tags"]["phase"] == "tune"}
+    runs = search(f"sqlite:///{tmp_path / 'mlflow.db'}", "slow")
+    trials = [r for r in runs if r.data.tags.get(f"{TAG}kind") == "trial"]
+    tuned = {r.data.params["regularizer.delay_s"]: r for r in trials if r.data.tags[f"{TAG}phase"] == "tune"}
     assert set(tuned) == {"0.0", "16.0"}
     slow = tuned["16.0"]
-    assert slow["tags"]["status"] == "timeout" and slow["state"] == "FAILED"
-    assert slow["tags"]["message"].startswith("exceeded tune.trial_timeout_s=15 (")
-    assert tuned["0.0"]["tags"]["status"] == "ok"
-    cell = next(r for r in runs if r["tags"].get("kind") == "cell" and r["tags"]["phase"] == "tune"
-                and r["tags"]["regularizer"] == "slow_none")
-    assert cell["tags"]["status"] == "done" and cell["params"]["regularizer.delay_s"] == "0.0"
-    evaluated = {r["tags"]["regularizer"]: r["tags"]["status"] for r in trials if r["tags"]["phase"] == "evaluate"}
+    assert slow.data.tags[f"{TAG}status"] == "timeout" and slow.info.status == "FAILED"
+    assert slow.data.tags[f"{TAG}message"].startswith("exceeded tune.trial_timeout_s=15 (")
+    assert tuned["0.0"].data.tags[f"{TAG}status"] == "ok"
+    cell = next(r for r in runs if r.data.tags.get(f"{TAG}kind") == "cell" and r.data.tags[f"{TAG}phase"] == "tune"
+                and r.data.tags[f"{TAG}regularizer"] == "slow_none")
+    assert cell.data.tags[f"{TAG}status"] == "done" and cell.data.params["regularizer.delay_s"] == "0.0"
+    evaluated = {r.data.tags[f"{TAG}regularizer"]: r.data.tags[f"{TAG}status"]
+                 for r in trials if r.data.tags[f"{TAG}phase"] == "evaluate"}
     assert evaluated == {"none": "ok", "slow_none": "ok"}
