@@ -461,7 +461,8 @@ def test_a_paused_then_deleted_then_outbid_driver_each_exits_3_and_a_resume_ends
     last = subprocess.run([*COMMAND, "--resume"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                           timeout=600)
     assert last.returncode == 0, last.stdout[-3000:] + last.stderr[-3000:]
-    assert 6 in _lease_claims(uri) and 4 not in _lease_claims(uri)
+    epochs = _lease_claims(uri)
+    assert 6 in epochs and 4 not in epochs
     trials = search(uri, "lease", f"tags.`{TAG}kind` = 'trial'")
     phases = {phase: [r for r in trials if r.data.tags[f"{TAG}phase"] == phase] for phase in ("tune", "evaluate")}
     assert Counter(r.data.params["training.lr"] for r in phases["tune"]) == {"0.01": 1, "0.02": 1}
