@@ -1,6 +1,6 @@
 """Validity checks for regularizer hyperparameters: each returns ``None`` or what the value must be.
 
-Numbers are finite ints or floats, never booleans (:mod:`ndebench.platform.spec.fields`). Continuum Dropout's
+Numbers are finite ints or floats, never booleans (:mod:`ndebench.platform.common.fields`). Continuum Dropout's
 ``p`` and ``m`` accept exactly the range its rate solver handles (:data:`~ndebench.regularizers.rates.P_RANGE`,
 :data:`~ndebench.regularizers.rates.M_RANGE`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ndebench.platform.spec.fields import integer, is_number
+from ndebench.platform.common.fields import integer, is_number
 from ndebench.regularizers.rates import check_m, check_p
 
 dropout_rate = check_p

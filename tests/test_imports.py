@@ -35,7 +35,7 @@ WINGS = {
     "report": ("study reports: statistics/, paper/ (the paper's data and the comparison), render/ (tables,"
                " HTML, figures) and the analyses at its root", {"record"}),
     "failures": ("what stops a sweep or a trial: exit codes, signals, outages, full disks, deadlines", set()),
-    "common": ("the shared vocabulary: the registry, plugins, report choices, metrics, weights", set()),
+    "common": ("the shared vocabulary: typed fields, the registry, plugins, report choices, metrics, weights", set()),
 }
 SHARED = {"common", "failures"}
 

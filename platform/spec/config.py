@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 from ndebench.models.registry import REGISTRY as MODELS
 from ndebench.models.registry import list_models
+from ndebench.platform.common import fields as typed
 from ndebench.platform.common.registry import UnknownNameError
-from ndebench.platform.spec import fields as typed
 from ndebench.platform.spec.lint import TOP_KEYS, check_study_name
 from ndebench.platform.spec.plan import check_grids, variant_models
 from ndebench.platform.spec.sections import (

@@ -3,7 +3,7 @@
 :func:`lint_file` walks the file's YAML node tree (``yaml.compose``: each node keeps its line) and checks what can
 be checked without the registries: every key against its section's keys, model, dataset and regularizer names
 and their keys against :mod:`.names`, and each setting of the typed sections against its rule
-(:mod:`ndebench.platform.spec.fields`). It never raises for a config problem: it returns them all, each with a
+(:mod:`ndebench.platform.common.fields`). It never raises for a config problem: it returns them all, each with a
 ``difflib`` suggestion where one is close. :func:`ndebench.platform.spec.config.load_spec` stays the complete
 validation (value ranges of hyperparameters, model/dataset/regularizer pairings, solvers, the protocol), run
 once this finds nothing.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ndebench.platform.spec import fields as typed
+from ndebench.platform.common import fields as typed
 from ndebench.platform.spec import names
 from ndebench.platform.spec.sweepspec import (
     BASE_SCOPES,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ndebench.platform.spec.fields import Rule
+    from ndebench.platform.common.fields import Rule
 
 ENTRY_POINT_GROUPS = ("ndebench.models", "ndebench.regularizers", "ndebench.datasets")
 
@@ -52,7 +52,7 @@ def regularizer_rules() -> dict[str, dict[str, Rule]]:
     ``validate`` names a bad value together with a bad name without importing torch or SciPy (which
     ``regularizers.rates`` imports). ``tests/test_lint.py`` compares each rule's verdicts with the registry's,
     at the bounds of Continuum Dropout's rate solver too."""
-    from ndebench.platform.spec.fields import integer, number, one_of
+    from ndebench.platform.common.fields import integer, number, one_of
 
     count, unit = integer(1), number(0, 1, low_open=True, high_open=True)
     jumps = {"rate": number(0, low_open=True), "scale": one_of("rate", "per_step"), "size": number(0, low_open=True)}

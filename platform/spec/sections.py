@@ -9,7 +9,7 @@ from ndebench.datasets.registry import split_name
 from ndebench.models.integrate import ODE_ADAPTIVE, ODE_FIXED, SolverConfig, solver_methods
 from ndebench.models.registry import REGISTRY as MODELS
 from ndebench.models.registry import list_models, model_info, model_options
-from ndebench.platform.spec import fields as typed
+from ndebench.platform.common import fields as typed
 from ndebench.platform.spec.sweepspec import ConfigError, Space, TrainingConfig, Value
 from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
 from ndebench.regularizers.registry import list_regularizers, regularizer_info

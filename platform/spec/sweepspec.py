@@ -8,8 +8,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ndebench.platform.common import fields as typed
 from ndebench.platform.common.choices import CORRECTIONS, FIGURE_MODES, TESTS
-from ndebench.platform.spec import fields as typed
 
 if TYPE_CHECKING:  # torch-free, so that `ndebench validate` checks a config before torch is imported
     from ndebench.models.integrate import SolverConfig
