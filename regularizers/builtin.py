@@ -1,10 +1,8 @@
-"""Imports every built-in regularizer module so that each registers itself."""
-from ndebench.regularizers import (  # noqa: F401
-    continuum_dropout,
-    jump_diffusion,
-    naive_dropout_drift,
-    naive_dropout_head,
-    none,
-    steer,
-    tabn,
-)
+"""Imports the module of every built-in regularizer that :mod:`ndebench.regularizers.catalog` declares, so that
+each registers itself."""
+import importlib
+
+from ndebench.regularizers.catalog import BUILTINS
+
+for _module in sorted({declared.module for declared in BUILTINS.values()}):
+    importlib.import_module(f"ndebench.regularizers.{_module}")

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import ControlScope, PassSpec, Regularizer, Role
+from ndebench.regularizers.catalog import BUILTINS
 from ndebench.regularizers.rates import Rates, solve_rates
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.registry import register_regularizer
 
 
 @dataclass
@@ -229,28 +230,11 @@ class _Draw:
         return self.step_masks[k] if isinstance(k, int) else self.step_masks.index_select(0, k.reshape(1))[0]
 
 
-def _check_mask(value: Any) -> str | None:
-    return None if value in ("left", "occupancy") else "must be 'left' or 'occupancy'"
-
-
-def _check_scope(value: Any) -> str | None:
-    return None if value in ("increment", "time") else ("must be 'increment' (the paper's method) or 'time' "
-                                                        "(ndebench's extension for CDEs)")
-
-
 @register_regularizer(
     "continuum_dropout",
     summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test "
             "(scope: time on CDEs is ndebench's extension, not the paper's method)",
-    hyperparams={
-        "p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.dropout_rate, "dropout rate P(inactive at T)"),
-        "m": HyperParam((5, 10, 50, 100), checks.expected_renewals, "expected number of renewals in [t0, T]"),
-        "mask": HyperParam(("left",), _check_mask, "per-step mask for fixed-step solvers"),
-        "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time"),
-        "scope": HyperParam(("increment",), _check_scope,
-                            "CDEs: pause the whole increment f(z) dX ('increment', the paper's method) or only its "
-                            "time channel ('time', ndebench's extension, not the paper's method)"),
-    },
+    hyperparams=BUILTINS["continuum_dropout"].hyperparams,
 )
 class ContinuumDropout(Regularizer):
     """``dz = I(t) * f(t, z) dt (+ I(t) * g(t, z) dW)``, ``I`` an alternating renewal process per (sample, component).
@@ -284,7 +268,7 @@ class ContinuumDropout(Regularizer):
                  scope: ControlScope = "increment"):
         super().__init__()
         self.p, self.m, self.mask_mode, self.n_mc = float(p), float(m), mask, int(n_mc)
-        problem = _check_scope(scope)
+        problem = checks.control_scope(scope)
         if problem:
             raise ValueError(f"scope={scope!r} {problem}")
         self.control_scope = scope

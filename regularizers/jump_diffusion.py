@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer, Role
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.catalog import BUILTINS
+from ndebench.regularizers.registry import register_regularizer
 
 if TYPE_CHECKING:
     from ndebench.models.registry import ModelInfo
-
-RATES = (1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.2, 0.3, 0.4, 0.5)
 
 
 @dataclass
@@ -76,26 +75,11 @@ def not_on_sde(model: ModelInfo) -> str | None:
             "Applicability')")
 
 
-def _check_scale(value: Any) -> str | None:
-    return None if value in SCALES else f"must be one of {', '.join(SCALES)}"
-
-
-SCALES = ("rate", "per_step")
-JUMP_HYPERPARAMS = {
-    "rate": HyperParam(RATES, checks.positive,
-                       "the paper's p: the jump intensity (scale: rate) or the per-step drop probability (per_step)"),
-    "scale": HyperParam(("rate",), _check_scale,
-                        "rate: Liu et al.'s Poisson state jumps, probability rate * dt per step; per_step: App. G.1's "
-                        "drop of a unit's increment with probability rate at every step"),
-    "size": HyperParam((1.0,), checks.positive, "jump size relative to the state (1: a jumping unit becomes 0 or 2z)"),
-}
-
-
 @register_regularizer(
     "jump_diffusion",
     summary="Jump diffusion (Liu et al.'s repo): z -> z + size*z*Z*Bernoulli(rate*dt) per step; "
             "paper's p = rate (scale: per_step, App. G.1's per-step drop); off at test",
-    hyperparams=JUMP_HYPERPARAMS,
+    hyperparams=BUILTINS["jump_diffusion"].hyperparams,
     incompatible=not_on_sde,
     requires_fixed_step=True,
 )
@@ -129,7 +113,7 @@ class JumpDiffusion(Regularizer):
 
     def __init__(self, rate: float = 0.01, scale: str = "rate", size: float = 1.0):
         super().__init__()
-        problem = _check_scale(scale)
+        problem = checks.jump_scale(scale)
         if problem:
             raise ValueError(f"scale={scale!r} {problem}")
         if scale == "per_step" and not 0.0 < rate < 1.0:
@@ -157,8 +141,7 @@ class JumpDiffusion(Regularizer):
     "jump_diffusion_ttn",
     summary="Jump diffusion kept on at test time (TTN): label, top-5 and AUROC from the softmax "
             "averaged over n_mc passes",
-    hyperparams={**JUMP_HYPERPARAMS,
-                 "n_mc": HyperParam((5,), checks.integer_at_least(1), "Monte-Carlo passes at test time")},
+    hyperparams=BUILTINS["jump_diffusion_ttn"].hyperparams,
     incompatible=not_on_sde,
     requires_fixed_step=True,
 )

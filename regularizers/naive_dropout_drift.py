@@ -4,10 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec
+from ndebench.regularizers.catalog import BUILTINS
 from ndebench.regularizers.field_layers import FieldLayerRegularizer, needs_field_layers
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.registry import register_regularizer
 from torch import nn
 
 
@@ -39,7 +39,7 @@ class UnitDropout(nn.Module):
 @register_regularizer(
     "naive_dropout_drift",
     summary="Standard dropout on the vector-field MLP's hidden units, one mask per forward pass; off at test",
-    hyperparams={"p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.open_unit, "dropout probability of a hidden unit")},
+    hyperparams=BUILTINS["naive_dropout_drift"].hyperparams,
     incompatible=needs_field_layers("drift dropout"),
 )
 class NaiveDropoutDrift(FieldLayerRegularizer):

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ndebench.regularizers import checks
 from ndebench.regularizers.base import Regularizer
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.catalog import BUILTINS
+from ndebench.regularizers.registry import register_regularizer
 
 
 @register_regularizer(
     "naive_dropout_head",
     summary="Standard dropout with rate p in the MLP classifier head (replaces its default 0.1); off at test",
-    hyperparams={"p": HyperParam((0.1, 0.2, 0.3, 0.4, 0.5), checks.open_unit, "dropout probability in the head")},
+    hyperparams=BUILTINS["naive_dropout_head"].hyperparams,
 )
 class NaiveDropoutHead(Regularizer):
     """``Linear -> BatchNorm -> ReLU -> Dropout(p) -> Linear`` head; the latent dynamics are untouched.

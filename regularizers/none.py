@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ndebench.regularizers import checks
 from ndebench.regularizers.base import Regularizer
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.catalog import BUILTINS
+from ndebench.regularizers.registry import register_regularizer
 
 BASELINE = "none"
 
@@ -13,13 +13,7 @@ BASELINE = "none"
 @register_regularizer(
     BASELINE,
     summary="No regularization (the baseline of every significance test); n_mc > 1: MC-averaged control cell",
-    hyperparams={
-        "n_mc": HyperParam(
-            (1,), checks.integer_at_least(1),
-            "test-time passes averaged as in Algorithm 1 (> 1 only matters for SDE models: a control that "
-            "separates the effect of averaging the Brownian noise from that of Continuum Dropout)",
-        ),
-    },
+    hyperparams=BUILTINS[BASELINE].hyperparams,
 )
 class NoRegularizer(Regularizer):
     """Leaves the latent dynamics untouched.

@@ -1,8 +1,9 @@
 """Exact map from Continuum Dropout's (p, m, T) to the renewal rates (lambda1, lambda2) (paper Corollary 3.2).
 
-Accepted range (:data:`P_RANGE`, :data:`M_RANGE`): ``1e-6 <= p <= 1 - 1e-6`` and ``1e-6 <= m <= 1e6``, any finite
-``T > 0`` whose rates are finite. :func:`solve_rates` is tested to solve both equations to ``rtol`` on the whole
-of it; anything outside is refused with ``ValueError`` before the solver runs.
+Accepted range (:data:`~ndebench.regularizers.checks.P_RANGE`, :data:`~ndebench.regularizers.checks.M_RANGE`):
+``1e-6 <= p <= 1 - 1e-6`` and ``1e-6 <= m <= 1e6``, any finite ``T > 0`` whose rates are finite.
+:func:`solve_rates` is tested to solve both equations to ``rtol`` on the whole of it; anything outside is
+refused with ``ValueError`` before the solver runs.
 """
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+from ndebench.regularizers.checks import check_m, check_p
 from scipy.optimize import brentq
-
-P_RANGE = (1e-6, 1.0 - 1e-6)
-M_RANGE = (1e-6, 1e6)
 
 
 @dataclass(frozen=True)
@@ -22,18 +21,6 @@ class Rates:
 
     lambda1: float
     lambda2: float
-
-
-def check_p(p: float) -> str | None:
-    """``None`` when the solver accepts dropout rate ``p``, else what ``p`` must be."""
-    ok = isinstance(p, (int, float)) and not isinstance(p, bool) and P_RANGE[0] <= p <= P_RANGE[1]
-    return None if ok else f"must lie in [{P_RANGE[0]:g}, 1 - {1 - P_RANGE[1]:.0e}] (a dropout rate in (0, 1))"
-
-
-def check_m(m: float) -> str | None:
-    """``None`` when the solver accepts an expected number of renewals ``m``, else what ``m`` must be."""
-    ok = isinstance(m, (int, float)) and not isinstance(m, bool) and M_RANGE[0] <= m <= M_RANGE[1]
-    return None if ok else f"must lie in [{M_RANGE[0]:g}, {M_RANGE[1]:g}] (expected renewals on [0, T])"
 
 
 def _check(p: float, m: float, T: float) -> None:
@@ -82,7 +69,8 @@ def solve_rates(p: float, m: float, T: float = 1.0, *, rtol: float = 1e-9) -> Ra
     from ``-m`` to ``+inf``; a bracketing root finder (scipy's ``brentq``) finds the root and the residuals of
     both equations are checked against ``rtol``.
 
-    Accepts ``p`` in :data:`P_RANGE`, ``m`` in :data:`M_RANGE` and a finite ``T > 0`` (``ValueError``
+    Accepts ``p`` in :data:`~ndebench.regularizers.checks.P_RANGE`, ``m`` in
+    :data:`~ndebench.regularizers.checks.M_RANGE` and a finite ``T > 0`` (``ValueError``
     otherwise, also when ``T`` is so extreme that the rates over- or underflow). The residuals are checked on
     the dimensionless system, which does not depend on ``T``. Results are cached: Continuum Dropout asks
     for the same rates on every forward pass.

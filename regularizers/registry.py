@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
+from ndebench.regularizers.catalog import HyperParam
 
 if TYPE_CHECKING:  # models/ builds on regularizers/, never the other way at run time
     from ndebench.models.registry import ModelInfo
@@ -16,15 +17,6 @@ Incompatible = Callable[["ModelInfo"], "str | None"]
 
 def _compatible(model: ModelInfo) -> str | None:
     return None
-
-
-@dataclass(frozen=True)
-class HyperParam:
-    """A regularizer hyperparameter: its default search space (a list of choices) and a validity check."""
-
-    choices: tuple[Any, ...]
-    check: Callable[[Any], str | None] = lambda value: None
-    help: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,7 +45,12 @@ def register_regularizer(
     incompatible: Incompatible = _compatible,
     requires_fixed_step: bool = False,
 ) -> Callable[[type[Regularizer]], type[Regularizer]]:
-    """Class decorator registering a regularizer with its one-line summary and default search space.
+    """Class decorator registering a regularizer with its one-line summary and its hyperparameters.
+
+    ``hyperparams`` declares each hyperparameter once (:class:`~ndebench.regularizers.catalog.HyperParam`: its
+    default choices, its check, a line of help): a built-in passes its entry of
+    :data:`~ndebench.regularizers.catalog.BUILTINS`, a plugin its own. The config's checks, ``create_regularizer``
+    and the report's analyses read it from here.
 
     ``incompatible`` is a predicate over a model's declared properties (``ModelInfo.family``,
     ``.field_layers``, ...) that returns why the pair cannot work, or ``None``; ``ndebench validate``

@@ -4,19 +4,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec, Regularizer
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.catalog import BUILTINS
+from ndebench.regularizers.registry import register_regularizer
 
 
 @register_regularizer(
     "steer",
     summary="STEER: integrate to T' ~ U(T - b, T + b) per training pass (b a fraction of T - t0); fixed T at test",
-    hyperparams={
-        "b": HyperParam(
-            (0.1, 0.25, 0.5, 0.75), checks.open_unit, "half-width of the end-time interval as a fraction of T - t0"
-        ),
-    },
+    hyperparams=BUILTINS["steer"].hyperparams,
 )
 class Steer(Regularizer):
     """``z(T') = z(t0) + int_{t0}^{T'} f dt`` with one ``T' ~ U(T - b_abs, T + b_abs)`` per forward pass.

@@ -4,10 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from ndebench.regularizers import checks
 from ndebench.regularizers.base import PassSpec
+from ndebench.regularizers.catalog import BUILTINS
 from ndebench.regularizers.field_layers import FieldLayerRegularizer, needs_field_layers
-from ndebench.regularizers.registry import HyperParam, register_regularizer
+from ndebench.regularizers.registry import register_regularizer
 from torch import nn
 
 
@@ -81,10 +81,7 @@ class TemporalBatchNorm(nn.Module):
 @register_regularizer(
     "tabn",
     summary="TA-BN: batch norm inside the vector field with per-time-node statistics and affine parameters",
-    hyperparams={
-        "bins": HyperParam((10, 50, 100), checks.integer_at_least(2), "number K of time nodes over [t0, T]"),
-        "decay": HyperParam((0.0, 0.1), checks.non_negative, "weight of the affine-decay penalty"),
-    },
+    hyperparams=BUILTINS["tabn"].hyperparams,
     incompatible=needs_field_layers("TA-BN"),
 )
 class TABN(FieldLayerRegularizer):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from ndebench.platform.spec.lint import lint_file, lint_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +31,6 @@ trainng:
 # The issue's three kinds at once: an unknown name, an unknown key and a value out of range.
 UNKNOWN_MODEL_KEY_AND_VALUE = THREE_ERRORS.replace("p: [0.1, 0.3]", "p: 1.5").replace("trainng", "training")
 
-# Values each regularizer rule is asked about, beside the hyperparameter's own default choices.
-PROBES = (-1, 0, 1e-7, 0.5, 1, 1.5, 2, 1e7, True, None, "x", "left", "occupancy", "increment", "time", "rate",
-          "per_step", [0.1])
-
-
 def test_names_agree_with_the_registries():
     """Run in a fresh interpreter: other tests register components of their own in this one."""
     script = """
@@ -42,45 +38,51 @@ import dataclasses, json
 from ndebench.datasets.registry import REGISTRY as DATASETS, dataset_options, list_datasets
 from ndebench.models.integrate import SolverConfig
 from ndebench.models.registry import list_models, model_options
-from ndebench.regularizers.registry import list_regularizers, regularizer_info
+from ndebench.regularizers.catalog import BUILTINS
+from ndebench.regularizers.registry import REGISTRY, list_regularizers, regularizer_info
 first = {family: next(n for n in list_datasets() if n.partition('/')[0] == family) for family in DATASETS.names()}
-from ndebench.platform.spec import sections
-from ndebench.platform.spec.sweepspec import ConfigError
-def refused(r, k, v):
-    try:
-        sections.check_hyperparam(r, k, v, "x")
-    except ConfigError:
-        return True
-    return False
-probes = {r: {k: list(hp.choices) + json.loads(PROBES) for k, hp in regularizer_info(r).hyperparams.items()}
-          for r in list_regularizers()}
 print(json.dumps({
-    "probes": probes,
-    "refused": {r: {k: [refused(r, k, v) for v in vs] for k, vs in keys.items()} for r, keys in probes.items()},
+    "declared": {r: regularizer_info(r).hyperparams == BUILTINS[r].hyperparams for r in list_regularizers()},
+    "modules": {r: REGISTRY.get(r).__module__ == f"ndebench.regularizers.{BUILTINS[r].module}"
+                for r in list_regularizers()},
     "models": {m: sorted(model_options(m)) for m in list_models()},
-    "regularizers": {r: sorted(regularizer_info(r).hyperparams) for r in list_regularizers()},
     "datasets": {f: dataset_options(first[f]) for f in DATASETS.names()},
     "families": sorted(f for f in DATASETS.names() if DATASETS.info(f).family),
     "solver": [f.name for f in dataclasses.fields(SolverConfig)],
 }))
 """
     from ndebench.platform.spec import names
-    from ndebench.regularizers.rates import M_RANGE, P_RANGE
+    from ndebench.regularizers.catalog import BUILTINS
 
-    edges = (*P_RANGE, P_RANGE[0] / 2, (1 + P_RANGE[1]) / 2, *M_RANGE, M_RANGE[1] * 2)
-    script = script.replace("PROBES", repr(json.dumps([*PROBES, *edges])))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     truth = json.loads(proc.stdout)
-    rules = names.regularizer_rules()
-    assert {r: sorted(keys) for r, keys in rules.items()} == {r: sorted(v) for r, v in names.REGULARIZERS.items()}
-    verdicts = {r: {k: [rules[r][k](v) is not None for v in values] for k, values in keys.items()}
-                for r, keys in truth["probes"].items()}
-    assert verdicts == truth["refused"]
+    assert truth["declared"] == truth["modules"] == dict.fromkeys(BUILTINS, True)
     assert truth["models"] == {k: sorted(v) for k, v in names.MODELS.items()}
-    assert truth["regularizers"] == {k: sorted(v) for k, v in names.REGULARIZERS.items()}
     assert truth["datasets"] == {k: sorted(v) for k, v in names.DATASETS.items()}
     assert truth["families"] == sorted(names.DATASET_FAMILIES)
     assert truth["solver"] == list(names.SOLVER_KEYS)
+
+
+def test_a_declared_rule_is_the_one_the_config_applies_at_the_rate_solvers_bounds():
+    from ndebench.platform.spec.sections import check_hyperparam
+    from ndebench.platform.spec.sweepspec import ConfigError
+    from ndebench.regularizers.checks import M_RANGE, P_RANGE
+
+    def lint_refuses(key, value):
+        config = {"study": "a", "models": ["neural_cde"], "datasets": ["synthetic"],
+                  "regularizers": {"continuum_dropout": {key: value}}}
+        return bool(lint_text(yaml.safe_dump(config)))
+
+    def config_refuses(key, value):
+        try:
+            check_hyperparam("continuum_dropout", key, value, "x")
+        except ConfigError:
+            return True
+        return False
+
+    cases = [("p", v, False) for v in P_RANGE] + [("p", P_RANGE[0] / 2, True), ("p", (1 + P_RANGE[1]) / 2, True)]
+    cases += [("m", v, False) for v in M_RANGE] + [("m", M_RANGE[1] * 2, True), ("m", True, True), ("m", "5", True)]
+    assert [(lint_refuses(k, v), config_refuses(k, v)) for k, v, _ in cases] == [(r, r) for _, _, r in cases]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "tune_configs").glob("*.yaml")), ids=lambda p: p.name)
@@ -147,7 +149,7 @@ def test_every_candidate_of_a_searched_hyperparameter_is_checked(value, bad):
     text = f"study: a\nmodels: [neural_ode]\ndatasets: [synthetic]\nregularizers:\n  steer: {{b: {value}}}\n"
     problems = lint_text(text)
     assert [p.message for p in problems] == ([] if bad is None else [
-        f"regularizers.steer.b={bad!r} must be a finite number in (0, 1)"])
+        f"regularizers.steer.b={bad!r} must lie in the open interval (0, 1)"])
 
 
 def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
@@ -169,7 +171,7 @@ def test_validate_lists_three_errors_fast_without_heavy_imports(tmp_path):
         "bad.yaml:2: models: unknown model 'neural_cdee' (did you mean 'neural_cde'?); valid: ancde, gru_ode, "
         "image_node, image_nsde_additive, image_nsde_multiplicative, neural_cde, neural_gsde, neural_lnsde, "
         "neural_lsde, neural_ode, neural_sde, ode_rnn",
-        "bad.yaml:7: regularizers.continuum_dropout.p=1.5 must be a finite number in [1e-06, 0.999999]",
+        "bad.yaml:7: regularizers.continuum_dropout.p=1.5 must lie in [1e-06, 1 - 1e-06] (a dropout rate in (0, 1))",
         "bad.yaml:8: unknown key 'mm' in regularizers.continuum_dropout (did you mean 'm'?); valid keys: m, mask, "
         "n_mc, p, scope",
         "ndebench validate: 3 error(s) in bad.yaml; nothing was run",

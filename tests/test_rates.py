@@ -4,9 +4,8 @@ import math
 import pytest
 from ndebench.platform.cli.main import main
 from ndebench.regularizers import checks
+from ndebench.regularizers.checks import M_RANGE, P_RANGE
 from ndebench.regularizers.rates import (
-    M_RANGE,
-    P_RANGE,
     asymptotic_rates,
     dropout_rate,
     expected_active_time,

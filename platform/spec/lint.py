@@ -1,8 +1,9 @@
 """Every error of a sweep YAML file at once, with its line and the closest valid key or name, before torch loads.
 
 :func:`lint_file` walks the file's YAML node tree (``yaml.compose``: each node keeps its line) and checks what can
-be checked without the registries: every key against its section's keys, model, dataset and regularizer names
-and their keys against :mod:`.names`, and each setting of the typed sections against its rule
+be checked without the registries: every key against its section's keys, model and dataset names and their keys
+against :mod:`.names`, regularizer names, keys and values against their declarations
+(:mod:`ndebench.regularizers.catalog`), and each setting of the typed sections against its rule
 (:mod:`ndebench.platform.common.fields`). It never raises for a config problem: it returns them all, each with a
 ``difflib`` suggestion where one is close. :func:`ndebench.platform.spec.config.load_spec` stays the complete
 validation (value ranges of hyperparameters, model/dataset/regularizer pairings, solvers, the protocol), run
@@ -34,6 +35,7 @@ from ndebench.platform.spec.sweepspec import (
     TrainingConfig,
     TuneConfig,
 )
+from ndebench.regularizers.catalog import BUILTINS
 
 TOP_KEYS = {
     "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
@@ -179,17 +181,17 @@ def _check_config(root: yaml.Node, top: dict[str, tuple[yaml.Node, yaml.Node]], 
 def _check_regularizers(node: yaml.Node | None, open_names: bool, out: list[Problem], root: yaml.Node) -> list[str]:
     """``regularizers:`` as a list of names or a mapping of names to their hyperparameters."""
     if not isinstance(node, yaml.MappingNode):
-        return _names(node, "regularizers", "regularizer", _registered("regularizers") | names.REGULARIZERS,
+        return _names(node, "regularizers", "regularizer", _registered("regularizers") | BUILTINS,
                       open_names, out, root)
     entries = _entries(node, "regularizers", out) or {}
     registered = _registered("regularizers")
     for name, (key_node, params) in entries.items():
-        if name in names.REGULARIZERS:
-            _check_keys(params, names.REGULARIZERS[name], f"regularizers.{name}", out)
+        if name in BUILTINS:
+            _check_keys(params, BUILTINS[name].hyperparams, f"regularizers.{name}", out)
             _check_hyperparams(name, params, out)
         elif not open_names and name not in registered:
             _add(out, key_node, f"regularizers.{name}", f"regularizers: unknown regularizer {name!r}"
-                 f"{suggest(name, names.REGULARIZERS)}; valid: {', '.join(names.REGULARIZERS)}")
+                 f"{suggest(name, BUILTINS)}; valid: {', '.join(BUILTINS)}")
     return list(entries)
 
 
@@ -198,7 +200,7 @@ def _check_hyperparams(name: str, node: yaml.Node, out: list[Problem]) -> None:
     distribution's bounds) as the full validation reads them; the first refused one per key is a problem."""
     if not isinstance(node, yaml.MappingNode):
         return
-    rules = names.regularizer_rules()[name]
+    rules = {key: hp.rule for key, hp in BUILTINS[name].hyperparams.items()}
     for key, (_, value_node) in (_entries(node, f"regularizers.{name}", []) or {}).items():
         if key not in rules:
             continue

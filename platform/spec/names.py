@@ -1,4 +1,7 @@
-"""The built-in components' names and config keys, readable without importing torch.
+"""The built-in models' and datasets' names and config keys, readable without importing torch.
+
+The built-in regularizers are not restated here: ``ndebench validate`` reads their one declaration,
+:data:`ndebench.regularizers.catalog.BUILTINS`, which imports neither torch nor SciPy.
 
 ``ndebench validate`` checks a config's names and keys against these tables before the registries (which import
 torch and every model) are loaded, so a typo is answered in well under a second. The registries stay the truth:
@@ -7,11 +10,6 @@ Components from plugins (``plugins:`` in a config, or entry points) are not list
 its names checked by the registries only.
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ndebench.platform.common.fields import Rule
 
 ENTRY_POINT_GROUPS = ("ndebench.models", "ndebench.regularizers", "ndebench.datasets")
 
@@ -31,43 +29,6 @@ MODELS: dict[str, tuple[str, ...]] = {
     "neural_sde": ("hidden_size", "interpolation", "num_layers"),
     "ode_rnn": ("hidden_size", "intensity", "interpolation", "num_layers"),
 }
-
-# regularizer name -> its hyperparameters (regularizers.registry.regularizer_info(name).hyperparams)
-REGULARIZERS: dict[str, tuple[str, ...]] = {
-    "continuum_dropout": ("m", "mask", "n_mc", "p", "scope"),
-    "jump_diffusion": ("rate", "scale", "size"),
-    "jump_diffusion_ttn": ("n_mc", "rate", "scale", "size"),
-    "naive_dropout_drift": ("p",),
-    "naive_dropout_head": ("p",),
-    "none": ("n_mc",),
-    "steer": ("b",),
-    "tabn": ("bins", "decay"),
-}
-
-
-
-def regularizer_rules() -> dict[str, dict[str, Rule]]:
-    """Regularizer name -> hyperparameter -> the rule its values must pass, as the registry checks them
-    (``sections.check_hyperparam``: the type of its default choices, then its own check), written here so that
-    ``validate`` names a bad value together with a bad name without importing torch or SciPy (which
-    ``regularizers.rates`` imports). ``tests/test_lint.py`` compares each rule's verdicts with the registry's,
-    at the bounds of Continuum Dropout's rate solver too."""
-    from ndebench.platform.common.fields import integer, number, one_of
-
-    count, unit = integer(1), number(0, 1, low_open=True, high_open=True)
-    jumps = {"rate": number(0, low_open=True), "scale": one_of("rate", "per_step"), "size": number(0, low_open=True)}
-    return {
-        "continuum_dropout": {"m": number(1e-6, 1e6), "mask": one_of("left", "occupancy"), "n_mc": count,
-                              "p": number(1e-6, 1 - 1e-6), "scope": one_of("increment", "time")},
-        "jump_diffusion": jumps,
-        "jump_diffusion_ttn": {**jumps, "n_mc": count},
-        "naive_dropout_drift": {"p": unit},
-        "naive_dropout_head": {"p": unit},
-        "none": {"n_mc": count},
-        "steer": {"b": unit},
-        "tabn": {"bins": integer(2), "decay": number(0)},
-    }
-
 
 # dataset (family) name -> its options (datasets.registry.dataset_options)
 DATASETS: dict[str, tuple[str, ...]] = {

@@ -142,18 +142,6 @@ def _check_datasets(datasets: tuple[str, ...], models: tuple[str, ...]) -> None:
                 )
 
 
-def _type_of_choices(choices: tuple[Any, ...]) -> typed.Rule:
-    """A hyperparameter takes values of its default choices' type: numbers (finite, never booleans), booleans
-    or strings."""
-    if all(isinstance(c, bool) for c in choices):
-        return typed.boolean
-    if all(typed.is_number(c) for c in choices):
-        return typed.number()
-    if all(isinstance(c, str) for c in choices):
-        return typed.text
-    return lambda value: None
-
-
 def _check_regularizers(raw: Any, models: tuple[str, ...],
                         solvers: dict[str, SolverConfig]) -> dict[str, dict[str, Value]]:
     if isinstance(raw, list):
@@ -192,13 +180,9 @@ def _check_regularizers(raw: Any, models: tuple[str, ...],
 
 
 def check_hyperparam(regularizer: str, key: str, value: Any, where: str) -> None:
-    """``value`` of the hyperparameter ``key`` of ``regularizer``: of its default choices' type and accepted by its
-    check (a ``ConfigError`` naming ``where`` otherwise)."""
-    hp = regularizer_info(regularizer).hyperparams[key]
-    _require(where, value, _type_of_choices(hp.choices))
-    problem = hp.check(value)
-    if problem:
-        raise ConfigError(f"{where}={value!r} {problem}")
+    """``value`` of the hyperparameter ``key`` of ``regularizer``: accepted by its declared rule
+    (:meth:`~ndebench.regularizers.catalog.HyperParam.rule`; a ``ConfigError`` naming ``where`` otherwise)."""
+    _require(where, value, regularizer_info(regularizer).hyperparams[key].rule)
 
 
 def _solver_of(model: str, solvers: dict[str, SolverConfig]) -> SolverConfig:
