@@ -197,6 +197,25 @@ def make_plugin(root: Path, body: str, module: str = "ndebench_testplugin") -> d
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
 
 
+def log_evaluate_runs(uri: str, study: str, runs: list[dict]) -> None:
+    """Record ``ok`` evaluate trial runs as the sweep tags them, without Ray: each of ``runs`` names its ``model,
+    dataset, regularizer, seed``, optionally its ``variant``, its regularizer ``params`` (logged as
+    ``regularizer.<key>``) and its final ``metrics``; the dataset's primary metric is accuracy."""
+    from mlflow.entities import Metric, Param
+    from ndebench.platform.record import tracking
+
+    client = tracking.client(uri)
+    experiment = tracking.ensure_experiment(uri, study)
+    for run in runs:
+        tags = {f"ndebench.{k}": str(run[k]) for k in ("model", "dataset", "regularizer", "seed")}
+        tags |= {"ndebench.status": "ok", "ndebench.phase": "evaluate", "ndebench.metric": "accuracy"}
+        tags |= {"ndebench.variant": run["variant"]} if run.get("variant") else {}
+        run_id = client.create_run(experiment, tags=tags).info.run_id
+        client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in run["metrics"].items()],
+                         params=[Param(f"regularizer.{k}", str(v)) for k, v in run.get("params", {}).items()])
+        client.set_terminated(run_id, "FINISHED")
+
+
 # A crafted study: two models, three datasets, `none`, Continuum Dropout variants over a 2 x 2 (p, m)
 # grid and jump diffusion over two rates, two seeds each.
 

@@ -7,8 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
-from fakes import make_plugin
+from fakes import log_evaluate_runs, make_plugin
 
 PLUGIN = '''
 import numpy as np
@@ -61,6 +62,21 @@ def plugin_pairs(*, seed=0, data_dir=None):
     angle = 2 * np.pi * (labels[:, None] + 1) * np.linspace(0, 1, 16) + rng.uniform(0, 6, (40, 1))
     values = torch.from_numpy(np.stack([np.sin(angle), np.cos(angle)], axis=-1))
     return uea_protocol("plugin_pairs", values, labels, seed=seed, missing_rate=0.0, source="a plugin's file")
+'''
+
+
+# A regularizer whose hyperparameter ``alpha`` is declared in its registration and nowhere else.
+ALPHA_PLUGIN = '''
+from ndebench.regularizers.none import NoRegularizer
+from ndebench.regularizers.registry import HyperParam, register_regularizer
+
+
+@register_regularizer("plugin_alpha", summary="no regularization, with a hyperparameter alpha, from a plugin",
+                      hyperparams={"alpha": HyperParam((0.1, 0.5), help="a plugin's own hyperparameter")})
+class PluginAlpha(NoRegularizer):
+    def __init__(self, alpha=0.1):
+        super().__init__()
+        self.alpha = alpha
 '''
 
 
@@ -184,3 +200,28 @@ def test_a_registry_loads_its_builtins_once_on_first_lookup(tmp_path, monkeypatc
             registry.register("cog")(dict)
     finally:
         sys.modules.pop("widget_builtins", None)
+
+
+def test_a_plugin_regularizers_hyperparameter_gets_its_sensitivity_table(tmp_path):
+    """The report of a study with ``plugin_alpha``'s fixed-alpha variant cells has alpha's table (the baseline
+    row, then one row per alpha), although nothing outside the plugin names alpha."""
+    env = make_plugin(tmp_path / "site", ALPHA_PLUGIN, module="ndebench_alphaplugin")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cells = {("none", None): (0.5, 0.75), ("plugin_alpha", 0.1): (0.625, 0.6875), ("plugin_alpha", 0.5): (0.75, 0.875)}
+    log_evaluate_runs(uri, "alpha", [
+        {"model": "neural_cde", "dataset": "synthetic", "regularizer": regularizer, "seed": seed,
+         "variant": "" if alpha is None else f"plugin_alpha[alpha={alpha:g}]",
+         "params": {} if alpha is None else {"alpha": alpha}, "metrics": {"test_accuracy": score}}
+        for (regularizer, alpha), scores in cells.items() for seed, score in enumerate(scores)])
+    out = _python(f'''
+        from ndebench.platform.cli.main import main
+        raise SystemExit(main(["report", "--study", "alpha", "--tracking-uri", {uri!r}, "--out", "out"]))
+    ''', env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (tmp_path / "out" / "alpha" / "sensitivity.md").read_text()
+    block = text.split("## plugin_alpha: alpha on synthetic\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split(" | ")] for line in block.splitlines() if line.startswith("| ")]
+    assert rows[0] == ["alpha", "neural_cde"]
+    expected = {"none" if alpha is None else f"{alpha:g}": f"{np.mean(s):.3f} ({np.std(s, ddof=1):.3f})"
+                for (_, alpha), s in cells.items()}
+    assert {row[0]: row[1].strip("*") for row in rows[1:]} == expected

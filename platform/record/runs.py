@@ -4,10 +4,10 @@
 the run of the config the latest sweep planned, per (cell, seed)) with its status, message and test metrics (the
 rows the tables count). :func:`runs_frame`: one row per run of a phase for analyses. Columns: ``run_id,
 parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``, ``metric`` (the
-dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate`` (the
-regularizer's parameters from the run's params ``regularizer.p`` ...; NaN where absent), every ``test_*``
-metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs: its final metrics
-``mean_train_time_s`` and ``mean_epoch_time_s``) and ``params`` (the run's flat config, values parsed back
+dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate, ...`` (the
+regularizers' parameters, :func:`regularizer_params`, from the run's params ``regularizer.p`` ...; NaN where
+absent), every ``test_*`` metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs: its final
+metrics ``mean_train_time_s`` and ``mean_epoch_time_s``) and ``params`` (the run's flat config, values parsed back
 from strings). ``label`` is the variant label where the run belongs to a
 fixed-parameter variant cell, else the regularizer. Both give a run the status of
 :func:`~ndebench.platform.record.tracking.run_status`. :func:`planned_seeds`: the seeds the study planned.
@@ -32,7 +32,17 @@ from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
 from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_run, mean_over_epochs
 
-PARAMS = ("p", "m", "rate")
+
+def regularizer_params() -> tuple[str, ...]:
+    """The columns of the regularizers' parameters: every numeric hyperparameter a registered regularizer
+    declares (:class:`~ndebench.regularizers.catalog.HyperParam`, plugins included), in the order of their
+    declarations (``p, m, rate, size, b, bins, decay`` for the built-ins). ``n_mc`` is left out: it is the cell's
+    own column, read from its tag."""
+    from ndebench.regularizers.registry import list_regularizers, regularizer_info
+
+    declared = (key for name in list_regularizers() for key, hp in regularizer_info(name).hyperparams.items()
+                if hp.numeric and key != "n_mc")
+    return tuple(dict.fromkeys(declared))
 
 
 def parse_param(text: str) -> Any:
@@ -79,7 +89,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
     (:func:`~ndebench.platform.record.completeness.counted_runs`). ``histories`` adds the time columns (one
     request per run and metric only for older runs)."""
     client = tracking.client(uri)
-    rows = []
+    rows, declared = [], regularizer_params()
     runs = recorded(uri, study, phase) if runs is None else runs
     for run in counted_runs(runs) if phase == "evaluate" else runs:
         tags, params = run.data.tags, {k: parse_param(v) for k, v in run.data.params.items()}
@@ -89,7 +99,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
             "variant": _tag(tags, "variant"), "seed": int(_tag(tags, "seed", "-1")),
             "status": tracking.run_status(run), "n_mc": int(_tag(tags, "n_mc", "0") or 0),
             "metric": _tag(tags, "metric"),
-            **{name: _number(params.get(f"regularizer.{name}")) for name in PARAMS},
+            **{name: _number(params.get(f"regularizer.{name}")) for name in declared},
             **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
             "params": params,
         }

@@ -4,6 +4,8 @@ For Continuum Dropout the variants span a (p, m) grid: one p x m table per (mode
 Table 12) and a line plot of the metric against p, one line per m, over the baseline's mean +- std band
 (Figs. 6-9). A regularizer with one varied parameter (jump diffusion's ``rate``) gets one table per dataset
 with the parameter's values as rows and the models as columns (Tables 16-17) and a line plot per dataset.
+The parameters are every numeric hyperparameter the regularizers declare, a plugin's included
+(:func:`~ndebench.platform.record.runs.regularizer_params`).
 
 A cell is the mean (sample std) over the ``ok`` seeds of one variant; it is flagged (the paper's red) when it
 is worse than the baseline ``none`` of the same (model, dataset) by more than one baseline std:
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from ndebench.platform.record.runs import PARAMS
+from ndebench.platform.record.runs import regularizer_params
 from ndebench.platform.report.render.sections import Cell, Section, mean_std, save_figure
 from ndebench.platform.report.render.tables import LABELS
 from ndebench.platform.report.statistics import stats
@@ -29,13 +31,14 @@ from ndebench.regularizers.none import BASELINE
 def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataFrame:
     """Per (model, dataset, variant label) of ``regularizer``: ``n, mean, std`` (from
     :func:`~ndebench.platform.report.statistics.stats.summarize_cells`, ok runs only) and the variant's parameters
-    ``p, m, rate``."""
+    (the columns of :func:`~ndebench.platform.record.runs.regularizer_params` that ``runs`` has)."""
+    declared = [q for q in regularizer_params() if q in runs]
     part = runs[(runs["regularizer"] == regularizer) & (runs["variant"].fillna("") != "")]
     if part.empty:
-        return pd.DataFrame(columns=["model", "dataset", "label", "n", "mean", "std", *PARAMS])
+        return pd.DataFrame(columns=["model", "dataset", "label", "n", "mean", "std", *declared])
     labelled = part.assign(regularizer=part["variant"])
     cells = stats.summarize_cells(labelled, metric).rename(columns={"regularizer": "label"})
-    params = part.groupby("variant")[list(PARAMS)].first()
+    params = part.groupby("variant")[declared].first()
     return cells.join(params, on="label")
 
 
@@ -48,8 +51,9 @@ def baseline_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def varied_params(cells: pd.DataFrame) -> list[str]:
-    """The parameters among ``p, m, rate`` that take more than one value across the variant cells."""
-    return [q for q in PARAMS if q in cells and cells[q].dropna().nunique() > 1]
+    """The declared parameters (:func:`~ndebench.platform.record.runs.regularizer_params`: ``p, m, rate``, ...,
+    a plugin's) that take more than one value across the variant cells."""
+    return [q for q in regularizer_params() if q in cells and cells[q].dropna().nunique() > 1]
 
 
 def worse_than_baseline(mean: float, base_mean: float, base_std: float, metric: str) -> bool:
@@ -170,7 +174,7 @@ def _line_plot(lines: dict[str, pd.DataFrame], x: str, base: pd.DataFrame,
 
 def sensitivity_sections(runs: pd.DataFrame, primary: dict[str, str], directory: Path) -> list[Section]:
     """Every sensitivity table and plot of a study: for each regularizer with variant cells, a grid per
-    (model, dataset) when two of ``p, m, rate`` vary, a per-dataset table when one does; on each dataset's
+    (model, dataset) when two of its declared parameters vary, a per-dataset table when one does; on each dataset's
     ``primary`` metric."""
     sections = []
     for regularizer in sorted(set(runs.loc[runs["variant"].fillna("") != "", "regularizer"])):
