@@ -1,5 +1,6 @@
-"""The platform's wings import one way, every wing is listed with what it owns and what it may import, and a
-sweep's driver starts without the report wing.
+"""The platform's wings import one way, every wing is listed with what it owns and what it may import, a
+sweep's driver starts without the report wing, the sub-wings keep to their floor, and the plugin folders
+(``models/``, ``regularizers/``, ``datasets/``) import only ``platform/common/`` from the platform.
 
 Read from the source with ``ast`` (top-level and function-level imports alike), so a lazy import inside a
 function counts as much as one at the top of the file. The wings are folders without ``__init__.py`` (a
@@ -157,3 +158,65 @@ def test_a_sweeps_driver_starts_without_the_report_wing():
             loaded.add(module)
             todo.extend(_loaded_with(modules[module], set(modules)))
     assert sorted(m for m in loaded if _layer(m) == "report") == []
+
+
+def _root_of(wing: str, modules: set[str]) -> set[str]:
+    """The modules directly in ``wing``'s folder (``report.audit``, not ``report.render.tables``)."""
+    return {m for m in modules if m.rpartition(".")[0] == wing}
+
+
+# sub-wing: (what it owns, the modules it may not import: a wing's root or one module)
+SUBWINGS = {
+    "report.statistics": ("the statistics: cell summaries, tests, corrections, effect sizes", "report"),
+    "report.render": ("tables, sections, HTML and figures, drawn from what the analyses hand over", "report"),
+    "report.paper": ("the paper's data and the comparison with it, built on statistics/ and render/", "report"),
+    "record.lease": ("the one-driver lease inside the study: its records, heartbeat and fences",
+                     "record.tracking"),
+}
+# (importer, imported) arrows that still break a sub-wing's rule, each with what would remove it.
+BREACHES = {
+    ("report.render.tables", "report.learning"): "FLAG and MARGIN, until they move to statistics/",
+    ("report.render.studyfigures", "report.learning"): "the learning curves' figure reads learning's frame",
+    ("report.paper.comparison", "report.summary"): "the comparison reuses the extended summary's cells",
+    ("record.lease.heartbeat", "record.tracking"): "the lease's client and retry, until they have a module",
+}
+
+
+def test_sub_wings_keep_to_their_floor():
+    """``report/statistics/``, ``report/render/`` and ``report/paper/`` import no module at ``report/``'s root (the
+    analyses, the report's conductor), and ``record/lease/`` does not import ``record/tracking.py``, save the
+    arrows listed in BREACHES."""
+    graph = _graph()
+    wrong = []
+    for sub, (_, floor) in SUBWINGS.items():
+        banned = _root_of(floor, set(graph)) or {floor}
+        for module in sorted(m for m in graph if m.startswith(f"{sub}.")):
+            wrong += [f"{module} imports {other}" for other in sorted(graph[module] & banned)
+                      if (module, other) not in BREACHES]
+    assert not wrong, "\n".join(wrong)
+
+
+PLUGIN_FOLDERS = ("models", "regularizers", "datasets")
+
+
+def _platform_imports(path: Path) -> set[str]:
+    """The ``ndebench.platform`` modules and packages that ``path`` imports, by their full names."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = [f"{node.module}.{a.name}" for a in node.names] if node.module == "ndebench.platform" else []
+            found.update(parts or [node.module])
+    return {name for name in found if name == "ndebench.platform" or name.startswith("ndebench.platform.")}
+
+
+def test_plugin_folders_import_only_common_from_the_platform():
+    """``models/``, ``regularizers/`` and ``datasets/`` are what a plugin builds on: from the platform they import
+    only ``platform/common/``, so no folder of the package imports them back in a loop (``spec/`` reads the
+    regularizers, and the regularizers read ``common/fields.py``)."""
+    wrong = [f"{path.relative_to(ROOT)} imports {name}"
+             for folder in PLUGIN_FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))
+             for name in sorted(_platform_imports(path)) if name.split(".")[2:3] != ["common"]]
+    assert not wrong, "\n".join(wrong)
+    assert "ndebench.platform.common.fields" in _platform_imports(ROOT / "regularizers" / "checks.py")
