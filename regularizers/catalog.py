@@ -5,8 +5,9 @@ line of help. Every reader takes it from here: the registry (each module registe
 ``hyperparams=BUILTINS[name].hyperparams``, and :mod:`.builtin` imports the modules named here), the config's
 checks (:func:`ndebench.platform.spec.sections.check_hyperparam`), ``ndebench validate``
 (:mod:`ndebench.platform.spec.lint`, which reads this module without importing torch or SciPy) and the report's
-analyses (every declared hyperparameter is a column of the study's runs). A plugin regularizer declares its
-:class:`HyperParam` s in its own ``register_regularizer`` call and is read the same way, through the registry.
+analyses (each numeric hyperparameter is a column of the study's runs,
+:func:`ndebench.platform.record.runs.regularizer_params`). A plugin regularizer declares its :class:`HyperParam`
+objects in its own ``register_regularizer`` call and is read the same way, through the registry.
 """
 from __future__ import annotations
 
