@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from ndebench.models.integrate import SolverConfig, TrialRNG, integrate, moved_t
 from ndebench.models.registry import create_model, list_models, model_info
 from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.regularizers.base import PassSpec, Regularizer
+from ndebench.regularizers.catalog import BUILTINS
 from ndebench.regularizers.jump_diffusion import sample_drops, sample_jumps
 from ndebench.regularizers.registry import create_regularizer, list_regularizers, regularizer_info
 from ndebench.regularizers.tabn import TemporalBatchNorm, bin_weights
@@ -62,6 +64,17 @@ def test_all_baselines_registered_with_paper_search_spaces():
     for name in names:
         for key, hp in regularizer_info(name).hyperparams.items():
             assert all(hp.check(c) is None for c in hp.choices), (name, key)
+
+
+def test_every_module_that_registers_a_regularizer_is_in_the_catalogue():
+    """``regularizers/builtin.py`` imports the modules the catalogue names, so a module left out of it would
+    never register; the catalogue also declares every hyperparameter with a default choice its rule accepts."""
+    folder = Path(__file__).resolve().parents[1] / "regularizers"
+    registering = {path.stem for path in folder.glob("*.py") if "@register_regularizer(" in path.read_text()}
+    assert registering == {declared.module for declared in BUILTINS.values()}
+    for name, declared in BUILTINS.items():
+        for key, hp in declared.hyperparams.items():
+            assert hp.choices and all(hp.rule(c) is None for c in hp.choices), (name, key)
 
 
 @pytest.mark.parametrize("name", BASELINES)
