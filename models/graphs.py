@@ -16,14 +16,17 @@ A capture that fails leaves the process as it found it (:func:`end_failed_captur
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 GRAPH_METHODS = ("euler", "midpoint", "rk4")
 GRAPH_SETTINGS = ("auto", "on", "off")
@@ -92,23 +95,31 @@ class GridSolve(nn.Module):
     counted step, with no search and no host synchronisation. Everything it does can be captured.
 
     With ``noise`` ``(S, B, H)`` the field is an Ito SDE with diagonal noise (``field.f``, ``field.g``) and the
-    step is Euler-Maruyama, ``z_{k+1} = z_k + f(t_k, z_k) dt_k + g(t_k, z_k) * dW_k``, ``dW_k = noise[k]``."""
+    step is Euler-Maruyama, ``z_{k+1} = z_k + f(t_k, z_k) dt_k + g(t_k, z_k) * dW_k``, ``dW_k = noise[k]``.
+    ``dtype`` is ``z0``'s: the perturbed stage times and the host's copy of each are rounded to it here, so the
+    forward pass reads nothing from a tensor on the host (it passes :func:`host_sync_guard`)."""
 
     def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any, host_time: Any = None,
-                 noise: torch.Tensor | None = None):
+                 noise: torch.Tensor | None = None, *, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.field, self.grid, self.method, self.clock, self.host_time = field, grid, method, clock, host_time
         self.noise = noise
+        # Everything read on the host is computed here, once: the replayed region holds no host read.
+        self.ends = _perturbed_ends(grid, dtype)
+        stages: list[float] = []
+        for k, ends in enumerate(self.ends):
+            _step(method, lambda t, y: stages.append(t) or 0.0, grid[k], grid[k + 1], ends, 0.0)
+        self.host_times = dict(zip(stages, torch.tensor(stages, dtype=dtype).tolist(), strict=True))
 
     def forward(self, z0: torch.Tensor) -> torch.Tensor:
         def f(t: float, y: torch.Tensor) -> torch.Tensor:
             time = z0.new_full((), t)
             if self.host_time is not None:
-                self.host_time.t = torch.tensor(t, dtype=z0.dtype).item()
+                self.host_time.t = self.host_times[t]
             return self.field(time, y)
 
         path, z = [z0], z0
-        for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
+        for k, ends in enumerate(self.ends):
             if self.clock is not None:
                 self.clock.step = k
             if self.noise is None:
@@ -120,6 +131,68 @@ class GridSolve(nn.Module):
         if self.clock is not None:
             self.clock.step = None
         return torch.stack(path)
+
+
+class HostSyncError(RuntimeError):
+    """An operation in a region meant for capture synchronises with the host or has a data-dependent shape."""
+
+
+_HOST_READS = frozenset(("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
+                         "__complex__"))
+_DYNAMIC_OPS = frozenset((
+    "aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.unique_dim", "aten._unique",
+    "aten._unique2", "aten.unique_consecutive", "aten.unique_dim_consecutive", "aten.equal", "aten.is_nonzero",
+    "aten.allclose"))
+
+
+def _refusal(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a capture would refuse this aten call (``None``: it would not)."""
+    name = str(func.overloadpacket)
+    if name in _DYNAMIC_OPS:
+        return "has a data-dependent output shape or reads a device value on the host"
+    if name == "aten.repeat_interleave" and kwargs.get("output_size") is None and not (
+            len(args) > 3 and args[3] is not None):
+        return "without output_size sums its repeats on the host"
+    if name in ("aten.index", "aten.index_put", "aten.index_put_") and any(
+            isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in (args[1] or ())):
+        return "with a boolean mask has a data-dependent output shape"
+    if name in ("aten._to_copy", "aten.copy_"):
+        source = args[1] if name == "aten.copy_" else args[0]
+        target = args[0].device if name == "aten.copy_" else kwargs.get("device")
+        if target is not None and torch.device(target).type != torch.device(source.device).type:
+            return f"copies between {source.device.type} and {torch.device(target).type}"
+    return None
+
+
+class _FunctionGuard(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__qualname__", "")
+        if name.startswith("Tensor") and getattr(func, "__name__", "") in _HOST_READS:
+            raise HostSyncError(f"Tensor.{func.__name__} reads a tensor on the host (a CUDA graph cannot replay it)")
+        return func(*args, **(kwargs or {}))
+
+
+class _DispatchGuard(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        why = _refusal(func, args, kwargs)
+        if why is not None:
+            raise HostSyncError(f"{func} {why} (a CUDA graph cannot replay it)")
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def host_sync_guard() -> Iterator[None]:
+    """Raise :class:`HostSyncError` on any operation in the block that a CUDA graph could not hold: a tensor
+    read on the host (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(t)``, ...), an aten operation whose output
+    shape depends on the data (``nonzero``, ``masked_select``, ``unique``, boolean indexing,
+    ``repeat_interleave`` without ``output_size``) or that copies between the device and the host.
+
+    It runs on any device, so a region meant for capture is checked by the CPU suite: what passes here
+    launches no host synchronisation when captured (CUDA's own refusals, e.g. a non-graph-safe generator,
+    are the GPU suite's)."""
+    with _FunctionGuard(), _DispatchGuard():
+        yield
 
 
 class CaptureError(RuntimeError):
@@ -223,7 +296,8 @@ class GraphCache:
             host_time = None if control is None else _HostTime()
             field_control = None if control is None else host_indexed(static_control, host_time)
             static_noise = None if noise is None else noise.clone()
-            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time, static_noise)
+            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time, static_noise,
+                               dtype=z0.dtype)
             sample = z0.detach().clone().requires_grad_(z0.requires_grad)
             on_gpu = z0.device.type == "cuda"
             state = torch.cuda.get_rng_state(z0.device) if on_gpu else None

@@ -89,7 +89,7 @@ def test_the_captured_step_loop_is_the_eager_solve_with_the_same_mask(method, re
     eager = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), regularizer=reg, output="times")
     draw = begin_pass(reg, z0, times, solver=solver, rng=TrialRNG.from_seed(5))
     clock = None if draw is None else draw.spec.clock
-    looped = GridSolve(_Field(field, None, reg, draw), times.tolist(), method, clock)(z0)
+    looped = GridSolve(_Field(field, None, reg, draw), times.tolist(), method, clock, dtype=z0.dtype)(z0)
     assert torch.allclose(looped, eager, rtol=0, atol=1e-12)
     if isinstance(reg, ContinuumDropout):
         plain = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), output="times")
