@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,18 +30,20 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ndebench.models.base import Inputs, NDEClassifier, Prediction, TimedInputs, repeat_batch
+from ndebench.models.base import Inputs, NDEClassifier, Prediction, cat_inputs, repeat_batch
 from ndebench.models.integrate import TrialRNG, step_limit
 from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
 from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
 from ndebench.regularizers.base import PassSpec, Regularizer
 from torch import nn
 
 EpochHook = Callable[[dict[str, float]], None]
 CheckpointHook = Callable[[int, Callable[[], dict[str, Any]]], None]
+EpochTrainer = Callable[[list["Member"]], dict[int, float | None]]
 
 
 class StackedLinear(nn.Module):
@@ -126,16 +129,6 @@ def unstackable(model: NDEClassifier) -> str | None:
         if own:
             return f"module {name or type(model).__name__} ({type(module).__name__}) holds {', '.join(own)}"
     return None
-
-
-def cat_inputs(parts: Sequence[Inputs]) -> Inputs:
-    """The members' batches concatenated along the batch dimension, member-major."""
-    first = parts[0]
-    if isinstance(first, TimedInputs):
-        return TimedInputs(cat_inputs([p.inputs for p in parts]), torch.cat([p.final_index for p in parts]))
-    if isinstance(first, tuple):
-        return tuple(cat_inputs([p[i] for p in parts]) for i in range(len(first)))
-    return torch.cat(list(parts))
 
 
 def differing(specs: Sequence[TrialSpec]) -> list[str]:
@@ -369,7 +362,14 @@ def run_stack(
         why = stack.mismatch(members)
         if why is not None:
             return fallback(why)
-        _train(stack, members, hooks[0], hooks[1], on_stack_epoch)
+        epochs: EpochTrainer = functools.partial(_train_epoch, stack)
+        if specs[0].solver.cuda_graph == "stack":
+            region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
+            if region is None:
+                epochs = RegionEpochs(stack)
+            elif note is not None:
+                note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
+        _train(epochs, stack, members, hooks[0], hooks[1], on_stack_epoch)
         done = [m for m in members if m.result is None]
         for m in done:
             m.training.load_selected(m.spec)
@@ -396,7 +396,7 @@ def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> Chec
     return both
 
 
-def _train(stack: Stack, members: list[Member], on_epoch: list[EpochHook | None],
+def _train(epochs: EpochTrainer, stack: Stack, members: list[Member], on_epoch: list[EpochHook | None],
            on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None) -> None:
     hooks = {id(m): (e, c) for m, e, c in zip(members, on_epoch, on_checkpoint, strict=True)}
     running = [m for m in members if m.running]
@@ -404,7 +404,7 @@ def _train(stack: Stack, members: list[Member], on_epoch: list[EpochHook | None]
         start = time.perf_counter()
         for m in running:
             m.training.epoch += 1
-        losses = _train_epoch(stack, running)
+        losses = epochs(running)
         train_time = time.perf_counter() - start
         for m in running:
             if losses[id(m)] is None:
