@@ -348,7 +348,7 @@ class TimeSeriesNDE(NDEClassifier):
         note = self.graph_note(z0.device)
         graphs = self._graphs if note == CAPTURED or self._graphs.inline else None
         # a failed capture must not cost the trial any random draws: the eager retry draws what it would have
-        before = rng.state() if graphs is not None else None
+        before = rng.state() if graphs is not None and not graphs.inline else None
         try:
             path = integrate(field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
                              output=readout_output(final), graphs=graphs, **options)

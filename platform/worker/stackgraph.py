@@ -184,6 +184,8 @@ class StackRegion:
         self.graphs: dict[tuple[Any, ...], tuple[torch.cuda.CUDAGraph, Inputs, torch.Tensor]] = {}
         stack.model._graphs = GraphCache(inline=True)
         self.layers = {name: i for i, name in enumerate(self.weights.names)}
+        self.pos_weights = [None if m.built.pos_weight is None else torch.tensor(m.built.pos_weight, device=device)
+                            for m in members]
 
     def _latent(self, inputs: Inputs) -> torch.Tensor:
         for linear in self.stack.linears:
@@ -203,11 +205,11 @@ class StackRegion:
         self.weights.zero_grad()
         z = self._latent(inputs)
         terms = []
-        for member, zk, tk in zip(self.members, z.chunk(len(self.members)), targets.chunk(len(self.members)),
-                                  strict=True):
+        for member, zk, tk, weight in zip(self.members, z.chunk(len(self.members)), targets.chunk(len(self.members)),
+                                          self.pos_weights, strict=True):
             with member.own_generator():
                 logits = member.built.model.head(zk)
-            terms.append(trial_loss(logits, tk, member.built.pos_weight))
+            terms.append(trial_loss(logits, tk, weight))
         losses = torch.stack(terms)
         self.active &= torch.isfinite(losses)
         losses.sum().backward()
