@@ -123,3 +123,48 @@ def test_a_stack_the_region_cannot_hold_trains_batched_eager_and_says_why(solver
     results = run_stack([_spec(seed, solver=solver, training=training) for seed in (0, 1)], note=notes.append)
     assert [r.status for r in results] == ["ok", "ok"]
     assert len(notes) == 1 and "not as one region" in notes[0] and reason in notes[0]
+
+
+def _chain_changes(rates, grid: torch.Tensor) -> float:
+    """E[number of grid intervals whose end state differs from their start] of the two-state chain started active
+    (by uniformization: an interval of length dt has an event with probability q = 1 - exp(-s dt), which sets
+    the state inactive with probability a = lambda1 / s)."""
+    s = rates.lambda1 + rates.lambda2
+    a, active, total = rates.lambda1 / s, 1.0, 0.0
+    for dt in (grid[1:] - grid[:-1]).double().tolist():
+        q = -torch.expm1(torch.tensor(-s * dt, dtype=torch.float64)).item()
+        total += active * q * a + (1 - active) * q * (1 - a)
+        active = active * (1 - q * a) + (1 - active) * q * (1 - a)
+    return total
+
+
+def test_the_region_s_draws_keep_the_law_per_member_from_each_member_s_own_stream(monkeypatch):
+    # The whole-tensor draw (the GPU's, run here on the CPU) through the stacked regularizer: member k's mask from
+    # its own generator, with its own p and rates (solve_rates(p, m)). P(inactive at T) = p_k and the mean number
+    # of state changes on the grid (the chain's, exactly) within 4 standard errors; the two members' flags
+    # uncorrelated (|r| < 4 / sqrt(n)); a member's mask is the one its generator gives alone.
+    from ndebench.models.integrate import TrialRNG
+    from ndebench.platform.worker.stack import StackedRegularizer
+    from ndebench.regularizers.base import PassSpec
+    from ndebench.regularizers.continuum_dropout import ContinuumDropout
+
+    monkeypatch.setattr(continuum_dropout, "_HOST_SHORTCUTS", frozenset())
+    members = [ContinuumDropout(0.2, 5), ContinuumDropout(0.5, 5)]
+    stacked = StackedRegularizer(members[0])
+    stacked.members = [(reg, TrialRNG.from_seed(seed)) for reg, seed in zip(members, (3, 4), strict=True)]
+    grid = torch.linspace(0, 1, 101)
+    batch, hidden = 200, 100
+    spec = PassSpec(2 * batch, hidden, 0.0, 1.0, grid, torch.Generator(), torch.device("cpu"), torch.float32)
+    draws = stacked.draw(spec)
+    flags = [d.step_masks for d in draws]  # (S, B, H) per member: 1 active, 0 inactive
+    n = batch * hidden
+    for reg, mask in zip(members, flags, strict=True):
+        inactive = 1 - mask[-1].double().mean().item()
+        assert abs(inactive - reg.p) < 4 * (reg.p * (1 - reg.p) / n) ** 0.5, (reg.p, inactive)
+        changes = (mask[1:] != mask[:-1]).double().sum(0)
+        expected = _chain_changes(reg.rates(1.0), grid[:-1])
+        assert abs(changes.mean().item() - expected) < 4 * changes.std().item() / n**0.5, (expected, changes.mean())
+    r = torch.corrcoef(torch.stack([flags[0][-1].flatten(), flags[1][-1].flatten()]).double())[0, 1].item()
+    assert abs(r) < 4 / n**0.5
+    alone = members[1].draw(dataclasses.replace(spec, batch_size=batch, generator=TrialRNG.from_seed(4).regularizer))
+    assert torch.equal(alone.step_masks, flags[1])
