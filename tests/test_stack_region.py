@@ -4,15 +4,19 @@ step is each member's own (float64, to 1e-12) and leaves a masked member bit for
 training step passes the host-synchronisation guard; members of a model the region cannot hold fall back to
 the batched eager stack and say why. The capture itself is checked on a GPU (``test_gpu.py``)."""
 import dataclasses
+import math
 
+import ndebench.platform.worker.build as build_module
 import pytest
 import torch
+from ndebench.datasets.registry import create_dataset
 from ndebench.models.graphs import host_sync_guard
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.failures.deadline import Deadline
 from ndebench.platform.worker.loop import run_trial
 from ndebench.platform.worker.stack import Stack, _members, cat_inputs, run_stack
 from ndebench.platform.worker.stackgraph import StackedWeights, StackRegion
+from ndebench.platform.worker.state import load_trial_state, save_trial_state
 from ndebench.regularizers import continuum_dropout
 from test_stack import TRAINING, _spec
 
@@ -37,6 +41,47 @@ def test_members_trained_as_one_region_end_as_alone_up_to_float32_reduction_orde
         assert b.val["val_nll"] == pytest.approx(a.val["val_nll"], rel=1e-4)
         assert b.test["test_nll"] == pytest.approx(a.test["test_nll"], rel=1e-4)
         assert a.protocol == b.protocol
+
+
+def test_a_region_stack_resumed_from_its_members_checkpoints_ends_as_an_uninterrupted_one(tmp_path):
+    # The checkpoints hold each member's own weights and optimizer state (the stacked state given back at the end
+    # of every epoch); a resumed region stacks them again, at the same step count.
+    specs = [_spec(seed, solver=REGION, training=dataclasses.replace(TRAINING, epochs=4, patience=3))
+             for seed in (4, 5)]
+    folders = [tmp_path / str(s.seed) for s in specs]
+
+    def keep(folder):
+        def hook(epoch, snapshot):
+            if epoch == 2:
+                state = snapshot()
+                assert all(len(v) == 3 for v in state["optimizer"]["state"].values())  # step, exp_avg, exp_avg_sq
+                save_trial_state(state, folder)
+        return hook
+
+    for folder in folders:
+        folder.mkdir()
+    full = run_stack(specs, on_checkpoint=[keep(f) for f in folders])
+    resumed = run_stack(specs, resume_states=[load_trial_state(f) for f in folders])
+    for a, b in zip(full, resumed, strict=True):
+        assert (a.status, a.epochs, a.best_epoch, a.val, a.test) == (b.status, b.epochs, b.best_epoch, b.val, b.test)
+
+
+def test_a_diverging_member_is_masked_and_the_others_end_as_alone(monkeypatch):
+    def poisoned(name, **kwargs):
+        bundle = create_dataset(name, **kwargs)
+        if kwargs["seed"] == 1:
+            bundle.train.values[:, 3, :] = math.inf
+        return bundle
+
+    monkeypatch.setattr(build_module, "create_dataset", poisoned)
+    training = dataclasses.replace(TRAINING, epochs=2, min_epochs=2)
+    specs = [_spec(seed, solver=REGION, training=training) for seed in (0, 1, 2)]
+    alone = [run_trial(s) for s in specs]
+    stacked = run_stack(specs)
+    assert [r.status for r in stacked] == [r.status for r in alone] == ["ok", "diverged", "ok"]
+    assert stacked[1].message == alone[1].message
+    for k in (0, 2):
+        assert stacked[k].test["test_nll"] == pytest.approx(alone[k].test["test_nll"], rel=1e-4)
 
 
 def _models(k: int) -> list[torch.nn.Module]:
