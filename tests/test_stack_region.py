@@ -213,3 +213,18 @@ def test_the_region_s_draws_keep_the_law_per_member_from_each_member_s_own_strea
     assert abs(r) < 4 / n**0.5
     alone = members[1].draw(dataclasses.replace(spec, batch_size=batch, generator=TrialRNG.from_seed(4).regularizer))
     assert torch.equal(alone.step_masks, flags[1])
+
+
+def test_members_the_region_refuses_train_that_epoch_batched_and_eager_and_say_why_once(monkeypatch):
+    from ndebench.platform.worker import stackgraph
+
+    def refuse(stack, members):
+        raise ValueError("the members' optimizers stand at different steps [3.0, 5.0]")
+
+    monkeypatch.setattr(stackgraph, "StackRegion", refuse)
+    notes: list[str] = []
+    epochs = stackgraph.RegionEpochs(None, lambda members: {id(m): 0.5 for m in members}, notes.append)
+    members = [object(), object()]
+    assert epochs(members) == epochs(members) == {id(m): 0.5 for m in members}
+    assert notes == ["stack of 2 trained as batched eager passes, not as one region: the members' optimizers stand "
+                     "at different steps [3.0, 5.0]"]

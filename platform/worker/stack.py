@@ -14,7 +14,9 @@ predictions and metrics computed as its trial's alone.
 A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
 latent such as an SDE's Brownian motion), members that differ in a shape, or members that differ in more than
 their seed and their regularizer's hyperparameters (:func:`differing`), train one after another in this process
-(:func:`run_trial`), with the reason in ``note`` of every member's result.
+(:func:`run_trial`), with the reason in ``note`` of every member's result. With ``solver.cuda_graph: stack`` a
+stack's training step is one region instead, its members' weights stacked
+(:mod:`~ndebench.platform.worker.stackgraph`).
 """
 from __future__ import annotations
 
@@ -182,7 +184,7 @@ class Stack:
     def __init__(self, first: NDEClassifier, exact: bool = False):
         self.model = copy.deepcopy(first)
         # A captured graph would keep reading the weights gathered at capture, and its backward would give the
-        # members' own weights no gradient: a stack's solve runs eager.
+        # members' own weights no gradient: a stack's solve runs eager (a region of stacked weights captures).
         self.model.solver = dataclasses.replace(first.solver, cuda_graph="off")
         self.model._graph_notes.clear()
         self.model.head = nn.Identity()
@@ -366,7 +368,7 @@ def run_stack(
         if specs[0].solver.cuda_graph == "stack":
             region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
             if region is None:
-                epochs = RegionEpochs(stack)
+                epochs = RegionEpochs(stack, epochs, note)
             elif note is not None:
                 note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
         _train(epochs, stack, members, hooks[0], hooks[1], on_stack_epoch)

@@ -18,7 +18,7 @@ chooses it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -272,15 +272,24 @@ class StackRegion:
 
 class RegionEpochs:
     """A stack's training epochs as regions: one :class:`StackRegion` per set of running members, built anew
-    (and captured anew on CUDA) when a member leaves the stack at the end of an epoch."""
+    (and captured anew on CUDA) when a member leaves the stack at the end of an epoch. Members whose optimizers
+    stand at different steps (resumed from checkpoints of different epochs) train that epoch by ``eager`` (the
+    batched eager stack's epoch), and ``note`` hears why once."""
 
-    def __init__(self, stack: Any):
-        self.stack = stack
+    def __init__(self, stack: Any, eager: Callable[[list[Any]], dict[int, float | None]],
+                 note: Callable[[str], None] | None = None):
+        self.stack, self.eager, self.note = stack, eager, note
         self.region: StackRegion | None = None
 
-    def __call__(self, members: Sequence[Any]) -> dict[int, float | None]:
+    def __call__(self, members: list[Any]) -> dict[int, float | None]:
         if self.region is None or list(map(id, self.region.members)) != list(map(id, members)):
-            self.region = StackRegion(self.stack, members)
+            try:
+                self.region = StackRegion(self.stack, members)
+            except ValueError as exc:
+                if self.note is not None:
+                    self.note(f"stack of {len(members)} trained as batched eager passes, not as one region: {exc}")
+                    self.note = None
+                return self.eager(members)
         return train_epoch(self.region)
 
 
