@@ -426,7 +426,9 @@ def integrate(
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
             control_end = host[-1] if end > host[-1] else None
-    trains = control_end is None and z0.requires_grad and torch.is_grad_enabled()
+    # a captured solve serves training passes; an inline one (a stack's region) serves every pass
+    trains = control_end is None and (z0.requires_grad and torch.is_grad_enabled()
+                                      or graphs is not None and graphs.inline)
     if (graphs is not None and kind == "ode" and trains
             and (control is None or isinstance(control, nn.Module))):
         path = graphs.solve(lambda d, x: _Field(drift, x, regularizer, d, None, part), z0, graphs.grid(times),

@@ -116,3 +116,25 @@ def test_a_captured_optimizer_step_leaves_a_masked_member_frozen_and_steps_the_o
         for a, b in zip(alone[k].parameters(), models[k].parameters(), strict=True):
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
     assert all(torch.equal(a, b) for a, b in zip(frozen, models[1].parameters(), strict=True))
+
+
+@pytest.mark.gpu
+def test_captured_validation_with_mc_passes_equals_the_eager_stack_s_and_repeats_itself():
+    # Each evaluation resets the members' registered evaluation generators to their seeds' streams, so a second
+    # replayed evaluation repeats the first; against the eager stack (torchdiffeq, gathered weights): the same
+    # draws, float32 rounding apart (NLL within 1e-4 relative).
+    import dataclasses
+
+    from ndebench.platform.failures.deadline import Deadline
+    from ndebench.platform.worker.stack import Stack, _members
+    from ndebench.platform.worker.stackgraph import StackRegion
+
+    specs = [dataclasses.replace(_spec(seed, "stack"), regularizer_params={"p": 0.3, "m": 10, "n_mc": 3})
+             for seed in (0, 1)]
+    members = _members(specs, [None, None], Deadline(None))
+    eager = Stack(members[0].built.model).evaluate(members, "val")
+    region = StackRegion(Stack(members[0].built.model), members)
+    first, again = region.evaluate("val"), region.evaluate("val")
+    assert first == again and any(key[0] == "eval" for key in region.graphs)
+    for (mine, _), (theirs, _) in zip(first, eager, strict=True):
+        assert mine["nll"] == pytest.approx(theirs["nll"], rel=1e-4)

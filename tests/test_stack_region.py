@@ -10,6 +10,7 @@ import ndebench.platform.worker.build as build_module
 import pytest
 import torch
 from ndebench.datasets.registry import create_dataset
+from ndebench.models.base import repeat_batch
 from ndebench.models.graphs import host_sync_guard
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.failures.deadline import Deadline
@@ -156,6 +157,12 @@ def test_the_region_s_training_step_passes_the_host_sync_guard(monkeypatch):
         region.step(inputs, targets)
     assert all(not torch.equal(a, b) for a, b in zip(before, region.weights.params, strict=True))
     assert region.active.all()
+    rngs = region._evaluation_rngs()  # and the evaluation's solve, three MC passes of every member
+    passes = cat_inputs([repeat_batch(b[0], 3) for b in batches])
+    with torch.no_grad():
+        region._latent(passes, rngs)
+        with host_sync_guard():
+            assert region._latent(passes, rngs).shape[0] == 3 * targets.shape[0]
 
 
 @pytest.mark.parametrize("solver,reason", [
@@ -228,3 +235,21 @@ def test_members_the_region_refuses_train_that_epoch_batched_and_eager_and_say_w
     assert epochs(members) == epochs(members) == {id(m): 0.5 for m in members}
     assert notes == ["stack of 2 trained as batched eager passes, not as one region: the members' optimizers stand "
                      "at different steps [3.0, 5.0]"]
+
+
+def test_validation_with_mc_passes_through_the_region_equals_the_batched_eager_stack_s():
+    # The region's evaluation solves every member's N = 3 passes with the captured solve's grid steps from the
+    # stacked weights; the eager stack solves them with torchdiffeq from the gathered weights: the same steps and
+    # the same draws (each member's evaluation generator reset to its seed's stream), float32 rounding apart.
+    # A second evaluation repeats the first bit for bit.
+    params = {"p": 0.3, "m": 10, "n_mc": 3}
+    specs = [_spec(seed, solver=REGION, regularizer_params=params) for seed in (0, 1)]
+    members = _members(specs, [None, None], Deadline(None))
+    eager = Stack(members[0].built.model).evaluate(members, "val")
+    region = StackRegion(Stack(members[0].built.model), members)
+    first, again = region.evaluate("val"), region.evaluate("val")
+    assert first == again
+    for (mine, _), (theirs, _) in zip(first, eager, strict=True):
+        assert mine["accuracy"] == theirs["accuracy"]
+        assert mine["nll"] == pytest.approx(theirs["nll"], rel=1e-5)
+        assert mine["z_cov_trace"] == pytest.approx(theirs["z_cov_trace"], rel=1e-4)

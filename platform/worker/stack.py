@@ -46,6 +46,7 @@ from torch import nn
 EpochHook = Callable[[dict[str, float]], None]
 CheckpointHook = Callable[[int, Callable[[], dict[str, Any]]], None]
 EpochTrainer = Callable[[list["Member"]], dict[int, float | None]]
+Evaluator = Callable[[list["Member"], str], list[tuple[dict[str, float], dict[str, Any]]]]
 
 
 class StackedLinear(nn.Module):
@@ -365,17 +366,19 @@ def run_stack(
         if why is not None:
             return fallback(why)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
+        evaluate: Evaluator = stack.evaluate
         if specs[0].solver.cuda_graph == "stack":
             region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
             if region is None:
-                epochs = RegionEpochs(stack, epochs, note)
+                epochs = regions = RegionEpochs(stack, epochs, note)
+                evaluate = regions.evaluate
             elif note is not None:
                 note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
-        _train(epochs, stack, members, hooks[0], hooks[1], on_stack_epoch)
+        _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch)
         done = [m for m in members if m.result is None]
         for m in done:
             m.training.load_selected(m.spec)
-        tested = dict(zip(map(id, done), stack.evaluate(done, "test"), strict=True)) if done and evaluate_test else {}
+        tested = dict(zip(map(id, done), evaluate(done, "test"), strict=True)) if done and evaluate_test else {}
         return [m.result or m.training.finish(m.spec, evaluate_test, tested.get(id(m))) for m in members]
     except TrialTimeout as exc:
         return [m.result or m.training.ended("timeout", f"{exc}, in epoch {m.training.epoch}") for m in members]
@@ -398,7 +401,7 @@ def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> Chec
     return both
 
 
-def _train(epochs: EpochTrainer, stack: Stack, members: list[Member], on_epoch: list[EpochHook | None],
+def _train(epochs: EpochTrainer, evaluate: Evaluator, members: list[Member], on_epoch: list[EpochHook | None],
            on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None) -> None:
     hooks = {id(m): (e, c) for m, e, c in zip(members, on_epoch, on_checkpoint, strict=True)}
     running = [m for m in members if m.running]
@@ -412,7 +415,7 @@ def _train(epochs: EpochTrainer, stack: Stack, members: list[Member], on_epoch: 
             if losses[id(m)] is None:
                 m.result = m.training.ended("diverged", f"non-finite training loss at epoch {m.training.epoch}")
         validated = [m for m in running if m.result is None]
-        vals = dict(zip(map(id, validated), stack.evaluate(validated, "val"), strict=True)) if validated else {}
+        vals = dict(zip(map(id, validated), evaluate(validated, "val"), strict=True)) if validated else {}
         for m in validated:
             epoch_hook, checkpoint_hook = hooks[id(m)]
             loss, val = losses[id(m)], vals[id(m)][0]

@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from ndebench.models.base import Inputs, NDEClassifier, TimedInputs, cat_inputs
+from ndebench.models.base import Inputs, NDEClassifier, TimedInputs, batch_size, cat_inputs, repeat_batch
 from ndebench.models.graphs import CAPTURED, GraphCache, graph_decision
-from ndebench.platform.worker.evaluation import trial_loss
+from ndebench.models.integrate import TrialRNG
+from ndebench.platform.worker.evaluation import score, trial_loss
 from torch import nn
 
 
@@ -107,9 +108,8 @@ class StackedWeights:
 
     def bind(self, models: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Load the members' current weights and learning rates; their parameters become views of the stack."""
+        self.load(models)
         with torch.no_grad():
-            for name, param in zip(self.names, self.params, strict=True):
-                param.copy_(torch.stack([m.get_parameter(name).detach() for m in models]))
             self.lr.copy_(torch.tensor([o.param_groups[0]["lr"] for o in optimizers], dtype=self.lr.dtype))
         for k, model in enumerate(models):
             for name, param in zip(self.names, self.params, strict=True):
@@ -125,6 +125,12 @@ class StackedWeights:
                 own.data, own.grad = own.data.clone(), None
                 optimizer.state[own] = {key: value.detach().to("cpu").clone() if value.dim() == 0 else value[k].clone()
                                         for key, value in self.optimizer.state[param].items()}
+
+    def load(self, models: Sequence[nn.Module]) -> None:
+        """Copy the members' current weights into the stacked ones (their own, e.g. the selected epoch's)."""
+        with torch.no_grad():
+            for name, param in zip(self.names, self.params, strict=True):
+                param.copy_(torch.stack([m.get_parameter(name).detach() for m in models]))
 
     def zero_grad(self) -> None:
         for param in self.params:
@@ -186,17 +192,83 @@ class StackRegion:
         self.layers = {name: i for i, name in enumerate(self.weights.names)}
         self.pos_weights = [None if m.built.pos_weight is None else torch.tensor(m.built.pos_weight, device=device)
                             for m in members]
+        self.eval_rngs: list[TrialRNG] | None = None
 
-    def _latent(self, inputs: Inputs) -> torch.Tensor:
+    def _latent(self, inputs: Inputs, rngs: Sequence[TrialRNG] | None = None) -> torch.Tensor:
+        """``z(T)`` ``(K * B, H)`` from the stacked weights; training mode with the members' training generators,
+        or evaluation mode drawing from ``rngs``."""
         for linear in self.stack.linears:
             weight = self.weights.params[self.layers[f"{linear.name}.weight"]]
             bias = self.layers.get(f"{linear.name}.bias")
             linear.weight = weight.transpose(1, 2)
             biases = self.weights.params[bias] if bias is not None else weight.new_zeros(weight.shape[:2])
             linear.bias = biases[:, None]
-        self.stack.regularizer.members = [(m.built.model.regularizer, m.training.rng) for m in self.members]
-        self.stack.model.train()
+        generators = rngs or [m.training.rng for m in self.members]
+        self.stack.regularizer.members = [(m.built.model.regularizer, rng)
+                                          for m, rng in zip(self.members, generators, strict=True)]
+        self.stack.model.train(rngs is None)
         return self.stack.model.latent(inputs, self.stack.rng)
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> list[tuple[dict[str, float], dict[str, Any]]]:
+        """:meth:`~ndebench.platform.worker.stack.Stack.evaluate` of every member through the region: the members'
+        current weights loaded into the stacked ones, each batch's N passes of every member (its ``n_mc``, the
+        same for all) solved at once, each member's regularizer drawing from its own evaluation generator reset to
+        its seed's stream (the same persistent generators on every call, as a captured graph needs). On CUDA the
+        solve is captured once per batch shape; the heads and the metrics run eagerly on its output."""
+        n = self.members[0].built.model.n_mc()
+        self.weights.load(self.models)
+        for model in self.models:
+            model.eval()
+        rngs = self._evaluation_rngs()
+        feeds = [m.built.feeds[split].batches(m.built.batch_size, None) for m in self.members]
+        predictions: list[list[tuple[Any, torch.Tensor]]] = [[] for _ in self.members]
+        for batches in zip(*feeds, strict=True):
+            z = self._solve(cat_inputs([repeat_batch(inputs, n) for inputs, _ in batches]), rngs)
+            for mine, m, zk, (_, targets) in zip(predictions, self.members, z.chunk(len(self.members)), batches,
+                                                 strict=True):
+                mine.append((m.built.model.predict_from(zk.view(n, targets.shape[0], -1)), targets))
+        return [score(m.built.model, mine, top5=m.built.top5) for m, mine in zip(self.members, predictions,
+                                                                                  strict=True)]
+
+    def _evaluation_rngs(self) -> list[TrialRNG]:
+        device = self.active.device
+        fresh = [TrialRNG.for_evaluation(m.spec.seed) for m in self.members]
+        for rng in fresh:
+            rng.regularizer_on(device)
+        if self.eval_rngs is None:
+            self.eval_rngs = fresh
+        else:
+            for rng, new in zip(self.eval_rngs, fresh, strict=True):
+                rng.load_state(new.state())
+        return self.eval_rngs
+
+    def _solve(self, inputs: Inputs, rngs: list[TrialRNG]) -> torch.Tensor:
+        if self.active.device.type != "cuda":
+            return self._latent(inputs, rngs)
+        key = ("eval", batch_size(inputs))
+        if key not in self.graphs:
+            static = _clone(inputs)
+            generators = [rng.regularizer_on(self.active.device) for rng in rngs]
+            graph = torch.cuda.CUDAGraph()
+            for generator in generators:
+                graph.register_generator_state(generator)
+            states = [g.get_state() for g in generators]
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._latent(static, rngs)
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                out = self._latent(static, rngs)
+            torch.cuda.synchronize(self.active.device)
+            for generator, state in zip(generators, states, strict=True):
+                generator.set_state(state)
+            self.graphs[key] = (graph, static, out)
+        graph, static, out = self.graphs[key]
+        _copy(static, inputs)
+        graph.replay()
+        return out.clone()
 
     def step(self, inputs: Inputs, targets: torch.Tensor) -> None:
         """One mini-batch of every member: ``inputs`` and ``targets`` ``(K * B, ...)`` member-major. A member whose
@@ -291,6 +363,15 @@ class RegionEpochs:
                     self.note = None
                 return self.eager(members)
         return train_epoch(self.region)
+
+    def evaluate(self, members: list[Any], split: str) -> list[tuple[dict[str, float], dict[str, Any]]]:
+        """The members' evaluation on ``split`` through the region when they are its members and share their
+        ``n_mc``, else the batched eager stack's (:meth:`~ndebench.platform.worker.stack.Stack.evaluate`)."""
+        region = self.region
+        if (region is None or list(map(id, region.members)) != list(map(id, members))
+                or len({m.built.model.n_mc() for m in members}) > 1):
+            return self.stack.evaluate(members, split)
+        return region.evaluate(split)
 
 
 def train_epoch(region: StackRegion) -> dict[int, float | None]:
