@@ -91,9 +91,11 @@ class StackedWeights:
         self.lr = torch.ones(len(models), dtype=self.params[0].dtype, device=self.params[0].device)
         for i, param in enumerate(self.params):
             own = [o.state.get(o.param_groups[0]["params"][i], {}) for o in optimizers]
-            self.optimizer.state[param] = _fresh_state(self.optimizer, param) if not own[0] else self._stacked(own)
+            self.optimizer.state[param] = _fresh_state(self.optimizer, param) if not any(own) else self._stacked(own)
 
     def _stacked(self, own: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        if not all(own):
+            raise ValueError("some members' optimizers hold a state and others none (resumed and fresh members)")
         state = {}
         for key, first in own[0].items():
             if first.dim() == 0:
