@@ -1,7 +1,7 @@
 """Shared pieces of every NDE classifier: the reference classifier head and Monte-Carlo prediction."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple
 
@@ -73,6 +73,16 @@ def inputs_to(inputs: Inputs, device: torch.device) -> Inputs:
     if isinstance(inputs, TimedInputs):
         return TimedInputs(inputs_to(inputs.inputs, device), inputs.final_index.to(device))
     return tuple(x.to(device) for x in inputs) if isinstance(inputs, tuple) else inputs.to(device)
+
+
+def cat_inputs(parts: Sequence[Inputs]) -> Inputs:
+    """Several batches concatenated along the batch dimension, in order (a stack's members, member-major)."""
+    first = parts[0]
+    if isinstance(first, TimedInputs):
+        return TimedInputs(cat_inputs([p.inputs for p in parts]), torch.cat([p.final_index for p in parts]))
+    if isinstance(first, tuple):
+        return tuple(cat_inputs([p[i] for p in parts]) for i in range(len(first)))
+    return torch.cat(list(parts))
 
 
 def split_readout(inputs: Inputs) -> tuple[Inputs, torch.Tensor | None]:
@@ -336,9 +346,9 @@ class TimeSeriesNDE(NDEClassifier):
         over the model's ``times`` with its solver and regularizer (``options``: ``control``, ``diffusion``,
         ``regularized``), read at each sample's ``final`` index when given (:func:`read_at`)."""
         note = self.graph_note(z0.device)
-        graphs = self._graphs if note == CAPTURED else None
+        graphs = self._graphs if note == CAPTURED or self._graphs.inline else None
         # a failed capture must not cost the trial any random draws: the eager retry draws what it would have
-        before = rng.state() if graphs is not None else None
+        before = rng.state() if graphs is not None and not graphs.inline else None
         try:
             path = integrate(field, z0, self.times, solver=self.solver, rng=rng, regularizer=self.regularizer,
                              output=readout_output(final), graphs=graphs, **options)

@@ -16,17 +16,21 @@ A capture that fails leaves the process as it found it (:func:`end_failed_captur
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
 import dataclasses
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 GRAPH_METHODS = ("euler", "midpoint", "rk4")
-GRAPH_SETTINGS = ("auto", "on", "off")
+GRAPH_SETTINGS = ("auto", "on", "stack", "off")
 CAPTURED = "captured"
 
 
@@ -35,10 +39,10 @@ def graph_decision(*, setting: str, device: torch.device | str, method: str, adj
                    regularizer_blocker: str | None, verified: tuple[str, ...] = ()) -> str:
     """``"captured"`` or ``"eager: <reason>"`` for a solve with these settings (the first reason that applies).
 
-    ``setting`` is ``solver.cuda_graph``; ``kind`` ``"ode"`` or ``"sde"``; ``model_blocker`` and
-    ``regularizer_blocker`` are the model's and the regularizer's own reasons (``None``: capturable);
-    ``verified`` the methods whose capture of this model was checked against the eager pass on a GPU, the
-    only ones ``auto`` captures.
+    ``setting`` is ``solver.cuda_graph`` (``stack`` decides a lone solve as ``auto``); ``kind`` ``"ode"`` or
+    ``"sde"``; ``model_blocker`` and ``regularizer_blocker`` are the model's and the regularizer's own reasons
+    (``None``: capturable); ``verified`` the methods whose capture of this model was checked against the eager
+    pass on a GPU, the only ones ``auto`` captures.
     """
     if setting == "off":
         return "eager: solver.cuda_graph=off"
@@ -55,7 +59,7 @@ def graph_decision(*, setting: str, device: torch.device | str, method: str, adj
         return f"eager: solver.step_size={step_size:g} (the capture steps on the data's own grid)"
     if model_blocker or regularizer_blocker:
         return f"eager: {model_blocker or regularizer_blocker}"
-    if setting == "auto" and method not in verified:
+    if setting in ("auto", "stack") and method not in verified:
         return (f"eager: its {method} capture has not been compared with the eager pass on a GPU yet "
                 "(solver.cuda_graph: on captures it)")
     return CAPTURED
@@ -86,29 +90,45 @@ def _perturbed_ends(grid: list[float], dtype: torch.dtype) -> list[tuple[float, 
     return list(zip(after[:-1], before[1:], strict=True))
 
 
+@functools.lru_cache(maxsize=64)
+def _schedule(grid: tuple[float, ...], method: str, dtype: torch.dtype
+              ) -> tuple[list[tuple[float, float]], dict[float, float]]:
+    """:class:`GridSolve`'s host side, computed once per grid: the perturbed ends of each step and every stage
+    time rounded to ``dtype`` (what the host-indexed control path looks its piece up by), so the forward pass
+    reads no tensor on the host."""
+    ends = _perturbed_ends(list(grid), dtype)
+    stages: list[float] = []
+    for k, pair in enumerate(ends):
+        _step(method, lambda t, y: stages.append(t) or 0.0, grid[k], grid[k + 1], pair, 0.0)
+    return ends, dict(zip(stages, torch.tensor(stages, dtype=dtype).tolist(), strict=True))
+
+
 class GridSolve(nn.Module):
     """``z0`` ``(B, H)`` -> the path ``(S+1, B, H)`` on ``grid`` (Python floats), stepping ``field`` with
     ``method``; ``clock.step`` is set to ``k`` while step ``k`` evaluates the field, so the mask is looked up by
     counted step, with no search and no host synchronisation. Everything it does can be captured.
 
     With ``noise`` ``(S, B, H)`` the field is an Ito SDE with diagonal noise (``field.f``, ``field.g``) and the
-    step is Euler-Maruyama, ``z_{k+1} = z_k + f(t_k, z_k) dt_k + g(t_k, z_k) * dW_k``, ``dW_k = noise[k]``."""
+    step is Euler-Maruyama, ``z_{k+1} = z_k + f(t_k, z_k) dt_k + g(t_k, z_k) * dW_k``, ``dW_k = noise[k]``.
+    ``dtype`` is ``z0``'s: the perturbed stage times and the host's copy of each are rounded to it here, so the
+    forward pass reads nothing from a tensor on the host (it passes :func:`host_sync_guard`)."""
 
     def __init__(self, field: nn.Module, grid: list[float], method: str, clock: Any, host_time: Any = None,
-                 noise: torch.Tensor | None = None):
+                 noise: torch.Tensor | None = None, *, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.field, self.grid, self.method, self.clock, self.host_time = field, grid, method, clock, host_time
         self.noise = noise
+        self.ends, self.host_times = _schedule(tuple(grid), method, dtype)
 
     def forward(self, z0: torch.Tensor) -> torch.Tensor:
         def f(t: float, y: torch.Tensor) -> torch.Tensor:
             time = z0.new_full((), t)
             if self.host_time is not None:
-                self.host_time.t = torch.tensor(t, dtype=z0.dtype).item()
+                self.host_time.t = self.host_times[t]
             return self.field(time, y)
 
         path, z = [z0], z0
-        for k, ends in enumerate(_perturbed_ends(self.grid, z0.dtype)):
+        for k, ends in enumerate(self.ends):
             if self.clock is not None:
                 self.clock.step = k
             if self.noise is None:
@@ -122,6 +142,68 @@ class GridSolve(nn.Module):
         return torch.stack(path)
 
 
+class HostSyncError(RuntimeError):
+    """An operation in a region meant for capture synchronises with the host or has a data-dependent shape."""
+
+
+_HOST_READS = frozenset(("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
+                         "__complex__"))
+_DYNAMIC_OPS = frozenset((
+    "aten._local_scalar_dense", "aten.nonzero", "aten.masked_select", "aten.unique_dim", "aten._unique",
+    "aten._unique2", "aten.unique_consecutive", "aten.unique_dim_consecutive", "aten.equal", "aten.is_nonzero",
+    "aten.allclose"))
+
+
+def _refusal(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """Why a capture would refuse this aten call (``None``: it would not)."""
+    name = str(func.overloadpacket)
+    if name in _DYNAMIC_OPS:
+        return "has a data-dependent output shape or reads a device value on the host"
+    if name == "aten.repeat_interleave" and kwargs.get("output_size") is None and not (
+            len(args) > 3 and args[3] is not None):
+        return "without output_size sums its repeats on the host"
+    if name in ("aten.index", "aten.index_put", "aten.index_put_") and any(
+            isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in (args[1] or ())):
+        return "with a boolean mask has a data-dependent output shape"
+    if name in ("aten._to_copy", "aten.copy_"):
+        source = args[1] if name == "aten.copy_" else args[0]
+        target = args[0].device if name == "aten.copy_" else kwargs.get("device")
+        if target is not None and torch.device(target).type != torch.device(source.device).type:
+            return f"copies between {source.device.type} and {torch.device(target).type}"
+    return None
+
+
+class _FunctionGuard(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__qualname__", "")
+        if name.startswith("Tensor") and getattr(func, "__name__", "") in _HOST_READS:
+            raise HostSyncError(f"Tensor.{func.__name__} reads a tensor on the host (a CUDA graph cannot replay it)")
+        return func(*args, **(kwargs or {}))
+
+
+class _DispatchGuard(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        why = _refusal(func, args, kwargs)
+        if why is not None:
+            raise HostSyncError(f"{func} {why} (a CUDA graph cannot replay it)")
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def host_sync_guard() -> Iterator[None]:
+    """Raise :class:`HostSyncError` on any operation in the block that a CUDA graph could not hold: a tensor
+    read on the host (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(t)``, ...), an aten operation whose output
+    shape depends on the data (``nonzero``, ``masked_select``, ``unique``, boolean indexing,
+    ``repeat_interleave`` without ``output_size``) or that copies between the device and the host.
+
+    It runs on any device, so a region meant for capture is checked by the CPU suite: what passes here
+    launches no host synchronisation when captured (CUDA's own refusals, e.g. a non-graph-safe generator,
+    are the GPU suite's)."""
+    with _FunctionGuard(), _DispatchGuard():
+        yield
+
+
 class CaptureError(RuntimeError):
     """A solve that :func:`graph_decision` let through could not be captured; the model falls back to eager."""
 
@@ -132,19 +214,20 @@ class _HostTime:
     t: float = 0.0
 
 
-def host_indexed(control: nn.Module, host_time: _HostTime) -> nn.Module:
+def host_indexed(control: nn.Module, host_time: _HostTime, knots: list[float] | None = None) -> nn.Module:
     """``control`` (a torchcde interpolation) with its piece found on the host, so its ``derivative`` can be captured.
 
     torchcde finds the piece of ``t`` with ``bucketize`` on the device and indexes with that tensor, a host
     synchronisation that CUDA-graph capture refuses. On a fixed grid each stage's time is known on the host:
     the piece ``i = clamp(bisect_left(knots, t) - 1, 0, L - 2)`` is the same one (``bucketize`` is
     ``bisect_left``), and the fractional part ``t - knots[i]`` is computed on the device as torchcde does, so
-    the derivative is the same to the bit. Raises :class:`CaptureError` for a control without knots.
+    the derivative is the same to the bit. ``knots``: ``control._t`` as floats when the caller has them (read
+    from the device otherwise). Raises :class:`CaptureError` for a control without knots.
     """
     if not callable(getattr(control, "_interpret_t", None)) or not isinstance(getattr(control, "_t", None),
                                                                               torch.Tensor):
         raise CaptureError(f"the control path {type(control).__name__} has no knots to index on the host")
-    knots = control._t.tolist()
+    knots = control._t.tolist() if knots is None else knots
 
     def interpret(t: torch.Tensor) -> tuple[torch.Tensor, int]:
         index = min(max(bisect.bisect_left(knots, host_time.t) - 1, 0), len(knots) - 2)
@@ -152,6 +235,18 @@ def host_indexed(control: nn.Module, host_time: _HostTime) -> nn.Module:
 
     control._interpret_t = interpret
     return control
+
+
+def at_first_knot(control: nn.Module) -> torch.Tensor:
+    """``X(t_0)`` of a torchcde interpolation, its piece (the first) known on the host: torchcde's own
+    ``evaluate`` at its first knot to the bit, without the device-tensor index (a host synchronisation) that
+    its piece search ends in."""
+    search = control._interpret_t
+    control._interpret_t = lambda t: (t - control._t[0], 0)
+    try:
+        return control.evaluate(control._t[0])
+    finally:
+        control._interpret_t = search
 
 
 def end_failed_capture(device: torch.device) -> None:
@@ -188,9 +283,14 @@ class _Entry:
 
 
 class GraphCache:
-    """The captured solves of one model, keyed by the shape, dtype and grad mode of ``z0``."""
+    """The captured solves of one model, keyed by the shape, dtype and grad mode of ``z0``.
 
-    def __init__(self) -> None:
+    ``inline``: capture nothing here; :meth:`solve` runs the same :class:`GridSolve` steps directly, reading the
+    pass's own mask and control path (a stack's region, captured whole on CUDA by its caller and run eagerly
+    on the CPU, holds the solve this way)."""
+
+    def __init__(self, inline: bool = False) -> None:
+        self.inline = inline
         self.entries: dict[tuple[Any, ...], _Entry] = {}
         self._grids: dict[tuple[int, int, bool], list[float]] = {}
 
@@ -203,15 +303,21 @@ class GraphCache:
         return self._grids[key]
 
     def solve(self, make_field: Callable[[Any, Any], nn.Module], z0: torch.Tensor, grid: list[float], method: str,
-              draw: Any, control: nn.Module | None = None, noise: torch.Tensor | None = None) -> torch.Tensor:
+              draw: Any, control: nn.Module | None = None, noise: torch.Tensor | None = None, clock: Any = None
+              ) -> torch.Tensor:
         """The path ``(S+1, B, H)`` from ``z0``; ``make_field(draw, control)`` builds the field that reads them.
 
         The first call for a shape captures: ``draw``'s mask and the ``control`` path (a torchcde interpolation,
         whose coefficients are module buffers), cloned, become the graph's static buffers. Later calls copy
         their own mask and control into those buffers and replay. ``noise`` ``(S, B, H)``: the pass's Brownian
         increments of an SDE (``make_field`` then builds an object with ``f`` and ``g``), staged the same way.
+        ``clock``: the regularizer's step clock of the pass (``None`` without a draw).
         Raises :class:`CaptureError` when the capture fails.
         """
+        if self.inline:
+            host_time = None if control is None else _HostTime()
+            live = None if control is None else host_indexed(control, host_time, self.grid(control._t))
+            return GridSolve(make_field(draw, live), grid, method, clock, host_time, noise, dtype=z0.dtype)(z0)
         shapes = None if control is None else tuple((n, tuple(b.shape)) for n, b in control.named_buffers())
         key = (tuple(z0.shape), z0.dtype, z0.device, z0.requires_grad, len(grid), draw is None, shapes,
                noise is None)
@@ -219,11 +325,11 @@ class GraphCache:
         if entry is None:
             static = None if draw is None else dataclasses.replace(draw, step_masks=draw.step_masks.clone())
             static_control = None if control is None else copy.deepcopy(control)
-            clock = None if static is None else static.spec.clock
             host_time = None if control is None else _HostTime()
             field_control = None if control is None else host_indexed(static_control, host_time)
             static_noise = None if noise is None else noise.clone()
-            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time, static_noise)
+            module = GridSolve(make_field(static, field_control), grid, method, clock, host_time, static_noise,
+                               dtype=z0.dtype)
             sample = z0.detach().clone().requires_grad_(z0.requires_grad)
             on_gpu = z0.device.type == "cuda"
             state = torch.cuda.get_rng_state(z0.device) if on_gpu else None

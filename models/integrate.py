@@ -40,8 +40,11 @@ class SolverConfig:
     ``step_size=None`` steps on the observation grid (for the UEA protocol, ``1/(L-1)``, i.e. the reference
     pipelines' ``max(min dt, 1e-3)`` for L <= 1001). ``rtol``/``atol`` apply to adaptive ODE solvers only.
 
-    ``cuda_graph`` (``auto`` or ``off``): on a CUDA device, capture a fixed-grid solve as a CUDA graph where
-    :func:`~ndebench.models.graphs.graph_decision` allows it (``auto``), or always solve eagerly (``off``).
+    ``cuda_graph`` (``auto``, ``on``, ``stack`` or ``off``): on a CUDA device, capture a fixed-grid solve as a
+    CUDA graph where :func:`~ndebench.models.graphs.graph_decision` allows it (``auto``: only captures compared
+    with the eager pass on a GPU; ``on``: any it allows), or always solve eagerly (``off``). ``stack`` (opt-in,
+    not yet verified on a GPU): a trial alone is decided as by ``auto``; a stack of trials trains each
+    mini-batch as one region, its members' weights stacked (``ndebench.platform.worker.stackgraph``).
 
     ``max_steps`` (adaptive ODE methods only; default none) is torchdiffeq's ``max_num_steps``: the most steps,
     accepted and rejected, that one solve may take between two consecutive output times (so at most
@@ -253,6 +256,7 @@ def begin_pass(
     kind: Literal["ode", "sde"] = "ode",
     piecewise: bool = False,
     regularized: slice | None = None,
+    span: tuple[float, float] | None = None,
 ) -> Any:
     """Draw the regularizer's randomness for one forward pass from ``z0`` ``(B, H)`` over ``[times[0], times[-1]]``.
 
@@ -260,14 +264,16 @@ def begin_pass(
     solves one pass in several ``integrate`` calls (ODE-RNN: one per interval between observations) calls
     it once with ``piecewise=True`` and hands the result to every call as ``draw=``, so the regularizer
     draws ONE process over the whole pass; such a model also applies the regularizer's ``end_time`` itself.
-    ``regularized`` selects the sub-state the regularizer acts on (the draw has its size).
+    ``regularized`` selects the sub-state the regularizer acts on (the draw has its size). ``span``: the
+    pass's ``(times[0], times[-1])`` as floats when the caller holds them on the host (else read from ``times``).
     """
     if regularizer is None or not regularizer.active():
         return None
     part = _part(regularized, z0.shape[-1])
     grid = pass_grid(times, solver, kind, piecewise)
     spec = PassSpec(
-        batch_size=z0.shape[0], latent_size=part.stop - part.start, t0=float(times[0]), t1=float(times[-1]),
+        batch_size=z0.shape[0], latent_size=part.stop - part.start,
+        t0=span[0] if span else float(times[0]), t1=span[1] if span else float(times[-1]),
         grid=grid, generator=rng.regularizer_on(z0.device), device=z0.device, dtype=z0.dtype,
         # torchsde accumulates its step times in the state's dtype (float32 drifts ~1e-5 over 100 steps).
         step_tol=0.0 if kind == "ode" else 1e-2 * float(grid[1] - grid[0]),
@@ -410,24 +416,29 @@ def integrate(
     part = None if regularized is None else _part(regularized, z0.shape[-1])
     control_end = None
     if draw is None and regularizer is not None and regularizer.active():
-        draw = begin_pass(regularizer, z0, times, solver=solver, rng=rng, kind=kind, regularized=part)
-        end = regularizer.end_time(draw, float(t0), float(t1))
-        if end != float(t1):
+        # a captured solve holds its times on the host already: reading them from the device would sync
+        host = graphs.grid(times) if graphs is not None else [float(t0), float(t1)]
+        draw = begin_pass(regularizer, z0, times, solver=solver, rng=rng, kind=kind, regularized=part,
+                          span=(host[0], host[-1]))
+        end = regularizer.end_time(draw, host[0], host[-1])
+        if end != host[-1]:
             if output != "final":
                 raise ValueError("a regularizer that moves the end time supports output='final' only")
             times = moved_times(times, end)
-            control_end = float(t1) if end > float(t1) else None
-    trains = control_end is None and z0.requires_grad and torch.is_grad_enabled()
+            control_end = host[-1] if end > host[-1] else None
+    # a captured solve serves training passes; an inline one (a stack's region) serves every pass
+    trains = control_end is None and (z0.requires_grad and torch.is_grad_enabled()
+                                      or graphs is not None and graphs.inline)
     if (graphs is not None and kind == "ode" and trains
             and (control is None or isinstance(control, nn.Module))):
         path = graphs.solve(lambda d, x: _Field(drift, x, regularizer, d, None, part), z0, graphs.grid(times),
-                            solver.method, draw, control)
+                            solver.method, draw, control, clock=regularizer.step_clock if draw is not None else None)
         return path[-1] if output == "final" else path
     if graphs is not None and kind == "sde" and trains and control is None and output == "final":
         grid = graphs.grid(times, lambda: pass_grid(times, solver, "sde"))
         noise = brownian_increments(grid, z0, rng.noise_on(z0.device))
         path = graphs.solve(lambda d, x: _SDE(_Field(drift, None, regularizer, d, None, part), diffusion), z0, grid,
-                            solver.method, draw, None, noise)
+                            solver.method, draw, None, noise, regularizer.step_clock if draw is not None else None)
         return path[-1]
     clock = regularizer.step_clock if draw is not None else None
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:

@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 from ndebench.models.base import Inputs, split_readout
+from ndebench.models.graphs import at_first_knot
 from ndebench.models.timeseries import control_path, spline_coefficients, with_time_channel
 from torch import nn
 
@@ -85,4 +86,4 @@ class PathEncoder(nn.Module):
     def encode(self, times: torch.Tensor, inputs: Inputs) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
         inputs, final = split_readout(inputs)
         X, static = spline_control(self.static, times, inputs, self.interpolation)
-        return X, self.static(self.initial(X.evaluate(times[0])), static), final
+        return X, self.static(self.initial(at_first_knot(X)), static), final

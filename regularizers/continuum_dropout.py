@@ -94,6 +94,10 @@ _PARALLEL_WORDS = 2**19
 _CAST_AT_DRAW = 2**22
 _CHUNKS = 8
 _pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+# Devices where a grid draw takes host-side shortcuts (a per-interval loop, numpy's cast: fastest on a CPU, but
+# reading tensors on the host); the others take whole-tensor paths, which a CUDA graph can hold (the CPU suite
+# checks those with the CPU taken out of this set).
+_HOST_SHORTCUTS = frozenset({"cpu"})
 _scratch: dict[str, torch.Tensor] = {}
 
 
@@ -169,7 +173,7 @@ def sample_grid_states(
     keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
     steps, size = points.numel() - 1, batch_size * latent_size
     u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)
-    if device.type != "cpu":
+    if device.type not in _HOST_SHORTCUTS:
         lanes = u[: steps * size].view(steps, batch_size, latent_size)
         states[1:] = _last_event_states(lanes >= keep_at.view(-1, 1, 1), lanes < on_below.view(-1, 1, 1))
         return states
@@ -204,7 +208,7 @@ def _cast(flags: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Bool ``flags`` as 0/1 in ``dtype``; float32/float64 CPU tensors through numpy, whose vectorised cast is
     several times faster than torch's CPU cast from bool (which, with two threads on a busy machine, can cost
     more than the whole draw)."""
-    if flags.device.type == "cpu" and dtype in _NUMPY_FLOATS:
+    if flags.device.type in _HOST_SHORTCUTS and dtype in _NUMPY_FLOATS:
         return torch.from_numpy(flags.numpy().astype(_NUMPY_FLOATS[dtype]))
     return flags.to(dtype)
 

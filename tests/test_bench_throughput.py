@@ -75,3 +75,24 @@ def test_a_searched_value_is_fixed_and_seeds_continue_past_the_config():
     configs = cell_configs(spec, pick_cell(spec, None), 4, "cpu")
     assert [c["seed"] for c in configs] == [0, 1, 2, 3]
     assert configs[0]["training.lr"] == pytest.approx(1.0e-2) and configs[0]["phase"] == "evaluate"
+
+
+def test_best_tries_the_layouts_in_order_until_a_bigger_one_loses_and_lists_them():
+    from ndebench.platform.bench.throughput import GPU_LAYOUTS, best_throughput, layouts
+
+    rates = {(16, 1): 100.0, (64, 1): 300.0, (64, 4): 250.0, (128, 4): 900.0}
+    asked = []
+
+    def measure(stack, concurrent):
+        asked.append((stack, concurrent))
+        return {"trials_per_hour": rates[stack, concurrent], "stack": stack, "concurrent": concurrent}
+
+    best = best_throughput(measure, layouts("cuda", 16), say=lambda s: None)
+    assert asked == list(GPU_LAYOUTS[:3]) and (best["stack"], best["concurrent"]) == (64, 1)
+    assert best["tried"] == [{"stack": s, "concurrent": c, "trials_per_hour": rates[s, c]} for s, c in asked]
+    assert layouts("cpu", 16) == [(1, 16), (5, 16)] and layouts("cuda:1", 2) == list(GPU_LAYOUTS)
+
+
+def test_best_refuses_a_stack_or_processes_given_too(config, capsys):
+    assert main(["bench", "throughput", config, "--best", "--stack", "4"]) == 2
+    assert "--best chooses the stack and the processes itself: drop --stack 4" in capsys.readouterr().err

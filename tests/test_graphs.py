@@ -35,6 +35,8 @@ BASE = dict(setting="auto", device="cuda", method="euler", adjoint=False, step_s
     ({"method": "midpoint"}, "midpoint capture has not been compared with the eager pass on a GPU"),
     ({"method": "midpoint", "setting": "on"}, None),
     ({"verified": ()}, "solver.cuda_graph: on captures it"),
+    ({"setting": "stack"}, None),
+    ({"setting": "stack", "verified": ()}, "solver.cuda_graph: on captures it"),
     ({"setting": "on", "adjoint": True}, "adjoint"),
 ])
 def test_the_decision_captures_fixed_grid_solves_and_names_the_reason_otherwise(change, reason):
@@ -63,7 +65,7 @@ def test_every_model_states_its_graph_decision(name):
 
 
 def test_an_unknown_graph_setting_is_named_with_the_valid_ones():
-    with pytest.raises(ValueError, match="cuda_graph='always'.*valid: auto, on, off"):
+    with pytest.raises(ValueError, match="cuda_graph='always'.*valid: auto, on, stack, off"):
         SolverConfig(cuda_graph="always")
 
 
@@ -89,7 +91,7 @@ def test_the_captured_step_loop_is_the_eager_solve_with_the_same_mask(method, re
     eager = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), regularizer=reg, output="times")
     draw = begin_pass(reg, z0, times, solver=solver, rng=TrialRNG.from_seed(5))
     clock = None if draw is None else draw.spec.clock
-    looped = GridSolve(_Field(field, None, reg, draw), times.tolist(), method, clock)(z0)
+    looped = GridSolve(_Field(field, None, reg, draw), times.tolist(), method, clock, dtype=z0.dtype)(z0)
     assert torch.allclose(looped, eager, rtol=0, atol=1e-12)
     if isinstance(reg, ContinuumDropout):
         plain = integrate(field, z0, times, solver=solver, rng=TrialRNG.from_seed(5), output="times")

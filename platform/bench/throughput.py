@@ -124,6 +124,38 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
             "notes": sorted({n for r in results for n in r[3]}), "cpus": os.cpu_count()}
 
 
+# The (stack, processes) layouts that `bench throughput --best` tries on a GPU, in order. The eager stacks' best on
+# an H200 (2026-11-29) was 64 x 4; a stack as one captured region may move it (docs/performance.md).
+GPU_LAYOUTS = ((16, 1), (64, 1), (64, 4), (128, 4))
+
+
+def layouts(device: str, cpus: int) -> list[tuple[int, int]]:
+    """The ``(stack, processes)`` layouts :func:`best_throughput` tries on ``device``: :data:`GPU_LAYOUTS` on a GPU;
+    on the CPU one process per core, trials alone and in stacks of 5."""
+    if device.startswith("cuda"):
+        return list(GPU_LAYOUTS)
+    return [(1, cpus), (5, cpus)]
+
+
+def best_throughput(measure: Callable[[int, int], dict[str, Any]], candidates: list[tuple[int, int]],
+                    say: Callable[[str], None] = print) -> dict[str, Any]:
+    """The row of ``measure(stack, processes)`` (a :func:`bench_throughput` row) with the most trials per hour among
+    ``candidates``, tried in order until one trains fewer trials per hour than the best before it (a bigger
+    layout that loses ends the search); ``tried`` lists every layout run with its rate."""
+    best: dict[str, Any] | None = None
+    tried = []
+    for stack, processes in candidates:
+        row = measure(stack, processes)
+        tried.append({"stack": stack, "concurrent": processes, "trials_per_hour": row["trials_per_hour"]})
+        say(f"bench throughput --best: stack {stack} x {processes} process(es): {row['trials_per_hour']} trials/h")
+        if best is not None and row["trials_per_hour"] < best["trials_per_hour"]:
+            break
+        best = row if best is None or row["trials_per_hour"] >= best["trials_per_hour"] else best
+    if best is None:
+        raise ValueError("bench throughput --best: no layout to try")
+    return {**best, "tried": tried}
+
+
 class _Box:
     """What :func:`_work` puts, kept in this process."""
 

@@ -274,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="throughput: trials trained as one stacked model (as resources.stack; default: 1)")
     bench.add_argument("--concurrent", type=_positive_int, default=1,
                        help="throughput: processes training at once (default: 1)")
+    bench.add_argument("--best", action="store_true",
+                       help="throughput: try the device's stack x process layouts and report the best, with each "
+                            "layout tried (instead of --stack and --concurrent)")
     bench.add_argument("--models", default="neural_cde",
                        help="comma-separated time-series models (default: neural_cde)")
     bench.add_argument("--hidden", type=_int_list, help="comma-separated latent sizes (default: 16,128; draw: 512)")

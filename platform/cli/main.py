@@ -296,10 +296,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError("bench throughput needs a CONFIG, and only bench throughput takes one")
     if args.target == "throughput":
         from ndebench.platform import api
-        from ndebench.platform.bench.throughput import bench_throughput
+        from ndebench.platform.bench.throughput import bench_throughput, best_throughput, layouts
 
-        result = bench_throughput(api.load(args.config), cell=args.cell, device=args.device, stack=args.stack,
-                                  concurrent=args.concurrent, trials=args.trials, threads=args.threads, say=say)
+        spec = api.load(args.config)
+
+        def measure(stack: int, concurrent: int) -> dict:
+            return bench_throughput(spec, cell=args.cell, device=args.device, stack=stack, concurrent=concurrent,
+                                    trials=args.trials, threads=args.threads, say=say)
+
+        if args.best and (args.stack, args.concurrent) != (1, 1):
+            raise ValueError("bench throughput --best chooses the stack and the processes itself: drop --stack "
+                             f"{args.stack} and --concurrent {args.concurrent}")
+        result = (best_throughput(measure, layouts(args.device, os.cpu_count() or 1), say) if args.best
+                  else measure(args.stack, args.concurrent))
         print(json.dumps(result) if args.json else "\n".join(f"{key:16s} {value}" for key, value in result.items()))
         return 0
     if args.target == "platform":

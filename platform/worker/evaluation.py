@@ -11,11 +11,13 @@ from ndebench.platform.common.metrics import calibration_bins, classification_me
 from ndebench.platform.worker.build import Feed
 
 
-def trial_loss(logits: torch.Tensor, targets: torch.Tensor, pos_weight: float | None) -> torch.Tensor:
+def trial_loss(logits: torch.Tensor, targets: torch.Tensor, pos_weight: float | torch.Tensor | None) -> torch.Tensor:
     """Cross-entropy of logits ``(B, K)`` against targets ``(B,)``; for one logit ``(B, 1)``, binary
-    cross-entropy with the dataset's ``pos_weight`` on the positive class."""
+    cross-entropy with the dataset's ``pos_weight`` on the positive class (a tensor on the logits' device: no
+    copy from the host, as a captured region needs)."""
     if logits.shape[-1] == 1:
-        weight = None if pos_weight is None else torch.tensor(pos_weight, device=logits.device)
+        weight = (pos_weight if pos_weight is None or isinstance(pos_weight, torch.Tensor)
+                  else torch.tensor(pos_weight, device=logits.device))
         return F.binary_cross_entropy_with_logits(logits[:, 0], targets.float(), pos_weight=weight)
     return F.cross_entropy(logits, targets)
 

@@ -14,13 +14,16 @@ predictions and metrics computed as its trial's alone.
 A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
 latent such as an SDE's Brownian motion), members that differ in a shape, or members that differ in more than
 their seed and their regularizer's hyperparameters (:func:`differing`), train one after another in this process
-(:func:`run_trial`), with the reason in ``note`` of every member's result.
+(:func:`run_trial`), with the reason in ``note`` of every member's result. With ``solver.cuda_graph: stack`` a
+stack's training step is one region instead, its members' weights stacked
+(:mod:`~ndebench.platform.worker.stackgraph`).
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,18 +32,21 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from ndebench.models.base import Inputs, NDEClassifier, Prediction, TimedInputs, repeat_batch
+from ndebench.models.base import Inputs, NDEClassifier, Prediction, cat_inputs, repeat_batch
 from ndebench.models.integrate import TrialRNG, step_limit
 from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
 from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
 from ndebench.regularizers.base import PassSpec, Regularizer
 from torch import nn
 
 EpochHook = Callable[[dict[str, float]], None]
 CheckpointHook = Callable[[int, Callable[[], dict[str, Any]]], None]
+EpochTrainer = Callable[[list["Member"]], dict[int, float | None]]
+Evaluator = Callable[[list["Member"], str], list[tuple[dict[str, float], dict[str, Any]]]]
 
 
 class StackedLinear(nn.Module):
@@ -128,16 +134,6 @@ def unstackable(model: NDEClassifier) -> str | None:
     return None
 
 
-def cat_inputs(parts: Sequence[Inputs]) -> Inputs:
-    """The members' batches concatenated along the batch dimension, member-major."""
-    first = parts[0]
-    if isinstance(first, TimedInputs):
-        return TimedInputs(cat_inputs([p.inputs for p in parts]), torch.cat([p.final_index for p in parts]))
-    if isinstance(first, tuple):
-        return tuple(cat_inputs([p[i] for p in parts]) for i in range(len(first)))
-    return torch.cat(list(parts))
-
-
 def differing(specs: Sequence[TrialSpec]) -> list[str]:
     """The :class:`TrialSpec` fields other than ``seed`` and ``regularizer_params`` in which ``specs`` differ: a
     stack's members (an evaluate cell's seeds, a tune stage's grid points) share every model, training, solver
@@ -189,7 +185,7 @@ class Stack:
     def __init__(self, first: NDEClassifier, exact: bool = False):
         self.model = copy.deepcopy(first)
         # A captured graph would keep reading the weights gathered at capture, and its backward would give the
-        # members' own weights no gradient: a stack's solve runs eager.
+        # members' own weights no gradient: a stack's solve runs eager (a region of stacked weights captures).
         self.model.solver = dataclasses.replace(first.solver, cuda_graph="off")
         self.model._graph_notes.clear()
         self.model.head = nn.Identity()
@@ -369,11 +365,20 @@ def run_stack(
         why = stack.mismatch(members)
         if why is not None:
             return fallback(why)
-        _train(stack, members, hooks[0], hooks[1], on_stack_epoch)
+        epochs: EpochTrainer = functools.partial(_train_epoch, stack)
+        evaluate: Evaluator = stack.evaluate
+        if specs[0].solver.cuda_graph == "stack":
+            region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
+            if region is None:
+                epochs = regions = RegionEpochs(stack, epochs, note)
+                evaluate = regions.evaluate
+            elif note is not None:
+                note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
+        _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch)
         done = [m for m in members if m.result is None]
         for m in done:
             m.training.load_selected(m.spec)
-        tested = dict(zip(map(id, done), stack.evaluate(done, "test"), strict=True)) if done and evaluate_test else {}
+        tested = dict(zip(map(id, done), evaluate(done, "test"), strict=True)) if done and evaluate_test else {}
         return [m.result or m.training.finish(m.spec, evaluate_test, tested.get(id(m))) for m in members]
     except TrialTimeout as exc:
         return [m.result or m.training.ended("timeout", f"{exc}, in epoch {m.training.epoch}") for m in members]
@@ -396,7 +401,7 @@ def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> Chec
     return both
 
 
-def _train(stack: Stack, members: list[Member], on_epoch: list[EpochHook | None],
+def _train(epochs: EpochTrainer, evaluate: Evaluator, members: list[Member], on_epoch: list[EpochHook | None],
            on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None) -> None:
     hooks = {id(m): (e, c) for m, e, c in zip(members, on_epoch, on_checkpoint, strict=True)}
     running = [m for m in members if m.running]
@@ -404,13 +409,13 @@ def _train(stack: Stack, members: list[Member], on_epoch: list[EpochHook | None]
         start = time.perf_counter()
         for m in running:
             m.training.epoch += 1
-        losses = _train_epoch(stack, running)
+        losses = epochs(running)
         train_time = time.perf_counter() - start
         for m in running:
             if losses[id(m)] is None:
                 m.result = m.training.ended("diverged", f"non-finite training loss at epoch {m.training.epoch}")
         validated = [m for m in running if m.result is None]
-        vals = dict(zip(map(id, validated), stack.evaluate(validated, "val"), strict=True)) if validated else {}
+        vals = dict(zip(map(id, validated), evaluate(validated, "val"), strict=True)) if validated else {}
         for m in validated:
             epoch_hook, checkpoint_hook = hooks[id(m)]
             loss, val = losses[id(m)], vals[id(m)][0]
