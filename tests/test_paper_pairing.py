@@ -91,6 +91,8 @@ def test_the_paired_test_power_is_statsmodels_ttestpower_at_d_over_sqrt_2_1_minu
         TTestPower().power(d / math.sqrt(2 * (1 - r)), nobs=5, alpha=0.05), rel=1e-12)
     # Student's t on correlated arms loses power against its nominal, independent-arms value
     assert power.per_set_power(d, r, "student", 5) < power.per_set_power(d, 0.0, "student", 5)
+    # arms moving together (r = 0.99): the power is 1, not statsmodels' NaN of the far lower tail
+    assert power.per_set_power(1.35, 0.99, "paired", 5) == pytest.approx(1.0, abs=1e-9)
     with pytest.raises(ValueError, match="valid: student, welch, paired"):
         power.per_set_power(d, r, "wilcoxon", 5)
 

@@ -53,7 +53,10 @@ def per_set_power(d: float, r: float, test: str, seeds: int, alpha: float = ALPH
     if not -1 < r < 1:
         raise ValueError(f"the arms' correlation must lie in (-1, 1), got {r}")
     if test == "paired":
-        return float(TTestPower().power(d / math.sqrt(2 * (1 - r)), nobs=seeds, alpha=alpha))
+        d_z = d / math.sqrt(2 * (1 - r))
+        # the two tails apart: statsmodels' far lower tail is NaN where it is below 1e-16
+        return float(TTestPower().power(d_z, nobs=seeds, alpha=alpha / 2, alternative="larger")
+                     + np.nan_to_num(TTestPower().power(d_z, nobs=seeds, alpha=alpha / 2, alternative="smaller")))
     if r == 0:
         return float(TTestIndPower().power(d, nobs1=seeds, alpha=alpha, ratio=1.0))
     return _simulated(round(d, 12), round(r, 12), seeds, alpha, test == "student")
