@@ -309,3 +309,20 @@ def test_a_row_whose_sets_are_all_near_ceiling_is_inconclusive_ceiling():
     assert next(n for n in section.notes if n.startswith("Near ceiling:")).endswith(
         "No row that differs is such a row.")
     assert next(r for r in section.rows if r[1].text == "univariate (Table 10)")[-1].text == "differs"
+
+
+def test_a_verdict_that_turns_on_the_holm_family_is_named():
+    """8 univariate sets around +0.05: the univariate row's p (0.034) is below 0.05 over Table 10's one row but
+    not after Holm with Table 9's row of the same sets; both verdicts are kept and the note names the row."""
+    runs = _improvement_study("neural_cde", [0.05 + 0.01 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)])
+    sections, found = paper.paper_comparison(runs, _primary(runs), dict.fromkeys(sorted(set(runs["dataset"])), 1))
+    rows = {r["split"]: r for r in found["paper_comparison"]["agreement_across_datasets"]}
+    uni, tested = rows["univariate"], [r["p_difference"] for r in rows.values() if not math.isnan(r["p_difference"])]
+    assert uni["p_difference_holm"] == pytest.approx(
+        multipletests(tested, method="holm")[1][tested.index(uni["p_difference"])], rel=1e-12)
+    assert uni["p_difference_holm_table"] == uni["p_difference"] < 0.05 < uni["p_difference_holm"]
+    assert (uni["verdict"], uni["verdict_table"]) == ("inconclusive", "differs")
+    section = next(s for s in sections if s.title == "Agreement with the paper across datasets")
+    assert "Holm family (a choice)" in section.caption
+    note = next(n for n in section.notes if n.startswith("Holm family:"))
+    assert "the verdict turns on the choice for neural_cde univariate: p 0.0337" in note

@@ -71,6 +71,9 @@ def test_the_holm_families_over_the_rows_and_over_table_9():
     assert row["p_difference_holm_table"] == pytest.approx(
         multipletests(table9.to_numpy(), method="holm")[1][table9.index.get_loc(row.name)], rel=1e-12)
     assert round(row["p_difference_holm_table"], 3) == 0.019
+    report = RESULTS.parent
+    assert "Holm family (a choice)" in (report / "paper_comparison.md").read_text()
+    assert "Holm family (a choice)" in (report / "paper_comparison.tex").read_text()
 
 
 def test_row_4_uses_the_observed_correlation_of_the_paired_design():

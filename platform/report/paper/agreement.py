@@ -263,8 +263,8 @@ def _family_note(across: pd.DataFrame) -> str:
              f"{_p(r.p_difference_holm_table)} over Table {r.table}'s "
              f"{int(across.loc[across['table'] == r.table, 'p_difference'].notna().sum())} ({r.verdict_table})"
              for r in across.itertuples(index=False) if r.verdict != r.verdict_table]
-    return FAMILY_TEXT + (" The verdict turns on that choice for " + "; ".join(turns) + "." if turns
-                          else " No verdict turns on that choice.")
+    return ("Holm family: " + ("the verdict turns on the choice for " + "; ".join(turns) + "." if turns
+                               else "no verdict turns on the choice."))
 
 
 def verdict_counts(across: pd.DataFrame) -> str:
@@ -300,7 +300,8 @@ def across_section(across: pd.DataFrame, title: str = "Agreement with the paper 
         "and p (Welch-Satterthwaite df); TOST: equivalence within the margin; study MDE: the smallest improvement "
         "the study's own test against 0 detects with 80% power at alpha 0.05; power at paper: that test's power if "
         "the paper's improvement were true. A study SE at float noise or below the SE its mean has from the sets' "
-        "seed noise alone is no estimate of the spread over sets and counts as missing (no interval, no test).",
+        "seed noise alone is no estimate of the spread over sets and counts as missing (no interval, no test). "
+        + FAMILY_TEXT,
         notes=[agr.RULE, MARGIN_TEXT, _family_note(across), verdict_counts(across), _ceiling_note(across)]
         + ([f"The study's intervals use t quantiles {quantiles}: with few sets the interval is that many standard "
             "errors wide on each side."] if quantiles else []) + (extra or []),
