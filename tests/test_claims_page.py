@@ -96,8 +96,8 @@ def test_the_pages_verdicts_are_the_ones_the_comparison_computes():
     comparison = json.loads((REPORT / "summary.json").read_text())["paper_comparison"]
     across = comparison["agreement_across_datasets"]
     assert len(across) == 9
-    counts = {v: sum(row["verdict"] == v for row in across) for v in ("agrees", "differs", "inconclusive")}
-    assert ("Verdicts: " + ", ".join(f"{v} {n} of 9" for v, n in counts.items())) in page
+    assert comparison["verdict_counts"] in page and comparison["verdict_counts"] in (
+        REPORT / "paper_comparison.md").read_text()
     verdict = _verdict_cells(page)
     for row, model in ((1, "neural_cde"), (2, "neural_ode"), (3, "neural_lnsde")):
         for r in (r for r in across if r["model"] == model):
@@ -106,8 +106,9 @@ def test_the_pages_verdicts_are_the_ones_the_comparison_computes():
             for r in comparison["per_set_power"] if r["split"] != "all" for d in r["sets"]]
     free = [power for power, ceiling, _ in sets if not ceiling]
     chance = at_most(sum(hit for _, ceiling, hit in sets if not ceiling), free)
+    assert chance == comparison["per_set_count"]["free_chance"]
     assert verdict[4].startswith("differs" if chance < ALPHA else "inconclusive")
-    assert f"{chance:.3f}" in page
+    assert f"{chance:.3f}" in verdict[4]
     assert "not supported" not in page and "That claim is withdrawn" in page
     gaps = json.loads((REPORT / "summary.json").read_text())["selection_audit"]
     assert f"0 to +{max(r['gap'] for r in gaps):.3f}" in page
@@ -150,3 +151,58 @@ def test_the_page_quotes_the_hidden_size_reports_architecture_tests():
     page = (FOLDER / "README.md").read_text()
     better, worse, holm = caption.groups()
     assert f"{better} of 64 better,\n  {worse} of 64 worse" in page and f"{holm} of 64 below 0.05 after Holm" in page
+
+
+def _fields() -> dict[str, float]:
+    """The key figures of the claims, each by the name of its summary.json field."""
+    comparison = json.loads((REPORT / "summary.json").read_text())["paper_comparison"]
+    across = {(r["model"], r["split"]): r for r in comparison["agreement_across_datasets"]}
+    sets = {(r["model"], r["dataset"]): r for r in comparison["per_set_tests"]}
+    count = comparison["per_set_count"]
+    cde, arrow = across[("neural_cde", "all")], sets[("neural_cde", "uea/ArrowHead")]
+    return {"cde all study_improvement": cde["study_improvement"],
+            "cde all paper_improvement": cde["paper_improvement"],
+            "cde all p_difference_holm": cde["p_difference_holm"],
+            "cde all p_difference_holm_table": cde["p_difference_holm_table"],
+            "cde ArrowHead p_paired": arrow["p_paired"], "cde ArrowHead p_paired_holm": arrow["p_paired_holm"],
+            "cde ArrowHead p_unpaired": arrow["p_unpaired"], "cde ArrowHead difference": arrow["difference"],
+            "per_set_count free_chance": count["free_chance"],
+            "per_set_count free_chance_independent": count["free_chance_independent"],
+            "per_set_count expected": count["expected"], "per_set_count r": count["r"]}
+
+
+# (page or README, the text around the figure with {} where it stands, the field, the printed format)
+PINNED = [
+    ("page", "study minus paper -0.102 [-0.165, -0.038], p = 0.00634, {} after Holm over the 7 rows",
+     "cde all p_difference_holm", ".3g"),
+    ("page", "({} over Table 9's 3 rows)", "cde all p_difference_holm_table", ".2g"),
+    ("page", "Over all 6 sets **{}** [-0.093, +0.033] against", "cde all study_improvement", "+.3f"),
+    ("page", "against {} [+0.047, +0.097]: study minus", "cde all paper_improvement", "+.3f"),
+    ("page", "ArrowHead {} (0.606 vs 0.744", "cde ArrowHead difference", "+.3f"),
+    ("page", "worse on every seed: paired p = {}, ", "cde ArrowHead p_paired", ".2g"),
+    ("page", "paired p = 0.00099, {} after Holm over the 15 testable sets", "cde ArrowHead p_paired_holm", ".2g"),
+    ("page", "testable sets; the paper's unpaired t {})", "cde ArrowHead p_unpaired", ".2g"),
+    ("page", "over the 12 others the chance of none is {} (", "per_set_count free_chance", ".3f"),
+    ("page", "the chance of none is 0.073 ({} with", "per_set_count free_chance_independent", ".3f"),
+    ("page", "would give {} significant sets of these 18", "per_set_count expected", ".2f"),
+    ("page", "correlate over seeds at a median r = {};", "per_set_count r", ".2f"),
+    ("README", "(-0.030 against the paper's {}, Holm p", "cde all paper_improvement", "+.3f"),
+    ("README", "Holm p {} over the 7 rows", "cde all p_difference_holm", ".3g"),
+    ("README", "with a test, {} over Table 9's 3)", "cde all p_difference_holm_table", ".2g"),
+    ("README", "every seed (paired p {}, ", "cde ArrowHead p_paired", ".2g"),
+    ("README", "unpaired t 0.064). 0 of 18 sets are significantly better, a chance of {} at",
+     "per_set_count free_chance", ".3f"),
+    ("README", "observed correlation ({} if they were independent)", "per_set_count free_chance_independent", ".3f"),
+]
+
+
+def _pinned_text(where: str) -> str:
+    return " ".join(((FOLDER / "README.md").read_text() if where == "page" else _claims_section()).split())
+
+
+@pytest.mark.parametrize(("where", "around", "field", "fmt"), PINNED)
+def test_each_key_figure_is_its_summary_json_field(where, around, field, fmt):
+    """The figure printed at its place on the page (value and sign) is the named summary.json field in the page's
+    format: a changed digit, a changed sign or a number from another field fails here."""
+    value = _fields()[field]
+    assert around.format(format(value, fmt)) in _pinned_text(where), (field, format(value, fmt))

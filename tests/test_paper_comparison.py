@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.paper import agreement
+from ndebench.platform.report.paper import agreement, pairing
 from ndebench.platform.report.paper import comparison as paper
 from ndebench.platform.report.paper.data import paper_cells
 from ndebench.platform.report.report import build_report
 from ndebench.platform.report.statistics import agreement as agreement_stats
+from ndebench.platform.report.statistics import power as power_stats
 from ndebench.platform.report.statistics import selection
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
@@ -124,8 +125,10 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     assert {r["split"] for r in comparison["across_datasets"]} == {"all", "univariate", "multivariate"}
     assert [s.title for s in files.paper] == [
         "The paper's cells beside the study", "Across datasets beside the paper's Tables 9-11",
-        "Agreement with the paper across datasets", "Agreement with the paper per cell",
-        "Per-set power at the paper's effect", "Chance gain of best-of-20 at the paper's own spread",
+        "Agreement with the paper across datasets", "Agreement with the paper without the sets near ceiling",
+        "Per-set tests, paired by seed", "Agreement with the paper per cell",
+        "Per-set power at the paper's effect", "Sets a study needs to decide",
+        "Chance gain of best-of-20 at the paper's own spread",
         "Test selection in the paper's tables: reported cells at their grid's maximum"]
     assert {r["verdict"] for r in comparison["agreement_cells"]} <= {"agrees", "differs", "inconclusive"}
     assert "Verdict rule" in text and "TOST margin" in text
@@ -249,12 +252,18 @@ def test_per_set_power_counts_significant_sets_and_ceilings():
     runs = _improvement_study("neural_cde", [0.05, 0.0], base=0.93)
     channels = dict.fromkeys(sorted(set(runs["dataset"])), 1)
     across, _ = paper.compare_summary(runs, _primary(runs), channels)
-    power = agreement.per_set_power(runs, _primary(runs), across, "continuum_dropout", "none").set_index("split")
+    tests = pairing.set_tests(runs, _primary(runs), [("neural_cde", d) for d in sorted(set(runs["dataset"]))],
+                              "continuum_dropout", "none", "student")
+    power = agreement.per_set_power(runs, _primary(runs), across, "none", tests, "student").set_index("split")
     d = 0.098 / math.sqrt((0.079 ** 2 + 0.065 ** 2) / 2)
     row = power.loc["univariate"]
     assert row["paper_d"] == pytest.approx(d)
     nc, crit = d * math.sqrt(5 / 2), sps.t.ppf(0.975, 8)
-    assert row["power"] == pytest.approx(sps.nct.sf(crit, 8, nc) + sps.nct.cdf(-crit, 8, nc), rel=1e-9)
+    assert row["power_independent"] == pytest.approx(sps.nct.sf(crit, 8, nc) + sps.nct.cdf(-crit, 8, nc),
+                                                     rel=1e-9)
+    # the seeds pair the cells and both arms move together (r = 1, clipped to 0.99): Student's t at that r
+    assert pairing.median_correlation(tests) == 0.99
+    assert row["power"] == power_stats.per_set_power(d, 0.99, "student", 5)
     # Set0: +0.05 at seed std 0.0158 is significant; Set1: no difference
     assert row["study_significant"] == 1 and row["expected_significant"] == pytest.approx(2 * row["power"])
     assert row["significant_sets"] == ["uea/Set0"] and row["sets"] == ["uea/Set0", "uea/Set1"]
@@ -273,23 +282,25 @@ def test_the_chance_of_so_few_significant_sets_is_the_poisson_binomial():
     assert agreement_stats.at_most(0, []) == 1.0
 
 
-def test_a_row_that_differs_on_sets_near_ceiling_says_so():
-    """8 univariate sets at none 0.97 and no gain: the row differs from the paper's +0.098, but every set leaves
-    0.03 < 0.098 to 1, so the table counts 8 of 8 near ceiling and the note names the row."""
+def test_a_row_whose_sets_are_all_near_ceiling_is_inconclusive_ceiling():
+    """8 univariate sets at none 0.97 and no gain: the Welch test alone would differ from the paper's +0.098, but
+    every set leaves 0.03 < 0.098 to 1, so the row counts 8 of 8 near ceiling and reads 'inconclusive (ceiling)'."""
     gains = [0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)]
     runs = _improvement_study("neural_cde", gains, base=0.97)
     channels = dict.fromkeys(sorted(set(runs["dataset"])), 1)
     sections, found = paper.paper_comparison(runs, _primary(runs), channels)
     across = {r["split"]: r for r in found["paper_comparison"]["agreement_across_datasets"]}
-    assert across["univariate"]["verdict"] == "differs"
+    assert across["univariate"]["p_difference_holm"] < 0.05
+    assert across["univariate"]["verdict"] == across["univariate"]["verdict_table"] == agreement.CEILING
     assert across["univariate"]["ceiling_sets"] == sorted(set(runs["dataset"]))
     section = next(s for s in sections if s.title == "Agreement with the paper across datasets")
     column = section.header.index("near ceiling")
     row = next(r for r in section.rows if r[1].text == "univariate (Table 10)")
-    assert row[column].text == "8 of 8" and row[-1].text == "differs"
-    # Table 9's row (all sets) differs on the same 8 sets
-    note = next(n for n in section.notes if n.startswith("Near ceiling:"))
-    assert note.endswith("Such rows: neural_cde all (8 of 8), neural_cde univariate (8 of 8).")
+    assert row[column].text == "8 of 8" and row[-1].text == agreement.CEILING
+    assert "Verdicts: agrees 0 of 3, differs 0 of 3, inconclusive 3 of 3 (2 of them at ceiling)" in section.notes
+    # without the ceiling sets the rows have no set left
+    free = {r["split"]: r for r in found["paper_comparison"]["agreement_without_ceiling"]}
+    assert free["univariate"]["study_n_datasets"] == 0
     # the same sets with room to 1 (none at 0.5): none of them near ceiling, and no row named
     runs = _improvement_study("neural_cde", gains, base=0.5)
     sections, found = paper.paper_comparison(runs, _primary(runs), channels)
@@ -297,3 +308,21 @@ def test_a_row_that_differs_on_sets_near_ceiling_says_so():
     assert next(r for r in section.rows if r[1].text == "univariate (Table 10)")[column].text == "0 of 8"
     assert next(n for n in section.notes if n.startswith("Near ceiling:")).endswith(
         "No row that differs is such a row.")
+    assert next(r for r in section.rows if r[1].text == "univariate (Table 10)")[-1].text == "differs"
+
+
+def test_a_verdict_that_turns_on_the_holm_family_is_named():
+    """8 univariate sets around +0.05: the univariate row's p (0.034) is below 0.05 over Table 10's one row but
+    not after Holm with Table 9's row of the same sets; both verdicts are kept and the note names the row."""
+    runs = _improvement_study("neural_cde", [0.05 + 0.01 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)])
+    sections, found = paper.paper_comparison(runs, _primary(runs), dict.fromkeys(sorted(set(runs["dataset"])), 1))
+    rows = {r["split"]: r for r in found["paper_comparison"]["agreement_across_datasets"]}
+    uni, tested = rows["univariate"], [r["p_difference"] for r in rows.values() if not math.isnan(r["p_difference"])]
+    assert uni["p_difference_holm"] == pytest.approx(
+        multipletests(tested, method="holm")[1][tested.index(uni["p_difference"])], rel=1e-12)
+    assert uni["p_difference_holm_table"] == uni["p_difference"] < 0.05 < uni["p_difference_holm"]
+    assert (uni["verdict"], uni["verdict_table"]) == ("inconclusive", "differs")
+    section = next(s for s in sections if s.title == "Agreement with the paper across datasets")
+    assert "Holm family (a choice)" in section.caption
+    note = next(n for n in section.notes if n.startswith("Holm family:"))
+    assert "the verdict turns on the choice for neural_cde univariate: p 0.0337" in note

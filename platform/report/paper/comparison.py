@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.report import summary
-from ndebench.platform.report.paper import agreement, evidence
+from ndebench.platform.report.paper import agreement, evidence, needs, pairing
 from ndebench.platform.report.paper.data import (
     PAPER_K,
     PAPER_SEEDS,
@@ -262,21 +262,43 @@ def paper_json(cells: pd.DataFrame, missing: list[dict[str, str]], across: pd.Da
                         "residuals; best of k grid means minus one baseline mean"}}}
 
 
-def paper_comparison(runs: pd.DataFrame, primary: dict[str, str],
-                     channels: dict[str, int | None] | None = None) -> tuple[list[Section], dict[str, Any]]:
+def paper_comparison(runs: pd.DataFrame, primary: dict[str, str], channels: dict[str, int | None] | None = None,
+                     test: str = "student") -> tuple[list[Section], dict[str, Any]]:
     """Both comparisons of ``runs`` (counted statuses, ``regularizer`` holding variant labels), their agreement
-    with the paper's values (:mod:`~ndebench.platform.report.paper.agreement`) and the selection measured on the
-    paper's own numbers (:mod:`~ndebench.platform.report.paper.evidence`), as report sections and as
-    ``summary.json``'s ``paper_comparison``."""
+    with the paper's values (:mod:`~ndebench.platform.report.paper.agreement`), the per-set tests paired by seed
+    (:mod:`~ndebench.platform.report.paper.pairing`; ``test``, the report's ``--test``, decides the per-set counts),
+    the rows without ceiling sets and the sets a study needs (:mod:`~ndebench.platform.report.paper.needs`) and the
+    selection measured on the paper's own numbers (:mod:`~ndebench.platform.report.paper.evidence`), as report
+    sections and as ``summary.json``'s ``paper_comparison``."""
     cells, missing = compare_cells(runs, primary)
     across, notes = compare_summary(runs, primary, channels)
-    powers = agreement.per_set_power(runs, primary, across, PROPOSED, BASELINE)
-    agree_across = agreement.with_ceilings(agreement.across_agreement(across), powers)
-    agree_cells = agreement.cell_agreement(cells)
+    rows = list(across.itertuples(index=False)) if len(across) else []
+    tests = pairing.set_tests(runs, primary, [(r.model, d) for r in rows if r.split == "all"
+                                              for d in r.study_datasets], PROPOSED, BASELINE, test)
+    within = {(r.model, r.split): pairing.within_se(tests, r.model, list(r.study_datasets)) for r in rows}
+    powers = agreement.per_set_power(runs, primary, across, BASELINE, tests, test)
+    agree_across = agreement.with_ceilings(agreement.across_agreement(across, within), powers)
+    free = needs.without_ceiling(across, tests, powers) if rows else across
+    free_within = {(r.model, r.split): pairing.within_se(tests, r.model, list(r.study_datasets))
+                   for r in free.itertuples(index=False)}
+    agree_free = agreement.across_agreement(free, free_within)
+    agree_free = agree_free.assign(ceiling_sets=[[] for _ in range(len(agree_free))])
+    count = agreement.count_summary(powers, test, pairing.median_correlation(tests))
+    needed = needs.sets_needed(agree_across)
     chance, maxima = evidence.paper_chance_gains(across), evidence.column_maxima()
     found = paper_json(cells, missing, across, notes)
-    found["paper_comparison"] |= (agreement.agreement_json(agree_across, agree_cells, powers)
+    found["paper_comparison"] |= (agreement.agreement_json(agree_across, agree_cells := agreement.cell_agreement(cells),
+                                                           powers, count)
+                                  | {"per_set_tests": tests.to_dict(orient="records"),
+                                     "agreement_without_ceiling": agree_free.to_dict(orient="records"),
+                                     "sets_needed": needed.to_dict(orient="records")}
                                   | evidence.evidence_json(chance, maxima))
     return (paper_sections(cells, missing, across, notes)
-            + agreement.agreement_sections(agree_across, agree_cells, powers)
+            + [agreement.across_section(agree_across),
+               agreement.across_section(agree_free, "Agreement with the paper without the sets near ceiling",
+                                        ["Each row over its sets not near ceiling only (the first table's 'near "
+                                         "ceiling' column), a Holm family of its own."]),
+               pairing.set_section(tests, test)]
+            + agreement.agreement_sections(agree_across, agree_cells, powers, count)
+            + [needs.needs_section(needed, PAPER_SEEDS)]
             + evidence.evidence_sections(chance, maxima)), found

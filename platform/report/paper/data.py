@@ -3,7 +3,7 @@
 Transcribed from the paper's LaTeX source: every per-dataset cell "mean (std)" of Tables 2-7 and of the appendix
 Tables 12-18 (:func:`paper_cells`), the across-dataset rows of Tables 9-11 (:func:`paper_summary`) and the 30
 UEA/UCR sets of Table 8 (:func:`paper_datasets`). Each value keeps its table, metric and n (5 seeds, Appendix
-E: "repeated for five iterations"). Names are ndebench's registry names (``Neural CDE`` -> ``neural_cde``,
+D: "repeated for five iterations"). Names are ndebench's registry names (``Neural CDE`` -> ``neural_cde``,
 ``Baseline`` / ``X`` -> ``none``, ``O`` -> ``continuum_dropout``); a fixed parameter of a row is ``setting``
 (``p=0.3,m=50``, ``n_mc=10``, ``rate=0.001``, ``oi=true``), so that ``regularizer[setting]`` is the label of
 the matching variant cell; ``unit`` is ``fraction``, ``percent`` (Tables 14 and 17) or ``seconds``.

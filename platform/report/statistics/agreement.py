@@ -5,6 +5,8 @@ Each side is an estimate ``m`` with standard error ``se`` on ``df`` degrees of f
 ``se = std / sqrt(n)``, ``df = n - 1``; a mean over ``k`` datasets: the SEM over them, ``df = k - 1``).
 
 - Interval: ``m +- t_{0.975, df} se``.
+- A standard error at float noise (below :data:`SE_TOLERANCE` x the larger |mean|, at least 1) is no measurement:
+  it counts as missing, as do NaN ones.
 - Difference study - paper (Welch): ``d = m_s - m_p``, ``se_d = sqrt(se_s^2 + se_p^2)``, Welch-Satterthwaite
   ``df_d = se_d^4 / (se_s^4 / df_s + se_p^4 / df_p)``; two-sided p of ``d / se_d`` on ``t(df_d)``.
 - Equivalence (two one-sided tests, Schuirmann 1987) with margin ``delta``: ``H0: |d| >= delta``;
@@ -30,6 +32,7 @@ from scipy import stats as sps
 
 ALPHA = 0.05
 POWER = 0.8
+SE_TOLERANCE = 1e-12
 VERDICTS = ("agrees", "differs", "inconclusive")
 RULE = ("Verdict rule: 'differs' when the 95% Welch interval of study minus paper excludes 0 after Holm's "
         "correction (adjusted p < 0.05); 'agrees' when the equivalence test (TOST) shows |study minus paper| below "
@@ -49,11 +52,12 @@ def t_interval(mean: float, se: float, df: float, confidence: float = 0.95) -> t
 def welch(mean_s: float, se_s: float, df_s: float, mean_p: float, se_p: float, df_p: float,
           confidence: float = 0.95) -> dict[str, float]:
     """Study minus paper: ``difference, se, df`` (Welch-Satterthwaite), its interval ``ci_low, ci_high`` and the
-    two-sided ``p`` of a zero difference (module docstring). NaN where a side lacks a standard error or df,
-    or both standard errors are 0."""
+    two-sided ``p`` of a zero difference (module docstring). NaN where a side lacks a standard error or df, or
+    a standard error is at float noise (:func:`measured`)."""
     nan = dict.fromkeys(("se", "df", "ci_low", "ci_high", "p"), math.nan)
     difference = mean_s - mean_p
-    if not all(math.isfinite(x) for x in (se_s, se_p, df_s, df_p)) or min(df_s, df_p) < 1 or se_s + se_p <= 0:
+    if not (measured(se_s, mean_s, mean_p) and measured(se_p, mean_s, mean_p) and math.isfinite(df_s)
+            and math.isfinite(df_p) and min(df_s, df_p) >= 1):
         return {"difference": difference, **nan}
     var = se_s ** 2 + se_p ** 2
     df = var ** 2 / (se_s ** 4 / df_s + se_p ** 4 / df_p)
@@ -61,6 +65,13 @@ def welch(mean_s: float, se_s: float, df_s: float, mean_p: float, se_p: float, d
     low, high = t_interval(difference, se, df, confidence)
     p = float(2 * sps.t.sf(abs(difference) / se, df))
     return {"difference": difference, "se": se, "df": df, "ci_low": low, "ci_high": high, "p": p}
+
+
+def measured(se: float, *means: float) -> bool:
+    """Whether ``se`` is a standard error at all: finite and above :data:`SE_TOLERANCE` x max(1, |means|) (an SE
+    of 5.6e-17 from two equal differences is float noise, not a precision)."""
+    scale = max([1.0, *(abs(m) for m in means if math.isfinite(m))])
+    return math.isfinite(se) and se > SE_TOLERANCE * scale
 
 
 def tost(difference: float, se: float, df: float, margin: float) -> float:
