@@ -285,6 +285,47 @@ def test_old_lease_experiments_number_the_first_epoch_and_leave_the_list(uri, mo
     lease.release()
 
 
+def test_names_and_records_that_name_no_epoch_never_stop_a_take(uri, monkeypatch):
+    """The review's lock-outs: experiments ``s::lease::²`` (``str.isdigit`` took it, ``int`` did not) and
+    ``s::lease::`` + 240 nines (the next claim's key past 250 characters), which any signed-in user may create,
+    and a writer's record ``ndebench.lease.<235 nines>`` without a counter: ignored, named in one line."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    for end in ("\u00b2", "9" * 240, "007", "-1"):
+        client(uri).create_experiment(f"{STUDY}::lease::{end}")
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 1
+    client(uri).log_param(lease.run_ids[0], "ndebench.lease." + "9" * 235, token("x:1", "m", "i"))
+    lease.check()  # the running driver ignores it too
+    lease.release()
+    said: list[str] = []
+    again, _ = Lease.take(uri, STUDY, said.append)
+    assert again.epoch == 2
+    assert said == [f"ignoring 1 lease record(s) that name no epoch (1 to 9 ASCII digits), e.g. "
+                    f"'ndebench.lease.{'9' * 25}'... in run {lease.run_ids[0]}"]
+    again.release()
+
+
+def test_epochs_are_numbered_from_every_claim_in_the_study_whatever_the_runs_tags(uri, monkeypatch):
+    """Retagging a lease run (``ndebench.kind``) hides its claims from the lease's readers, not from numbering:
+    the next taker never claims an epoch used before."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    client(uri).log_param(lease.run_ids[0], "ndebench.lease.3", token("x:1", "m", "i"))
+    client(uri).set_tag(lease.run_ids[0], f"{TAG}kind", "x")
+    again, _ = Lease.take(uri, STUDY, print)
+    assert again.epoch == 4 and again.run_ids != lease.run_ids
+    again.release()
+
+
+def test_an_epoch_past_the_last_is_refused_in_one_line(uri, monkeypatch):
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    _, _ = _hold(uri, 999_999_999)
+    client(uri).set_tag(_ledger(uri), released_tag(999_999_999), "1")
+    with pytest.raises(DriverConflictError, match=r"^study 's': a lease record of epoch 999999999 leaves no epoch "
+                                                  r"to claim \(at most 999999999\); an admin must delete"):
+        Lease.take(uri, STUDY, print)
+
+
 def test_the_stale_limit_is_checked(monkeypatch):
     monkeypatch.setenv(heartbeat.STALE_ENV, "soon")
     with pytest.raises(ValueError, match=r"\$NDEBENCH_LEASE_STALE_S='soon': expected a positive number"):

@@ -10,8 +10,9 @@ experiment under ``ndebench server --auth``) can write any of it.
 A driver that finds epochs held watches all their counters for :func:`stale_s` seconds on its own clock
 (``CLOCK_BOOTTIME``, which also counts a suspended machine): a counter that moves is a live driver (refused,
 exit 2), none moving means the holders are lost, and the study is taken over at an epoch above every recorded
-one. No wall clock is compared across machines. A holder on this very machine (same boot and PID namespace)
-whose process no longer exists is gone at once.
+one (every claim in any run of the study's experiment, whatever its tags or lifecycle). No wall clock is
+compared across machines. A holder on this very machine (same boot and PID namespace) whose process no longer
+exists is gone at once.
 """
 from __future__ import annotations
 
@@ -27,15 +28,19 @@ from typing import Any
 
 from ndebench.platform.record.lease.fence import LEASE, Fence, LeaseLostError
 from ndebench.platform.record.lease.ledger import (
+    MAX_EPOCH,
     Claim,
     beat_tag,
     claim,
     claims,
+    epoch_of,
+    every_run,
     fields_of,
     lease_runs,
     new_lease_run,
     released_tag,
     token,
+    unnumbered,
 )
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import ensure_experiment, raw_client, retry
@@ -115,13 +120,15 @@ class Holder:
         """Certainly gone: it ran in this boot and PID namespace, and its pid is this process or no process."""
         host, _, pid = self.name.rpartition(":")
         here = _machine()
-        if not (here and self.machine == here and host == socket.gethostname() and pid.isdigit()):
+        if not (here and self.machine == here and host == socket.gethostname() and pid.isascii() and pid.isdigit()):
             return False
         return int(pid) == os.getpid() or not _pid_exists(int(pid))
 
 
 def _old_lease_experiments(mlflow_client: Any, study: str) -> list[tuple[int, Any]]:
-    """``(epoch, experiment)`` of the study's lease experiments from before the lease moved into the study."""
+    """``(epoch, experiment)`` of the study's lease experiments from before the lease moved into the study; a name
+    whose end is no epoch (:func:`~ndebench.platform.record.lease.ledger.epoch_of`), which anyone may create, is
+    ignored."""
     from mlflow.entities import ViewType
 
     found, page_token = [], None
@@ -129,10 +136,21 @@ def _old_lease_experiments(mlflow_client: Any, study: str) -> list[tuple[int, An
         page = mlflow_client.search_experiments(view_type=ViewType.ALL, filter_string=f"name LIKE '{study}{LEASE}%'",
                                                 page_token=page_token)
         rest = [(e.name[len(study) + len(LEASE):], e) for e in page if e.name.startswith(study + LEASE)]
-        found += [(int(epoch), e) for epoch, e in rest if epoch.isdigit()]
+        found += [(epoch, e) for epoch, e in ((epoch_of(name), e) for name, e in rest) if epoch is not None]
         page_token = page.token
         if not page_token:
             return found
+
+
+def _numbered(mlflow_client: Any, experiment_id: str, say: Any) -> list[int]:
+    """The epoch of every claim in any run of the experiment; one line names the records that name no epoch."""
+    runs = retry(lambda: every_run(mlflow_client, experiment_id))
+    odd = unnumbered(runs)
+    if odd:
+        run_id, key = odd[0]
+        say(f"ignoring {len(odd)} lease record(s) that name no epoch (1 to {len(str(MAX_EPOCH))} ASCII digits), "
+            f"e.g. {key[:40]!r}{'...' if len(key) > 40 else ''} in run {run_id}")
+    return [c.epoch for c in claims(runs)]
 
 
 def _moving(mlflow_client: Any, experiment_id: str, held: list[Claim], stale: float) -> Claim | None:
@@ -191,7 +209,11 @@ class Lease:
             if moving is not None:
                 raise conflict(study, Holder.of(moving), stale)
         old = _old_lease_experiments(mlflow_client, study)
-        epoch = 1 + max([c.epoch for c in found] + [n for n, _ in old], default=0)
+        epoch = 1 + max([c.epoch for c in found] + [n for n, _ in old] + _numbered(mlflow_client, experiment_id, say),
+                        default=0)
+        if epoch > MAX_EPOCH:
+            raise DriverConflictError(f"study {study!r}: a lease record of epoch {epoch - 1} leaves no epoch to claim "
+                                      f"(at most {MAX_EPOCH}); an admin must delete the run that holds it")
         lease_id = secrets.token_hex(8)
         value = token(f"{socket.gethostname()}:{os.getpid()}", _machine() or "unknown", lease_id)
         run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch, value, stale)
