@@ -143,7 +143,7 @@ def _paused(uri: str, epoch: int = 1) -> Lease:
     return lease
 
 
-def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
+def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri, monkeypatch):
     old = _paused(uri)
     old.check()  # still the newest epoch
     new, previous = Lease.take(uri, STUDY, print)
@@ -160,9 +160,13 @@ def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
         assert not _claims(uri)[2][0].released  # reads go through
     finally:
         fence_writes(None)
-    old.release()  # the old driver's stop frees nothing
-    assert _claims(uri)[2][0].held
+    old.release()  # the old driver's stop marks its own epoch released, nothing of the new one's
+    assert _claims(uri)[1][0].released and _claims(uri)[2][0].held
     new.release()
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)  # both released: the next take watches nothing
+    last, previous = Lease.take(uri, STUDY, print)
+    assert (last.epoch, previous) == (3, None)
+    last.release()
 
 
 def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
@@ -176,7 +180,7 @@ def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
     with pytest.raises(LeaseLostError, match="driver elsewhere:2 took it over"):
         raise old.fence.lost
     old.release()
-    assert not _claims(uri)[2][0].released
+    assert _claims(uri)[1][0].released and not _claims(uri)[2][0].released
 
 
 def test_deleting_the_held_lease_run_fences_its_driver_without_naming_another(uri, monkeypatch):

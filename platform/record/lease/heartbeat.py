@@ -243,15 +243,15 @@ class Lease:
                 continue
 
     def release(self) -> None:
-        """End the heartbeat and free the study at once, unless this driver no longer holds it."""
+        """End the heartbeat and mark this epoch released, held or not: a fenced or stopped driver's epoch is then
+        no live holder that a later ``--resume`` must watch for the stale period. Only this epoch's record is
+        marked; a newer driver's is left as it is."""
         self._stopped.set()
         self._thread.join(timeout=self.interval + 5)
-        try:
-            self.check()
-            for run_id in self.run_ids:
-                raw_client(self.uri).set_tag(run_id, released_tag(self.epoch), "1")
-        except Exception:  # noqa: BLE001 - a lease lost, or a store that is gone, is left as it is
-            pass
+        mlflow_client = raw_client(self.uri)
+        for run_id in self.run_ids:
+            with contextlib.suppress(Exception):  # a deleted lease run, or a store that is gone, is left as it is
+                mlflow_client.set_tag(run_id, released_tag(self.epoch), "1")
 
 
 def _claim_everywhere(mlflow_client: Any, experiment_id: str, study: str, epoch: int, value: str,
