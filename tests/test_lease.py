@@ -279,14 +279,46 @@ def test_two_drivers_of_a_new_study_started_together_one_takes_it(uri, tmp_path)
     assert len(lease_runs(client(uri), ensure_experiment(uri, STUDY))) in (1, 2)
 
 
-def test_old_lease_experiments_number_the_first_epoch_and_leave_the_list(uri, monkeypatch):
-    """A study recorded when the lease was experiments ``S::lease::<n>``: a resume continues their numbering (so
-    the reattach rule, lease <= own, holds for their trial runs) and deletes the active one it can."""
+def test_a_study_of_the_older_lease_is_numbered_from_its_runs_and_its_old_experiments_leave_the_list(uri,
+                                                                                                    monkeypatch):
+    """A study recorded when the lease was experiments ``S::lease::<n>``: a resume numbers above its trial runs'
+    epochs (so the reattach rule, lease <= own, holds for them), not above names anyone may create, and deletes
+    the active old experiment it can."""
     monkeypatch.setattr(heartbeat, "_moving", _never_watched)
     client(uri).create_experiment(f"{STUDY}::lease::4", tags={f"{TAG}kind": "lease"})
+    client(uri).create_experiment(f"{STUDY}::lease::9")  # a name, not a lease
+    old = client(uri).create_run(ensure_experiment(uri, STUDY), tags={f"{TAG}kind": "trial", f"{TAG}lease": "4"})
     lease, _ = Lease.take(uri, STUDY, print)
-    assert lease.epoch == 5 and _experiments(uri) == ["Default", STUDY] and study_names(uri) == [STUDY]
+    assert lease.epoch == 5 and study_names(uri) == [STUDY]
     lease.release()
+    assert _experiments(uri) == ["Default", STUDY, f"{STUDY}::lease::9"] and old.info.run_id
+
+
+def test_a_driver_of_this_release_keeps_the_older_lease_alive_beside_its_own(uri, monkeypatch):
+    """What a driver of a release before the lease moved into the study reads (the newest ``S::lease::<n>``,
+    deleted ones included, held while active and unreleased, live while ``ndebench.lease.beat`` moves): held and
+    moving while a driver of this release runs, deleted when it ends."""
+    from ndebench.platform.record.lease import legacy
+
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    client(uri).create_experiment(f"{STUDY}::lease::3", tags={f"{TAG}kind": "lease"})
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 1
+    newest = client(uri).get_experiment(lease.legacy_id)
+    assert newest.name == f"{STUDY}::lease::4" and newest.lifecycle_stage == "active"
+    assert newest.tags[legacy.HOLDER] == f"{os.uname().nodename}:{os.getpid()}"
+    time.sleep(4 * lease.interval)
+    assert int(client(uri).get_experiment(lease.legacy_id).tags[legacy.BEAT]) >= 2
+    lease.release()
+    ended = client(uri).get_experiment(lease.legacy_id)
+    assert ended.lifecycle_stage == "deleted" and legacy.RELEASED in ended.tags
+    # The name taken by someone else between the read and the create: no older lease, and no stop.
+    client(uri).create_experiment(f"{STUDY}::lease::1")
+    monkeypatch.setattr(legacy, "old_lease_experiments", lambda *_: [])
+    said: list[str] = []
+    again, _ = Lease.take(uri, STUDY, said.append)
+    assert again.legacy_id is None and said[0].startswith(f"the lease of the older format ('{STUDY}::lease::1')")
+    again.release()
 
 
 def test_names_and_records_that_name_no_epoch_never_stop_a_take(uri, monkeypatch):

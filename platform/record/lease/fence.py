@@ -13,8 +13,9 @@ counts never rests on that: a trial reads afresh before it makes or continues it
 result, and its result carries ``ndebench.result_lease`` (the writer's epoch), so a result written into a run a
 newer driver had already continued is the lost driver's and is not counted
 (:func:`~ndebench.platform.record.completeness.current`).
-Studies recorded before the lease moved into the study's experiment have experiments ``S::lease::<n>``: they only
-number the first epoch of the new lease (:func:`is_lease` keeps them out of the list of studies).
+Releases before the lease moved into the study's experiment took experiments ``S::lease::<n>``; a driver of this
+release keeps one alive while it runs, so that their drivers are refused
+(:mod:`~ndebench.platform.record.lease.legacy`), and :func:`is_lease` keeps them out of the list of studies.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ class LeaseLostError(InfrastructureError):
 
 
 def lease_name(study: str, epoch: int) -> str:
-    """The experiment that was epoch ``epoch`` of ``study``'s lease before the lease moved into the study."""
+    """The experiment that is epoch ``epoch`` of ``study``'s lease in the format of releases before the lease
+    moved into the study."""
     return f"{study}{LEASE}{epoch}"
 
 

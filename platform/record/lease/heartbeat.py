@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndebench.platform.record.lease.fence import LEASE, Fence, LeaseLostError
+from ndebench.platform.record.lease.fence import Fence, LeaseLostError
 from ndebench.platform.record.lease.ledger import (
     MAX_EPOCH,
     Claim,
@@ -42,6 +42,7 @@ from ndebench.platform.record.lease.ledger import (
     token,
     unnumbered,
 )
+from ndebench.platform.record.lease.legacy import beat_old_lease, end_old_lease, keep_old_lease
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import ensure_experiment, raw_client, retry
 
@@ -125,32 +126,18 @@ class Holder:
         return int(pid) == os.getpid() or not _pid_exists(int(pid))
 
 
-def _old_lease_experiments(mlflow_client: Any, study: str) -> list[tuple[int, Any]]:
-    """``(epoch, experiment)`` of the study's lease experiments from before the lease moved into the study; a name
-    whose end is no epoch (:func:`~ndebench.platform.record.lease.ledger.epoch_of`), which anyone may create, is
-    ignored."""
-    from mlflow.entities import ViewType
-
-    found, page_token = [], None
-    while True:
-        page = mlflow_client.search_experiments(view_type=ViewType.ALL, filter_string=f"name LIKE '{study}{LEASE}%'",
-                                                page_token=page_token)
-        rest = [(e.name[len(study) + len(LEASE):], e) for e in page if e.name.startswith(study + LEASE)]
-        found += [(epoch, e) for epoch, e in ((epoch_of(name), e) for name, e in rest) if epoch is not None]
-        page_token = page.token
-        if not page_token:
-            return found
-
-
 def _numbered(mlflow_client: Any, experiment_id: str, say: Any) -> list[int]:
-    """The epoch of every claim in any run of the experiment; one line names the records that name no epoch."""
+    """The epoch of every claim in any run of the experiment, and every run's ``ndebench.lease`` (so that the trial
+    runs of a study recorded under the older lease stay below the new epoch); one line names the records that
+    name no epoch."""
     runs = retry(lambda: every_run(mlflow_client, experiment_id))
     odd = unnumbered(runs)
     if odd:
         run_id, key = odd[0]
         say(f"ignoring {len(odd)} lease record(s) that name no epoch (1 to {len(str(MAX_EPOCH))} ASCII digits), "
             f"e.g. {key[:40]!r}{'...' if len(key) > 40 else ''} in run {run_id}")
-    return [c.epoch for c in claims(runs)]
+    tagged = (epoch_of(r.data.tags.get(f"{TAG}lease", "")) for r in runs)
+    return [c.epoch for c in claims(runs)] + [n for n in tagged if n is not None]
 
 
 def _moving(mlflow_client: Any, experiment_id: str, held: list[Claim], stale: float) -> Claim | None:
@@ -182,9 +169,10 @@ class Lease:
     :attr:`run_ids`, its counter incremented from a daemon thread until :meth:`release`. :attr:`fence` checks
     that it still holds the study."""
 
-    def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float):
+    def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float,
+                 legacy_id: str | None = None):
         self.uri, self.study, self.epoch, self.lease_id, self.run_ids = uri, study, epoch, lease_id, run_ids
-        self.interval = interval
+        self.interval, self.legacy_id = interval, legacy_id
         # The heartbeat reads the lease every interval, so the driver's own writes can rest on its last verdict.
         self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval)
         self._stopped = threading.Event()
@@ -208,20 +196,15 @@ class Lease:
             moving = _moving(mlflow_client, experiment_id, live, stale)
             if moving is not None:
                 raise conflict(study, Holder.of(moving), stale)
-        old = _old_lease_experiments(mlflow_client, study)
-        epoch = 1 + max([c.epoch for c in found] + [n for n, _ in old] + _numbered(mlflow_client, experiment_id, say),
-                        default=0)
+        epoch = 1 + max([c.epoch for c in found] + _numbered(mlflow_client, experiment_id, say), default=0)
         if epoch > MAX_EPOCH:
             raise DriverConflictError(f"study {study!r}: a lease record of epoch {epoch - 1} leaves no epoch to claim "
                                       f"(at most {MAX_EPOCH}); an admin must delete the run that holds it")
-        lease_id = secrets.token_hex(8)
-        value = token(f"{socket.gethostname()}:{os.getpid()}", _machine() or "unknown", lease_id)
-        run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch, value, stale)
-        for _, experiment in old:
-            if experiment.lifecycle_stage == "active" and experiment.tags.get(f"{TAG}kind") == "lease":
-                with contextlib.suppress(Exception):  # only tidies the experiment list; numbering needs no more
-                    mlflow_client.delete_experiment(experiment.experiment_id)
-        return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale)), previous
+        lease_id, holder, machine = secrets.token_hex(8), f"{socket.gethostname()}:{os.getpid()}", _machine()
+        run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch,
+                                    token(holder, machine or "unknown", lease_id), stale)
+        legacy = keep_old_lease(mlflow_client, study, holder, machine, say)
+        return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale), legacy), previous
 
     def check(self) -> None:
         """Raise :class:`~ndebench.platform.record.lease.fence.LeaseLostError` if the lease no longer holds (read
@@ -237,6 +220,8 @@ class Lease:
                 for run_id in self.run_ids:
                     retry(lambda run_id=run_id, count=count: mlflow_client.set_tag(run_id, beat_tag(self.epoch),
                                                                                    str(count)))
+                if self.legacy_id:
+                    beat_old_lease(mlflow_client, self.legacy_id, count)
             except LeaseLostError:
                 return
             except Exception:  # noqa: BLE001 - a refused beat: the fence's next read tells a removed lease from an outage
@@ -252,6 +237,8 @@ class Lease:
         for run_id in self.run_ids:
             with contextlib.suppress(Exception):  # a deleted lease run, or a store that is gone, is left as it is
                 mlflow_client.set_tag(run_id, released_tag(self.epoch), "1")
+        if self.legacy_id:
+            end_old_lease(mlflow_client, self.legacy_id)
 
 
 def _claim_everywhere(mlflow_client: Any, experiment_id: str, study: str, epoch: int, value: str,
