@@ -362,6 +362,29 @@ def test_an_epoch_past_the_last_is_refused_in_one_line(uri, monkeypatch):
         Lease.take(uri, STUDY, print)
 
 
+def test_a_renamed_study_fences_its_driver_naming_the_new_name_and_the_next_take_says_where_it_went(uri,
+                                                                                                   monkeypatch):
+    """Renaming the study's experiment mid-sweep (``EDIT`` allows it): the driver's fence holds the experiment id
+    of its take, so it stops writing at once, naming the new name, instead of writing beside a new experiment of
+    the old name; the next take of the study (a ``--resume``) says where its record went."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    experiment_id = ensure_experiment(uri, STUDY)
+    client(uri).rename_experiment(experiment_id, "s-old")
+    with pytest.raises(LeaseLostError, match=rf"\(epoch 1\): the study's experiment \(id {experiment_id}\) was "
+                                             r"renamed to 's-old'; it stopped writing \(rename it back to 's'"):
+        lease.check()
+    lease.release()
+    said: list[str] = []
+    again, _ = Lease.take(uri, STUDY, said.append)
+    assert again.epoch == 1
+    assert [line for line in said if "renamed away" in line] == [
+        f"study 's' was recorded before in experiment 's-old' (id {experiment_id}), renamed away from 's': this "
+        f"driver starts the study over in experiment {ensure_experiment(uri, STUDY)}; to continue that record "
+        f"instead, stop it, delete experiment {ensure_experiment(uri, STUDY)} and rename 's-old' back"]
+    again.release()
+
+
 def test_the_stale_limit_is_checked(monkeypatch):
     monkeypatch.setenv(heartbeat.STALE_ENV, "soon")
     with pytest.raises(ValueError, match=r"\$NDEBENCH_LEASE_STALE_S='soon': expected a positive number"):

@@ -49,16 +49,18 @@ def is_lease(experiment_name: str) -> bool:
 
 class Fence:
     """The check of epoch ``epoch`` of ``study``'s lease, claimed with id ``lease_id`` (``""``: any id, for runs
-    written before claims had one): :meth:`check` reads the study's lease runs (one request) and raises
-    :class:`LeaseLostError` once a valid claim of a higher epoch exists or this epoch's claim no longer stands;
+    written before claims had one) in experiment ``experiment_id`` (``None``: the one named ``study`` at the first
+    check): :meth:`check` reads the experiment and its lease runs (two requests) and raises :class:`LeaseLostError`
+    once the experiment is renamed, a valid claim of a higher epoch exists or this epoch's claim no longer stands;
     from then on it raises without reading. A verdict that the lease holds stands for ``max_age_s`` seconds
     (0: every check reads) unless ``check(fresh=True)``."""
 
-    def __init__(self, mlflow_client: Any, study: str, epoch: int, lease_id: str = "", max_age_s: float = 0.0):
+    def __init__(self, mlflow_client: Any, study: str, epoch: int, lease_id: str = "", max_age_s: float = 0.0,
+                 experiment_id: str | None = None):
         self.client, self.study, self.epoch, self.lease_id = mlflow_client, study, epoch, lease_id
         self.max_age_s = max_age_s
         self.lost: LeaseLostError | None = None
-        self._experiment_id: str | None = None
+        self._experiment_id = experiment_id
         self._held_at: float | None = None  # time.monotonic() of the last read that found the lease held
 
     def check(self, fresh: bool = False) -> None:
@@ -80,6 +82,11 @@ class Fence:
             if experiment is None:
                 return f"the study's experiment {self.study!r} no longer exists"
             self._experiment_id = experiment.experiment_id
+        else:
+            experiment = self.client.get_experiment(self._experiment_id)
+        if experiment.name != self.study:
+            return (f"the study's experiment (id {self._experiment_id}) was renamed to {experiment.name!r}; it "
+                    f"stopped writing (rename it back to {self.study!r} and --resume continues it)")
         found = claims(lease_runs(self.client, self._experiment_id))
         newer = [c for c in found if c.valid and c.epoch > self.epoch]
         if newer:

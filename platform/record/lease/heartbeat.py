@@ -140,6 +140,23 @@ def _numbered(mlflow_client: Any, experiment_id: str, say: Any) -> list[int]:
     return [c.epoch for c in claims(runs)] + [n for n in tagged if n is not None]
 
 
+def _say_renamed(mlflow_client: Any, study: str, experiment_id: str, say: Any) -> None:
+    """One line naming the experiments, other than ``experiment_id``, whose lease runs are tagged as ``study``'s: a
+    study renamed away, which this first take starts over (informative only, since anyone may make such a run)."""
+    from mlflow.entities import ViewType
+
+    others = [e for e in mlflow_client.search_experiments(view_type=ViewType.ALL, max_results=1000)
+              if e.experiment_id != experiment_id]
+    found = retry(lambda: mlflow_client.search_runs(
+        [e.experiment_id for e in others][:100], filter_string=f"tags.`{TAG}kind` = 'lease' and "
+        f"tags.`{TAG}study` = '{study}'", run_view_type=ViewType.ALL, max_results=10)) if others else []
+    names = {e.experiment_id: e.name for e in others}
+    for where in sorted({r.info.experiment_id for r in found}):
+        say(f"study {study!r} was recorded before in experiment {names[where]!r} (id {where}), renamed away from "
+            f"{study!r}: this driver starts the study over in experiment {experiment_id}; to continue that record "
+            f"instead, stop it, delete experiment {experiment_id} and rename {names[where]!r} back")
+
+
 def _moving(mlflow_client: Any, experiment_id: str, held: list[Claim], stale: float) -> Claim | None:
     """The first of the ``held`` claims whose counter moves within ``stale`` seconds of this process's clock (a
     live driver); ``None`` when none does (or each is released or removed meanwhile)."""
@@ -170,11 +187,11 @@ class Lease:
     that it still holds the study."""
 
     def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float,
-                 legacy_id: str | None = None):
+                 legacy_id: str | None = None, experiment_id: str | None = None):
         self.uri, self.study, self.epoch, self.lease_id, self.run_ids = uri, study, epoch, lease_id, run_ids
         self.interval, self.legacy_id = interval, legacy_id
         # The heartbeat reads the lease every interval, so the driver's own writes can rest on its last verdict.
-        self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval)
+        self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval, experiment_id=experiment_id)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ndebench-lease", daemon=True)
         self._thread.start()
@@ -204,7 +221,9 @@ class Lease:
         run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch,
                                     token(holder, machine or "unknown", lease_id), stale)
         legacy = keep_old_lease(mlflow_client, study, holder, machine, say)
-        return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale), legacy), previous
+        if epoch == 1:
+            _say_renamed(mlflow_client, study, experiment_id, say)
+        return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale), legacy, experiment_id), previous
 
     def check(self) -> None:
         """Raise :class:`~ndebench.platform.record.lease.fence.LeaseLostError` if the lease no longer holds (read
