@@ -219,16 +219,8 @@ def verify_study(uri: str, study: str, expected: str | None = None) -> Verificat
     return Verification(flagged, now, changed, lines)
 
 
-def fingerprint_note(runs: list[Any], study: str) -> str:
-    """One line for a report: the study's fingerprint, and that the report did not verify the results' history."""
-    now = fingerprint(runs)
-    return (f"Fingerprint {now}. This report checked each run's digest, not the history of its results: "
-            f"`ndebench verify --study {study} --fingerprint {now}` does, and says whether anything changed since.")
-
-
 def integrity_warning(flagged: list[dict[str, Any]]) -> str:
-    """One line for the top of ``table.md``, ``report.html`` and the console table (``""`` when nothing is
-    flagged)."""
+    """One line for the top of ``table.md`` and ``report.html`` (``""`` when nothing is flagged)."""
     if not flagged:
         return ""
     runs = len({f["run_id"] for f in flagged})
