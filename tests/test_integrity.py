@@ -181,7 +181,9 @@ def test_a_trial_run_whose_lease_is_no_claims_is_listed(study, capsys):
 
 
 def test_a_finished_run_without_the_digest_of_its_end_is_flagged(study):
-    run = _trials(study, "none")[0]
+    run, blank = _trials(study, "none")[:2]
     client(study).set_tag(run.info.run_id, f"{TAG}{RESULTS_DIGEST}", "unfinished")
-    flagged, = changed_runs(search(study, STUDY))
-    assert flagged["run_id"] == run.info.run_id and flagged["why"] == "it reads as ok but holds no digest of its end"
+    client(study).set_tag(blank.info.run_id, f"{TAG}{RESULTS_DIGEST}", "")
+    flagged = {f["run_id"]: f["why"] for f in changed_runs(search(study, STUDY))}
+    assert flagged[run.info.run_id] == "it reads as ok but holds no digest of its end"
+    assert flagged[blank.info.run_id].startswith("its result metrics differ") and len(flagged) == 2

@@ -71,7 +71,7 @@ def _digest_flag(run: Any) -> dict[str, Any] | None:
         status = run_status(run)
         return _flag(run, [], f"it reads as {status} but holds no digest of its end") if (
             status in FINISHED_STATUSES) else None
-    parts = recorded.split()
+    parts = recorded.split() or [""]
     if parts[0] != DIGEST_VERSION:
         return None if results_digest(run.data.metrics) == recorded else _flag(
             run, _results(run), f"its result metrics differ from those it recorded as it ended (digest {parts[0]} "
@@ -110,7 +110,7 @@ def older_digests(runs: list[Any]) -> int:
     """How many of ``runs`` carry the older digest (their result metrics only): a change to their tags is not
     seen."""
     return sum(1 for r in _trials(runs) if r.data.tags.get(DIGEST, UNFINISHED) != UNFINISHED
-               and r.data.tags[DIGEST].split()[0] != DIGEST_VERSION)
+               and not r.data.tags[DIGEST].startswith(f"{DIGEST_VERSION} "))
 
 
 def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
