@@ -442,9 +442,9 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
                   changed=changed)
 
 
-def verify(study: str, uri: str | None = None) -> list[dict[str, Any]]:
-    """``ndebench verify``: :func:`~ndebench.platform.report.integrity.verify_study` (``[]``: nothing changed)."""
+def verify(study: str, uri: str | None = None, fingerprint: str | None = None) -> Any:
+    """``ndebench verify``: :func:`~ndebench.platform.report.integrity.verify_study` (``.ok``: nothing changed)."""
     from ndebench.platform.report.integrity import verify_study
 
     _require_study(uri := tracking_uri(uri), study)
-    return verify_study(uri, study)
+    return verify_study(uri, study, fingerprint)

@@ -143,7 +143,7 @@ def _paused(uri: str, epoch: int = 1) -> Lease:
     return lease
 
 
-def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
+def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri, monkeypatch):
     old = _paused(uri)
     old.check()  # still the newest epoch
     new, previous = Lease.take(uri, STUDY, print)
@@ -160,9 +160,13 @@ def test_a_still_counter_is_taken_over_and_the_old_driver_is_fenced(uri):
         assert not _claims(uri)[2][0].released  # reads go through
     finally:
         fence_writes(None)
-    old.release()  # the old driver's stop frees nothing
-    assert _claims(uri)[2][0].held
+    old.release()  # the old driver's stop marks its own epoch released, nothing of the new one's
+    assert _claims(uri)[1][0].released and _claims(uri)[2][0].held
     new.release()
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)  # both released: the next take watches nothing
+    last, previous = Lease.take(uri, STUDY, print)
+    assert (last.epoch, previous) == (3, None)
+    last.release()
 
 
 def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
@@ -176,7 +180,7 @@ def test_the_heartbeat_of_a_taken_over_driver_finds_it_lost(uri):
     with pytest.raises(LeaseLostError, match="driver elsewhere:2 took it over"):
         raise old.fence.lost
     old.release()
-    assert not _claims(uri)[2][0].released
+    assert _claims(uri)[1][0].released and not _claims(uri)[2][0].released
 
 
 def test_deleting_the_held_lease_run_fences_its_driver_without_naming_another(uri, monkeypatch):
@@ -275,14 +279,110 @@ def test_two_drivers_of_a_new_study_started_together_one_takes_it(uri, tmp_path)
     assert len(lease_runs(client(uri), ensure_experiment(uri, STUDY))) in (1, 2)
 
 
-def test_old_lease_experiments_number_the_first_epoch_and_leave_the_list(uri, monkeypatch):
-    """A study recorded when the lease was experiments ``S::lease::<n>``: a resume continues their numbering (so
-    the reattach rule, lease <= own, holds for their trial runs) and deletes the active one it can."""
+def test_a_study_of_the_older_lease_is_numbered_from_its_runs_and_its_old_experiments_leave_the_list(uri,
+                                                                                                    monkeypatch):
+    """A study recorded when the lease was experiments ``S::lease::<n>``: a resume numbers above its trial runs'
+    epochs (so the reattach rule, lease <= own, holds for them), not above names anyone may create, and deletes
+    the active old experiment it can."""
     monkeypatch.setattr(heartbeat, "_moving", _never_watched)
     client(uri).create_experiment(f"{STUDY}::lease::4", tags={f"{TAG}kind": "lease"})
+    client(uri).create_experiment(f"{STUDY}::lease::9")  # a name, not a lease
+    old = client(uri).create_run(ensure_experiment(uri, STUDY), tags={f"{TAG}kind": "trial", f"{TAG}lease": "4"})
     lease, _ = Lease.take(uri, STUDY, print)
-    assert lease.epoch == 5 and _experiments(uri) == ["Default", STUDY] and study_names(uri) == [STUDY]
+    assert lease.epoch == 5 and study_names(uri) == [STUDY]
     lease.release()
+    assert _experiments(uri) == ["Default", STUDY, f"{STUDY}::lease::9"] and old.info.run_id
+
+
+def test_a_driver_of_this_release_keeps_the_older_lease_alive_beside_its_own(uri, monkeypatch):
+    """What a driver of a release before the lease moved into the study reads (the newest ``S::lease::<n>``,
+    deleted ones included, held while active and unreleased, live while ``ndebench.lease.beat`` moves): held and
+    moving while a driver of this release runs, deleted when it ends."""
+    from ndebench.platform.record.lease import legacy
+
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    client(uri).create_experiment(f"{STUDY}::lease::3", tags={f"{TAG}kind": "lease"})
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 1
+    newest = client(uri).get_experiment(lease.legacy_id)
+    assert newest.name == f"{STUDY}::lease::4" and newest.lifecycle_stage == "active"
+    assert newest.tags[legacy.HOLDER] == f"{os.uname().nodename}:{os.getpid()}"
+    time.sleep(4 * lease.interval)
+    assert int(client(uri).get_experiment(lease.legacy_id).tags[legacy.BEAT]) >= 2
+    lease.release()
+    ended = client(uri).get_experiment(lease.legacy_id)
+    assert ended.lifecycle_stage == "deleted" and legacy.RELEASED in ended.tags
+    # The name taken by someone else between the read and the create: no older lease, and no stop.
+    client(uri).create_experiment(f"{STUDY}::lease::1")
+    monkeypatch.setattr(legacy, "old_lease_experiments", lambda *_: [])
+    said: list[str] = []
+    again, _ = Lease.take(uri, STUDY, said.append)
+    assert again.legacy_id is None and said[0].startswith(f"the lease of the older format ('{STUDY}::lease::1')")
+    again.release()
+
+
+def test_names_and_records_that_name_no_epoch_never_stop_a_take(uri, monkeypatch):
+    """The review's lock-outs: experiments ``s::lease::²`` (``str.isdigit`` took it, ``int`` did not) and
+    ``s::lease::`` + 240 nines (the next claim's key past 250 characters), which any signed-in user may create,
+    and a writer's record ``ndebench.lease.<235 nines>`` without a counter: ignored, named in one line."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    for end in ("\u00b2", "9" * 240, "007", "-1"):
+        client(uri).create_experiment(f"{STUDY}::lease::{end}")
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 1
+    client(uri).log_param(lease.run_ids[0], "ndebench.lease." + "9" * 235, token("x:1", "m", "i"))
+    lease.check()  # the running driver ignores it too
+    lease.release()
+    said: list[str] = []
+    again, _ = Lease.take(uri, STUDY, said.append)
+    assert again.epoch == 2
+    assert said == [f"ignoring 1 lease record(s) that name no epoch (1 to 9 ASCII digits), e.g. "
+                    f"'ndebench.lease.{'9' * 25}'... in run {lease.run_ids[0]}"]
+    again.release()
+
+
+def test_epochs_are_numbered_from_every_claim_in_the_study_whatever_the_runs_tags(uri, monkeypatch):
+    """Retagging a lease run (``ndebench.kind``) hides its claims from the lease's readers, not from numbering:
+    the next taker never claims an epoch used before."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    client(uri).log_param(lease.run_ids[0], "ndebench.lease.3", token("x:1", "m", "i"))
+    client(uri).set_tag(lease.run_ids[0], f"{TAG}kind", "x")
+    again, _ = Lease.take(uri, STUDY, print)
+    assert again.epoch == 4 and again.run_ids != lease.run_ids
+    again.release()
+
+
+def test_an_epoch_past_the_last_is_refused_in_one_line(uri, monkeypatch):
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    _, _ = _hold(uri, 999_999_999)
+    client(uri).set_tag(_ledger(uri), released_tag(999_999_999), "1")
+    with pytest.raises(DriverConflictError, match=r"^study 's': a lease record of epoch 999999999 leaves no epoch "
+                                                  r"to claim \(at most 999999999\); an admin must delete"):
+        Lease.take(uri, STUDY, print)
+
+
+def test_a_renamed_study_fences_its_driver_naming_the_new_name_and_the_next_take_says_where_it_went(uri,
+                                                                                                   monkeypatch):
+    """Renaming the study's experiment mid-sweep (``EDIT`` allows it): the driver's fence holds the experiment id
+    of its take, so it stops writing at once, naming the new name, instead of writing beside a new experiment of
+    the old name; the next take of the study (a ``--resume``) says where its record went."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    experiment_id = ensure_experiment(uri, STUDY)
+    client(uri).rename_experiment(experiment_id, "s-old")
+    with pytest.raises(LeaseLostError, match=rf"\(epoch 1\): the study's experiment \(id {experiment_id}\) was "
+                                             r"renamed to 's-old'; it stopped writing \(rename it back to 's'"):
+        lease.check()
+    lease.release()
+    said: list[str] = []
+    again, _ = Lease.take(uri, STUDY, said.append)
+    assert again.epoch == 1
+    assert [line for line in said if "renamed away" in line] == [
+        f"study 's' was recorded before in experiment 's-old' (id {experiment_id}), renamed away from 's': this "
+        f"driver starts the study over in experiment {ensure_experiment(uri, STUDY)}; to continue that record "
+        f"instead, stop it, delete experiment {ensure_experiment(uri, STUDY)} and rename 's-old' back"]
+    again.release()
 
 
 def test_the_stale_limit_is_checked(monkeypatch):

@@ -223,11 +223,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "./mlflow-credentials-USER)")
 
     verify = sub.add_parser(
-        "verify", help="list a study's runs whose results changed after they ended (exit 1 if any)",
-        description="Read every trial run of the study and the history of each of its result metrics (test_*): list "
-                    "runs whose results differ from the digest they recorded as they ended, hold more than one "
-                    "value, or gained a value after the run ended; exit 1 if any, 0 if none (docs/faults.md).")
+        "verify", help="list a study's runs changed after they ended, forged or hidden; print its fingerprint "
+                       "(exit 1 if any, or if it differs from --fingerprint)",
+        description="Read every run of the study, its lease records and the history of each result metric (test_*): "
+                    "list runs whose results, tags or params differ from the digest they recorded as they ended, "
+                    "hold more than one value or gained one after the run ended, evaluate (cell, seed)s with two "
+                    "finished runs of one config, runs hidden as lease runs and trial runs whose lease is no "
+                    "claim's; print the study's fingerprint (a hash over every counted run); exit 1 if anything is "
+                    "listed or the fingerprint differs from --fingerprint, else 0 (docs/faults.md).")
     verify.add_argument("--study", required=True)
+    verify.add_argument("--fingerprint", help="a fingerprint noted before (from verify or report): exit 1 if the "
+                                              "study's differs now")
     _add_tracking(verify)
 
     rates = sub.add_parser("rates", help="Continuum Dropout rates (lambda1, lambda2) from (p, m, T)",

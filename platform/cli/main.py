@@ -173,13 +173,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ndebench.platform.spec.config import check_study_name
 
     check_study_name(args.study)
-    found = api.verify(args.study, tracking_uri(args))
-    for f in found:
-        print(f"run {f['run_id']} ({f['phase']} {f['cell']} seed {f['seed']}): {', '.join(f['metrics'])}: {f['why']}")
-    runs = len({f["run_id"] for f in found})
-    print(f"study {args.study!r}: " + (f"{runs} run(s) with results changed after they ended" if found
-                                       else "no result changed after its run ended"), flush=True)
-    return exitcodes.FAILED if found else exitcodes.OK
+    verified = api.verify(args.study, tracking_uri(args), args.fingerprint)
+    print("\n".join(verified.lines), flush=True)
+    return exitcodes.OK if verified.ok else exitcodes.FAILED
 
 
 def cmd_reevaluate(args: argparse.Namespace) -> int:

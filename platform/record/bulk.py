@@ -8,7 +8,7 @@ from typing import Any
 
 from ndebench.platform.record.recorder import trial_run_tags
 from ndebench.platform.record.schema import TAG, mlflow_end
-from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
+from ndebench.platform.record.summaries import RESULTS_DIGEST, record_digest
 from ndebench.platform.record.tracking import retry, run_name
 
 # MLflow takes at most 1000 metrics in one log_batch.
@@ -19,7 +19,8 @@ def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any
                 tags: dict[str, str], parent_run_id: str | None, epochs: list[dict[str, float]], status: str,
                 final: dict[str, float], final_tags: dict[str, str], artifacts: dict[str, Any]) -> str:
     """Record one ended trial: ``epochs`` (per-epoch metrics, step 1, 2, ...), ``final`` metrics, ``status`` and
-    ``final_tags`` (``ndebench.`` prefixed; the results' digest beside them), ``artifacts`` (name -> JSON payload);
+    ``final_tags`` (``ndebench.`` prefixed; the run's digest beside them,
+    :func:`~ndebench.platform.record.summaries.record_digest`), ``artifacts`` (name -> JSON payload);
     returns the run id. Four requests plus one per artifact."""
     from mlflow.entities import Metric, Param, RunTag
 
@@ -29,14 +30,16 @@ def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any
     now = int(time.time() * 1000)
     metrics = [Metric(k, float(v), now, step) for step, record in enumerate(epochs, start=1) for k, v in record.items()]
     metrics += [Metric(k, float(v), now, 0) for k, v in final.items()]
-    ended = [RunTag(f"{TAG}status", status), RunTag(f"{TAG}{RESULTS_DIGEST}", results_digest(final)),
-             *(RunTag(f"{TAG}{k}", str(v)) for k, v in final_tags.items())]
-    params = [Param(k, str(v)) for k, v in sorted(config.items())]
+    ended = {f"{TAG}status": status, **{f"{TAG}{k}": str(v) for k, v in final_tags.items()}}
+    stored = {k: str(v) for k, v in sorted(config.items())}
+    ended[f"{TAG}{RESULTS_DIGEST}"] = record_digest(final, all_tags | ended, stored)
+    params = [Param(k, v) for k, v in stored.items()]
     for start in range(0, max(len(metrics), 1), BATCH):
         chunk = metrics[start:start + BATCH]
         first = start == 0
         retry(lambda chunk=chunk, first=first: mlflow_client.log_batch(
-            run_id, metrics=chunk, params=params if first else [], tags=ended if first else []))
+            run_id, metrics=chunk, params=params if first else [],
+            tags=[RunTag(k, v) for k, v in ended.items()] if first else []))
     for artifact, payload in artifacts.items():
         retry(lambda artifact=artifact, payload=payload: mlflow_client.log_dict(run_id, payload, artifact))
     retry(lambda: mlflow_client.set_terminated(run_id, mlflow_end(status)))

@@ -10,7 +10,7 @@ from ndebench.platform.record.lease.fence import Fence, fenced
 from ndebench.platform.record.lease.heartbeat import interval_s, stale_s
 from ndebench.platform.record.schema import PARENT, RESULT_LEASE, RESUMABLE_STATUSES, TAG, mlflow_end
 from ndebench.platform.record.standard_tags import standard_tags
-from ndebench.platform.record.summaries import RESULTS_DIGEST, results_digest
+from ndebench.platform.record.summaries import RESULTS_DIGEST, UNFINISHED, digest_of
 from ndebench.platform.record.tracking import client, ensure_experiment, retry, run_name, run_status, search
 
 
@@ -67,7 +67,9 @@ class TrialRecorder:
             self.run_id = run.info.run_id
             params = [Param(k, str(v)) for k, v in sorted(config.items())]
             retry(lambda: self.client.log_batch(self.run_id, params=params))
-        retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+        # A continued run holds no digest until it ends again (its status and lease tags change meanwhile).
+        started = all_tags | ({f"{TAG}{RESULTS_DIGEST}": UNFINISHED} if existing else {})
+        retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in started.items()]))
 
     def set_tags(self, tags: dict[str, str]) -> None:
         """Set ``ndebench.<key>`` tags on the run."""
@@ -83,9 +85,10 @@ class TrialRecorder:
         retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
 
     def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
-        """Log final metrics, tags and JSON artifacts, set ``ndebench.status``, the digest of the result metrics
-        (:func:`~ndebench.platform.record.summaries.results_digest`) and, under a lease, ``ndebench.result_lease``
-        (the epoch that wrote the result), and terminate the run. The lease is read afresh first."""
+        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and, under a lease,
+        ``ndebench.result_lease`` (the epoch that wrote the result), then the run's digest as the store returns it
+        (:func:`~ndebench.platform.record.summaries.record_digest`), and terminate the run. The lease is read
+        afresh first."""
         from mlflow.entities import RunTag
 
         self.check(fresh=True)
@@ -93,9 +96,10 @@ class TrialRecorder:
             self.log_metrics(metrics)
         for name, payload in artifacts.items():
             retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
-        tags = {**tags, RESULTS_DIGEST: results_digest(metrics)}
         if self.lease:
-            tags[RESULT_LEASE] = str(self.lease)
+            tags = {**tags, RESULT_LEASE: str(self.lease)}
         all_tags = {f"{TAG}status": status} | {f"{TAG}{k}": str(v) for k, v in tags.items()}
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in all_tags.items()]))
+        digest = digest_of(retry(lambda: self.client.get_run(self.run_id)))
+        retry(lambda: self.client.set_tag(self.run_id, f"{TAG}{RESULTS_DIGEST}", digest))
         retry(lambda: self.client.set_terminated(self.run_id, mlflow_end(status)))

@@ -16,6 +16,11 @@ PLANNED_HASHES = f"{TAG}planned_hashes"
 # On a trial run: the lease epoch of the driver whose trial wrote its result (ndebench.lease: the epoch that last
 # made or continued it). Lower than ndebench.lease: a driver that had lost the study wrote it (record.lease.fence).
 RESULT_LEASE = "result_lease"
+# The tags of a trial run that decide what readers make of it (its cell, seed, phase, kind, status, lease and the
+# labels of its row), covered by its digest (record.summaries.record_digest) with its params and results.
+DIGEST_TAGS = (*(f"{TAG}{k}" for k in (
+    "kind", "phase", "study", "cell", "seed", "model", "dataset", "regularizer", "variant", "config_hash", "status",
+    "lease", "lease_id", RESULT_LEASE, "metric", "n_mc", "test_protocol", "num_classes", "error", "message")), PARENT)
 # Where a trial's floating-point work ran (engine.provenance): a rerun reproduces a run bit for bit on the same
 # commit, libraries, CPU capability, thread count and GPU; the report says when a study's runs mix them.
 MACHINE_TAGS = ("cpu_model", "cpu_capability", "threads", "gpu", "gpu_driver")

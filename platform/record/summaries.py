@@ -11,9 +11,12 @@ The per-epoch ``train_time_s`` and ``epoch_time_s`` are summarized as ``mean_tra
 ``mean_epoch_time_s``: the mean over the run's epochs in step order, computed by :func:`mean_over_epochs` here
 and in the readers' fallback for older runs alike.
 
-The result metrics (``test_*``) are summarized, as the run ends, by their digest (tag ``ndebench.results_digest``,
-:func:`results_digest`): a reader holding the run from ``search_runs`` tells a result rewritten after the run
-ended from the one it recorded without another request (``ndebench.platform.report.integrity``).
+As the run ends, what readers make of it is summarized by its digest (tag ``ndebench.results_digest``,
+:func:`record_digest`): its result metrics (``test_*``), the tags that decide its cell, seed, phase, kind,
+status and lease (:data:`~ndebench.platform.record.schema.DIGEST_TAGS`) and its params. A reader holding the run
+from ``search_runs`` tells a result or tag changed after the run ended from what it recorded without another
+request (``ndebench.platform.report.integrity``). Runs recorded before this release carry the older digest
+(:func:`results_digest`, without the ``v2`` mark), of their result metrics only.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.schema import DIGEST_TAGS, TAG
 
 CALIBRATION = "calibration."
 CALIBRATION_TAG = "calibration"
@@ -34,6 +37,9 @@ TIME_METRICS = ("train_time_s", "epoch_time_s")
 MEAN_PREFIX = "mean_"
 RESULTS_DIGEST = "results_digest"
 RESULT_METRICS = "test_"
+DIGEST_VERSION = "v2"
+# Set on a run a trial continues, until it ends: no digest to hold it to while it runs.
+UNFINISHED = "unfinished"
 
 
 def calibration_tags(bins: Mapping[str, Any]) -> dict[str, str]:
@@ -91,3 +97,22 @@ def results_digest(metrics: Mapping[str, float | None]) -> str:
     ``key=value`` with its value as the store keeps it; the final tag ``results_digest``."""
     lines = sorted(f"{k}={_stored(v)}" for k, v in metrics.items() if k.startswith(RESULT_METRICS) and v is not None)
     return f"{len(lines)} {hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:32]}"
+
+
+def record_digest(metrics: Mapping[str, float | None], tags: Mapping[str, str], params: Mapping[str, str]) -> str:
+    """``"v2 <n> <results> <record>"``: a run's ``n`` result metrics (values as in :func:`results_digest`) and
+    the SHA-256 prefixes of them and of its :data:`~ndebench.platform.record.schema.DIGEST_TAGS` present in
+    ``tags`` with all its ``params`` (values as the store returns them), each a JSON list of sorted pairs; the
+    final tag ``results_digest``."""
+    results = sorted((k, _stored(v)) for k, v in metrics.items() if k.startswith(RESULT_METRICS) and v is not None)
+    record = [sorted((k, tags[k]) for k in DIGEST_TAGS if k in tags), sorted(params.items())]
+    return f"{DIGEST_VERSION} {len(results)} {_sha(results)} {_sha(record)}"
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def digest_of(run: Any) -> str:
+    """:func:`record_digest` of a run as ``search_runs`` or ``get_run`` returns it."""
+    return record_digest(run.data.metrics, run.data.tags, run.data.params)

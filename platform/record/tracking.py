@@ -181,8 +181,9 @@ def search(uri: str, study: str, filter_string: str = "") -> list[Any]:
         while True:
             page = mlflow_client.search_runs([experiment.experiment_id], filter_string=filter_string,
                                              max_results=PAGE, page_token=token)
-            # The study's lease runs (record.lease.ledger) are bookkeeping, never a trial, cell or study run.
-            runs += [r for r in page if r.data.tags.get(f"{TAG}kind") != "lease"]
+            # The study's lease runs (record.lease.ledger) are bookkeeping, never a trial, cell or study run; one
+            # with a phase is a run retagged to hide it, which readers see (and report.integrity flags).
+            runs += [r for r in page if r.data.tags.get(f"{TAG}kind") != "lease" or f"{TAG}phase" in r.data.tags]
             token = page.token
             if not token:
                 return runs
@@ -225,9 +226,9 @@ def run_status(run: Any) -> str:
 
 
 def _epoch(text: str | None) -> int:
-    """A lease epoch tag's number; where absent (``ndebench.result_lease`` of runs recorded before it) a number
-    above every epoch, so such a run keeps its own status."""
-    return int(text) if text and text.isdigit() else 1 << 62
+    """A lease epoch tag's number; where absent (``ndebench.result_lease`` of runs recorded before it) or no
+    number, a number above every epoch, so such a run keeps its own status."""
+    return int(text) if text and text.isascii() and text.isdigit() else 1 << 62
 
 
 def close_orphaned_runs(uri: str, study: str, phase: str, reasons: dict[str, Any] | None = None,

@@ -1,27 +1,51 @@
-"""Results changed after their run ended: what every report flags, and what ``ndebench verify`` finds.
+"""Runs changed after they ended, or forged beside the study's own: what every report flags, and what ``ndebench
+verify`` finds.
 
 MLflow keeps every value logged to a metric, reports read the latest, and anyone who may write a study can log
-another (``log_metric(run, "test_accuracy", 0.96)``), which no non-admin can remove again. Two checks:
+another (``log_metric(run, "test_accuracy", 0.96)``), set any tag (``ndebench.regularizer``, ``ndebench.kind``) or
+make a whole run, which no non-admin can remove again. Three checks:
 
 - *The report* (no request per run, so that a study of 20,000 runs reports as fast as before): each trial run
-  records, as it ends, the digest of its result metrics (``ndebench.results_digest``,
-  :func:`~ndebench.platform.record.summaries.results_digest`); the report recomputes it from the values
-  ``search_runs`` already returned, and flags a run whose results differ: a rewrite after the run ended.
-- ``ndebench verify`` (one request per result metric of each trial run): besides the digest, the full history of
-  every ``test_*`` metric: one holding more than one value, or a value logged after its run ended. This also
-  catches a rewrite that set a matching digest tag, and runs recorded before the digest existed.
+  records, as it ends, its digest (``ndebench.results_digest``,
+  :func:`~ndebench.platform.record.summaries.record_digest`: its result metrics, the tags that decide its cell,
+  seed, phase, kind, status and lease, and its params); the report recomputes it from what ``search_runs``
+  already returned and flags a run whose results, tags or params differ, and an evaluate (cell, seed) with two
+  finished runs of one config (a run forged beside the real one). Runs recorded before the digest covered tags
+  carry the older digest (result metrics only): their results are checked, their tags are not.
+- ``ndebench verify`` (one request per result metric of each trial run, and one read of the study's lease
+  records): besides the report's checks, the full history of every ``test_*`` metric (more than one value, or a
+  value logged after its run ended: this also catches a rewrite that set a matching digest), runs tagged
+  ``ndebench.kind=lease`` that hold no lease claim (a trial run hidden from the readers), and trial runs whose
+  lease (``ndebench.lease``, ``ndebench.lease_id``) is no claim's.
+- *The fingerprint* (:func:`fingerprint`): a hash over the id and the recomputed digest of every counted run.
+  A writer can still forge a whole run, digest included, and hide the real one in a way no check above tells
+  from the record; the fingerprint changes with any such change, so a reader who noted it after a clean
+  ``verify`` finds out with ``ndebench verify --fingerprint F``.
 
-Neither catches a change made in the database itself (an admin of the store), nor a run the worker never ended.
+None catches a change made in the database itself (an admin of the store), nor a run the worker never ended.
 """
 from __future__ import annotations
 
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
-from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.summaries import RESULT_METRICS, RESULTS_DIGEST, results_digest
-from ndebench.platform.record.tracking import client, search
+from ndebench.platform.record.completeness import counting
+from ndebench.platform.record.lease.ledger import KIND, claims, every_run
+from ndebench.platform.record.schema import FINISHED_STATUSES, TAG
+from ndebench.platform.record.summaries import (
+    DIGEST_VERSION,
+    RESULT_METRICS,
+    RESULTS_DIGEST,
+    UNFINISHED,
+    digest_of,
+    results_digest,
+)
+from ndebench.platform.record.tracking import client, run_status, search
 
 LISTED = 50
+DIGEST = f"{TAG}{RESULTS_DIGEST}"
 
 
 def _flag(run: Any, metrics: list[str], why: str) -> dict[str, Any]:
@@ -31,20 +55,62 @@ def _flag(run: Any, metrics: list[str], why: str) -> dict[str, Any]:
 
 
 def _trials(runs: list[Any]) -> list[Any]:
-    return [r for r in runs if r.data.tags.get(f"{TAG}kind") == "trial"]
+    """Trial runs, and any run that carries a trial's digest whatever its kind now says."""
+    return [r for r in runs if r.data.tags.get(f"{TAG}kind") == "trial" or DIGEST in r.data.tags]
+
+
+def _results(run: Any) -> list[str]:
+    return sorted(k for k in run.data.metrics if k.startswith(RESULT_METRICS))
+
+
+def _digest_flag(run: Any) -> dict[str, Any] | None:
+    recorded = run.data.tags.get(DIGEST)
+    if recorded is None:
+        return None
+    if recorded == UNFINISHED:
+        status = run_status(run)
+        return _flag(run, [], f"it reads as {status} but holds no digest of its end") if (
+            status in FINISHED_STATUSES) else None
+    parts = recorded.split() or [""]
+    if parts[0] != DIGEST_VERSION:
+        return None if results_digest(run.data.metrics) == recorded else _flag(
+            run, _results(run), f"its result metrics differ from those it recorded as it ended (digest {parts[0]} "
+                                "metric(s), of the older format: results only)")
+    now = digest_of(run).split()
+    if len(parts) != len(now) or now[2] != parts[2]:
+        return _flag(run, _results(run), f"its result metrics differ from those it recorded as it ended (digest "
+                                         f"{parts[1]} metric(s))")
+    if now[3:] != parts[3:]:
+        return _flag(run, [], "its tags or params differ from those it recorded as it ended (what decides its cell, "
+                              "seed, phase, kind, status or lease)")
+    return None
+
+
+def _twins(runs: list[Any]) -> list[dict[str, Any]]:
+    """Each evaluate run of a (cell, seed) and config hash that has more than one finished run."""
+    groups: dict[tuple[str, ...], list[Any]] = defaultdict(list)
+    for run in _trials(runs):
+        tags = run.data.tags
+        if tags.get(f"{TAG}phase") == "evaluate" and run_status(run) in FINISHED_STATUSES:
+            groups[tuple(tags.get(f"{TAG}{k}", "") for k in ("cell", "seed", "config_hash"))].append(run)
+    return [_flag(run, [], f"one of {len(group)} finished runs of its (cell, seed) and config: the newest counts, so "
+                           "one may be forged") for group in groups.values() if len(group) > 1 for run in group]
 
 
 def changed_runs(runs: list[Any]) -> list[dict[str, Any]]:
-    """The trial runs among ``runs`` (as ``search_runs`` returns them) whose result metrics differ from the digest
-    they recorded as they ended: ``run_id, phase, cell, seed, metrics`` (the ``test_*`` keys it has now), ``why``."""
-    flagged = []
-    for run in _trials(runs):
-        recorded = run.data.tags.get(f"{TAG}{RESULTS_DIGEST}")
-        if recorded is not None and results_digest(run.data.metrics) != recorded:
-            metrics = sorted(k for k in run.data.metrics if k.startswith(RESULT_METRICS))
-            flagged.append(_flag(run, metrics, f"its result metrics differ from those it recorded as it ended "
-                                               f"(digest {recorded.split()[0]} metric(s))"))
-    return flagged
+    """What the report flags among ``runs`` (as ``search_runs`` returns them): runs whose results, tags or params
+    differ from the digest they recorded as they ended, or that read as finished without a digest of their end,
+    and the runs of an evaluate (cell, seed) and config with more than one finished run: ``run_id, phase, cell,
+    seed, metrics`` (the ``test_*`` keys concerned), ``why``."""
+    flagged = [f for f in map(_digest_flag, _trials(runs)) if f is not None]
+    return sorted(flagged + _twins(runs), key=lambda f: (f["run_id"], f["why"]))
+
+
+def older_digests(runs: list[Any]) -> int:
+    """How many of ``runs`` carry the older digest (their result metrics only): a change to their tags is not
+    seen."""
+    return sum(1 for r in _trials(runs) if r.data.tags.get(DIGEST, UNFINISHED) != UNFINISHED
+               and not r.data.tags[DIGEST].startswith(f"{DIGEST_VERSION} "))
 
 
 def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
@@ -53,7 +119,7 @@ def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
     flagged = []
     for run in _trials(runs):
         end = run.info.end_time
-        keys = sorted(k for k in run.data.metrics if k.startswith(RESULT_METRICS))
+        keys = _results(run)
         if end is None or not keys:
             continue
         several, late = [], []
@@ -70,19 +136,87 @@ def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
     return flagged
 
 
-def verify_runs(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
-    """:func:`changed_runs` and :func:`history_flags` of ``runs``, by run."""
-    return sorted(changed_runs(runs) + history_flags(mlflow_client, runs), key=lambda f: (f["run_id"], f["why"]))
+def ledger_flags(recorded: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
+    """Against the lease records in ``recorded`` (every run of the study's experiment): runs tagged
+    ``ndebench.kind=lease`` that hold no claim or carry a result, and trial runs of ``runs`` whose lease epoch and
+    id are no claim's."""
+    found = claims(recorded)
+    flagged = [_flag(r, _results(r), "tagged as a lease run, but it holds no lease claim or carries results: a run "
+                                     "hidden from every reader")
+               for r in recorded if r.data.tags.get(f"{TAG}kind") == KIND
+               and (_results(r) or not any(c.run_id == r.info.run_id for c in found))]
+    held = {(str(c.epoch), c.id) for c in found}
+    for run in _trials(runs):
+        epoch, lease_id = (run.data.tags.get(f"{TAG}{k}") for k in ("lease", "lease_id"))
+        if epoch and lease_id and (epoch, lease_id) not in held:
+            flagged.append(_flag(run, [], f"its lease (epoch {epoch}, id {lease_id}) is no claim of the study's "
+                                          "lease records"))
+    return flagged
+
+
+def verify_runs(mlflow_client: Any, runs: list[Any], recorded: list[Any] | None = None) -> list[dict[str, Any]]:
+    """:func:`changed_runs`, :func:`history_flags` and, given every run of the study's experiment
+    (``recorded``), :func:`ledger_flags` of ``runs``, by run."""
+    flagged = changed_runs(runs) + history_flags(mlflow_client, runs)
+    flagged += ledger_flags(recorded, runs) if recorded is not None else []
+    return sorted(flagged, key=lambda f: (f["run_id"], f["why"]))
+
+
+def fingerprint(runs: list[Any]) -> str:
+    """``"<n>:<sha256 prefix>"`` over the id and recomputed digest
+    (:func:`~ndebench.platform.record.summaries.digest_of`) of each of the ``n`` evaluate runs a report counts
+    among ``runs``: it changes with any result, tag or param a reader uses, and with the run that counts."""
+    evaluate = [r for r in runs if r.data.tags.get(f"{TAG}phase") == "evaluate"]
+    lines = sorted(f"{r.info.run_id} {digest_of(r)}" for r in counting(evaluate).counted.values())
+    return f"{len(lines)}:{hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:20]}"
 
 
 def study_changes(uri: str, study: str) -> list[dict[str, Any]]:
-    """:func:`changed_runs` of the study's trial runs (one paged search)."""
-    return changed_runs(search(uri, study, f"tags.`{TAG}kind` = 'trial'"))
+    """:func:`changed_runs` of the study's runs (one paged search)."""
+    return changed_runs(search(uri, study))
 
 
-def verify_study(uri: str, study: str) -> list[dict[str, Any]]:
-    """:func:`verify_runs` of the study's trial runs."""
-    return verify_runs(client(uri), search(uri, study, f"tags.`{TAG}kind` = 'trial'"))
+@dataclass(frozen=True)
+class Verification:
+    """What ``ndebench verify`` found: the ``flagged`` runs (:func:`verify_runs`), the study's ``fingerprint``,
+    whether it differs from the one a reader gave (``changed``) and the ``lines`` it prints."""
+
+    flagged: list[dict[str, Any]]
+    fingerprint: str
+    changed: bool
+    lines: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.flagged and not self.changed
+
+
+def verify_study(uri: str, study: str, expected: str | None = None) -> Verification:
+    """:func:`verify_runs` of the study's runs with its lease records, and its :func:`fingerprint` compared with
+    ``expected`` (one a reader noted before), when given."""
+    mlflow_client = client(uri)
+    runs = search(uri, study)
+    experiment = mlflow_client.get_experiment_by_name(study)
+    recorded = every_run(mlflow_client, experiment.experiment_id) if experiment is not None else []
+    flagged, now = verify_runs(mlflow_client, runs, recorded), fingerprint(runs)
+    changed = expected is not None and expected != now
+    lines = [f"run {f['run_id']} ({f['phase']} {f['cell']} seed {f['seed']}): "
+             + (f"{', '.join(f['metrics'])}: " if f["metrics"] else "") + f["why"] for f in flagged]
+    count = len({f["run_id"] for f in flagged})
+    lines.append(f"study {study!r}: " + (f"{count} run(s) changed after they ended, forged or hidden" if flagged
+                                         else "no run changed after it ended, forged or hidden"))
+    if older := older_digests(runs):
+        lines.append(f"{older} run(s) carry the digest of the older format (result metrics only): a change to their "
+                     "tags is not seen by the digest, only by the fingerprint")
+    if expected is None:
+        lines.append(f"fingerprint {now} (note it: `ndebench verify --study {study} --fingerprint {now}` says "
+                     "later whether anything a report reads changed)")
+    elif changed:
+        lines.append(f"fingerprint {now}: CHANGED since {expected} was noted (a result, tag or param a report "
+                     "reads, or which run counts)")
+    else:
+        lines.append(f"fingerprint {now}: unchanged since it was noted")
+    return Verification(flagged, now, changed, lines)
 
 
 def integrity_warning(flagged: list[dict[str, Any]]) -> str:
@@ -90,8 +224,9 @@ def integrity_warning(flagged: list[dict[str, Any]]) -> str:
     if not flagged:
         return ""
     runs = len({f["run_id"] for f in flagged})
-    return (f"WARNING: {runs} run(s) have results that changed after the run ended; the tables read the latest "
-            "values (section 'Results changed after their runs ended'; `ndebench verify` lists every one).")
+    return (f"WARNING: {runs} run(s) have results or tags that changed after the run ended, or a forged twin; the "
+            "tables read the latest values (section 'Results changed after their runs ended'; `ndebench verify` "
+            "lists every one).")
 
 
 def integrity_markdown(flagged: list[dict[str, Any]]) -> str:

@@ -1,9 +1,10 @@
 """``ndebench grant``: a non-admin MLflow user for the nodes and jobs of one study, on a server run with ``--auth``.
 
 The admin account stays with whoever runs the server. Run as that admin (``$MLFLOW_TRACKING_USERNAME`` /
-``$MLFLOW_TRACKING_PASSWORD``), ``grant`` creates the study's experiment if it is missing (and refuses one that a
-user other than an admin created or manages: MLflow makes the creator of an experiment its manager, who could then
-rewrite or delete the worker's runs, or grant itself in), creates the worker user
+``$MLFLOW_TRACKING_PASSWORD``), ``grant`` creates the study's experiment if it is missing (and refuses one on which
+a user other than an admin and the worker may do more than read: MLflow makes the creator of an experiment its
+manager, who could then rewrite or delete the worker's runs, or grant itself or another account in, even after
+giving up its own permission), creates the worker user
 with a random password (or keeps an existing user's password), and gives it ``EDIT`` on that experiment only
 (MLflow's basic-auth permissions; the server's default for everything else is ``READ``). The new password is
 written to an owner-only file in the format of MLflow's own ``~/.mlflow/credentials``, never printed, so it reaches
@@ -41,25 +42,29 @@ def write_credentials(path: Path, username: str, password: str) -> None:
         stream.write(f"[mlflow]\nmlflow_tracking_username = {username}\nmlflow_tracking_password = {password}\n")
 
 
-def managers(uri: str, experiment_id: str) -> list[str]:
-    """The users, admins aside, with ``MANAGE`` on the experiment: its creator, or whomever a manager made one
-    (one request per user of the server, as its admin)."""
+def holders(uri: str, experiment_id: str, worker: str) -> list[str]:
+    """The users, admins and ``worker`` aside, whose permission on the experiment goes beyond reading it (``USE``,
+    ``EDIT`` or ``MANAGE``, granted or through a role): its creator, or anyone the creator let in before giving
+    up its own permission (one request per user of the server, as its admin)."""
     from mlflow.server.auth.client import AuthServiceClient
+    from mlflow.server.auth.permissions import get_permission
     from mlflow.server.auth.routes import LIST_USERS
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request, verify_rest_response
 
     response = verify_rest_response(http_request(get_default_host_creds(uri), LIST_USERS, "GET"), LIST_USERS)
     client = AuthServiceClient(uri)
-    return sorted(user["username"] for user in response.json().get("users", []) if not user.get("is_admin")
-                  and client.get_user_permission(user["username"], "experiment", experiment_id).permission == "MANAGE")
+    others = [user["username"] for user in response.json().get("users", [])
+              if not user.get("is_admin") and user["username"] != worker]
+    return sorted(name for name in others if get_permission(
+        client.get_user_permission(name, "experiment", experiment_id).permission).can_use)
 
 
 def grant_worker(uri: str, study: str, username: str, credentials_file: Path) -> Grant:
     """Give ``username`` (created with a random 32-character password if missing) ``EDIT`` on ``study``'s
     experiment on the tracking server ``uri``, as the admin of ``$MLFLOW_TRACKING_USERNAME``; a new password goes
     to ``credentials_file`` only. Raises :class:`AuthError` for a worker named like the admin, a non-server URI or a
-    study whose experiment exists and a user other than an admin manages (:func:`managers`)."""
+    study whose experiment exists and a user other than an admin and ``username`` may write (:func:`holders`)."""
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
     from mlflow.server.auth.client import AuthServiceClient
@@ -73,11 +78,12 @@ def grant_worker(uri: str, study: str, username: str, credentials_file: Path) ->
     from mlflow.tracking import MlflowClient
 
     existing = MlflowClient(uri).get_experiment_by_name(study)
-    if existing is not None and (owners := managers(uri, existing.experiment_id)):
-        raise AuthError(f"study {study!r}: its experiment (id {existing.experiment_id}) exists and is managed by "
-                        f"{', '.join(repr(o) for o in owners)}, not by an admin: whoever made it could rewrite or "
-                        "delete the worker's runs, so grant refuses it; choose another study name, or have an admin "
-                        "delete that experiment (`mlflow experiments delete` and `mlflow gc`) first")
+    if existing is not None and (others := holders(uri, existing.experiment_id, username)):
+        raise AuthError(f"study {study!r}: its experiment (id {existing.experiment_id}) exists and "
+                        f"{', '.join(repr(o) for o in others)}, not an admin or {username!r}, may write or manage it: "
+                        "they could rewrite or delete the worker's runs, so grant refuses it; choose another study "
+                        "name, or have an admin delete that experiment (`mlflow experiments delete` and `mlflow gc`) "
+                        "first")
     experiment_id = ensure_experiment(uri, study)
     client = AuthServiceClient(uri)
     created, written = False, None

@@ -13,8 +13,9 @@ counts never rests on that: a trial reads afresh before it makes or continues it
 result, and its result carries ``ndebench.result_lease`` (the writer's epoch), so a result written into a run a
 newer driver had already continued is the lost driver's and is not counted
 (:func:`~ndebench.platform.record.completeness.current`).
-Studies recorded before the lease moved into the study's experiment have experiments ``S::lease::<n>``: they only
-number the first epoch of the new lease (:func:`is_lease` keeps them out of the list of studies).
+Releases before the lease moved into the study's experiment took experiments ``S::lease::<n>``; a driver of this
+release keeps one alive while it runs, so that their drivers are refused
+(:mod:`~ndebench.platform.record.lease.legacy`), and :func:`is_lease` keeps them out of the list of studies.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ class LeaseLostError(InfrastructureError):
 
 
 def lease_name(study: str, epoch: int) -> str:
-    """The experiment that was epoch ``epoch`` of ``study``'s lease before the lease moved into the study."""
+    """The experiment that is epoch ``epoch`` of ``study``'s lease in the format of releases before the lease
+    moved into the study."""
     return f"{study}{LEASE}{epoch}"
 
 
@@ -47,16 +49,18 @@ def is_lease(experiment_name: str) -> bool:
 
 class Fence:
     """The check of epoch ``epoch`` of ``study``'s lease, claimed with id ``lease_id`` (``""``: any id, for runs
-    written before claims had one): :meth:`check` reads the study's lease runs (one request) and raises
-    :class:`LeaseLostError` once a valid claim of a higher epoch exists or this epoch's claim no longer stands;
+    written before claims had one) in experiment ``experiment_id`` (``None``: the one named ``study`` at the first
+    check): :meth:`check` reads the experiment and its lease runs (two requests) and raises :class:`LeaseLostError`
+    once the experiment is renamed, a valid claim of a higher epoch exists or this epoch's claim no longer stands;
     from then on it raises without reading. A verdict that the lease holds stands for ``max_age_s`` seconds
     (0: every check reads) unless ``check(fresh=True)``."""
 
-    def __init__(self, mlflow_client: Any, study: str, epoch: int, lease_id: str = "", max_age_s: float = 0.0):
+    def __init__(self, mlflow_client: Any, study: str, epoch: int, lease_id: str = "", max_age_s: float = 0.0,
+                 experiment_id: str | None = None):
         self.client, self.study, self.epoch, self.lease_id = mlflow_client, study, epoch, lease_id
         self.max_age_s = max_age_s
         self.lost: LeaseLostError | None = None
-        self._experiment_id: str | None = None
+        self._experiment_id = experiment_id
         self._held_at: float | None = None  # time.monotonic() of the last read that found the lease held
 
     def check(self, fresh: bool = False) -> None:
@@ -78,6 +82,11 @@ class Fence:
             if experiment is None:
                 return f"the study's experiment {self.study!r} no longer exists"
             self._experiment_id = experiment.experiment_id
+        else:
+            experiment = self.client.get_experiment(self._experiment_id)
+        if experiment.name != self.study:
+            return (f"the study's experiment (id {self._experiment_id}) was renamed to {experiment.name!r}; it "
+                    f"stopped writing (rename it back to {self.study!r} and --resume continues it)")
         found = claims(lease_runs(self.client, self._experiment_id))
         newer = [c for c in found if c.valid and c.epoch > self.epoch]
         if newer:

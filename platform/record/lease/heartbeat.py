@@ -10,8 +10,9 @@ experiment under ``ndebench server --auth``) can write any of it.
 A driver that finds epochs held watches all their counters for :func:`stale_s` seconds on its own clock
 (``CLOCK_BOOTTIME``, which also counts a suspended machine): a counter that moves is a live driver (refused,
 exit 2), none moving means the holders are lost, and the study is taken over at an epoch above every recorded
-one. No wall clock is compared across machines. A holder on this very machine (same boot and PID namespace)
-whose process no longer exists is gone at once.
+one (every claim in any run of the study's experiment, whatever its tags or lifecycle). No wall clock is
+compared across machines. A holder on this very machine (same boot and PID namespace) whose process no longer
+exists is gone at once.
 """
 from __future__ import annotations
 
@@ -25,18 +26,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ndebench.platform.record.lease.fence import LEASE, Fence, LeaseLostError
+from ndebench.platform.record.lease.fence import Fence, LeaseLostError
 from ndebench.platform.record.lease.ledger import (
+    MAX_EPOCH,
     Claim,
     beat_tag,
     claim,
     claims,
+    epoch_of,
+    every_run,
     fields_of,
     lease_runs,
     new_lease_run,
     released_tag,
     token,
+    unnumbered,
 )
+from ndebench.platform.record.lease.legacy import beat_old_lease, end_old_lease, keep_old_lease
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import ensure_experiment, raw_client, retry
 
@@ -115,24 +121,40 @@ class Holder:
         """Certainly gone: it ran in this boot and PID namespace, and its pid is this process or no process."""
         host, _, pid = self.name.rpartition(":")
         here = _machine()
-        if not (here and self.machine == here and host == socket.gethostname() and pid.isdigit()):
+        if not (here and self.machine == here and host == socket.gethostname() and pid.isascii() and pid.isdigit()):
             return False
         return int(pid) == os.getpid() or not _pid_exists(int(pid))
 
 
-def _old_lease_experiments(mlflow_client: Any, study: str) -> list[tuple[int, Any]]:
-    """``(epoch, experiment)`` of the study's lease experiments from before the lease moved into the study."""
+def _numbered(mlflow_client: Any, experiment_id: str, say: Any) -> list[int]:
+    """The epoch of every claim in any run of the experiment, and every run's ``ndebench.lease`` (so that the trial
+    runs of a study recorded under the older lease stay below the new epoch); one line names the records that
+    name no epoch."""
+    runs = retry(lambda: every_run(mlflow_client, experiment_id))
+    odd = unnumbered(runs)
+    if odd:
+        run_id, key = odd[0]
+        say(f"ignoring {len(odd)} lease record(s) that name no epoch (1 to {len(str(MAX_EPOCH))} ASCII digits), "
+            f"e.g. {key[:40]!r}{'...' if len(key) > 40 else ''} in run {run_id}")
+    tagged = (epoch_of(r.data.tags.get(f"{TAG}lease", "")) for r in runs)
+    return [c.epoch for c in claims(runs)] + [n for n in tagged if n is not None]
+
+
+def _say_renamed(mlflow_client: Any, study: str, experiment_id: str, say: Any) -> None:
+    """One line naming the experiments, other than ``experiment_id``, whose lease runs are tagged as ``study``'s: a
+    study renamed away, which this first take starts over (informative only, since anyone may make such a run)."""
     from mlflow.entities import ViewType
 
-    found, page_token = [], None
-    while True:
-        page = mlflow_client.search_experiments(view_type=ViewType.ALL, filter_string=f"name LIKE '{study}{LEASE}%'",
-                                                page_token=page_token)
-        rest = [(e.name[len(study) + len(LEASE):], e) for e in page if e.name.startswith(study + LEASE)]
-        found += [(int(epoch), e) for epoch, e in rest if epoch.isdigit()]
-        page_token = page.token
-        if not page_token:
-            return found
+    others = [e for e in mlflow_client.search_experiments(view_type=ViewType.ALL, max_results=1000)
+              if e.experiment_id != experiment_id]
+    found = retry(lambda: mlflow_client.search_runs(
+        [e.experiment_id for e in others][:100], filter_string=f"tags.`{TAG}kind` = 'lease' and "
+        f"tags.`{TAG}study` = '{study}'", run_view_type=ViewType.ALL, max_results=10)) if others else []
+    names = {e.experiment_id: e.name for e in others}
+    for where in sorted({r.info.experiment_id for r in found}):
+        say(f"study {study!r} was recorded before in experiment {names[where]!r} (id {where}), renamed away from "
+            f"{study!r}: this driver starts the study over in experiment {experiment_id}; to continue that record "
+            f"instead, stop it, delete experiment {experiment_id} and rename {names[where]!r} back")
 
 
 def _moving(mlflow_client: Any, experiment_id: str, held: list[Claim], stale: float) -> Claim | None:
@@ -164,11 +186,12 @@ class Lease:
     :attr:`run_ids`, its counter incremented from a daemon thread until :meth:`release`. :attr:`fence` checks
     that it still holds the study."""
 
-    def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float):
+    def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float,
+                 legacy_id: str | None = None, experiment_id: str | None = None):
         self.uri, self.study, self.epoch, self.lease_id, self.run_ids = uri, study, epoch, lease_id, run_ids
-        self.interval = interval
+        self.interval, self.legacy_id = interval, legacy_id
         # The heartbeat reads the lease every interval, so the driver's own writes can rest on its last verdict.
-        self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval)
+        self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval, experiment_id=experiment_id)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ndebench-lease", daemon=True)
         self._thread.start()
@@ -190,16 +213,17 @@ class Lease:
             moving = _moving(mlflow_client, experiment_id, live, stale)
             if moving is not None:
                 raise conflict(study, Holder.of(moving), stale)
-        old = _old_lease_experiments(mlflow_client, study)
-        epoch = 1 + max([c.epoch for c in found] + [n for n, _ in old], default=0)
-        lease_id = secrets.token_hex(8)
-        value = token(f"{socket.gethostname()}:{os.getpid()}", _machine() or "unknown", lease_id)
-        run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch, value, stale)
-        for _, experiment in old:
-            if experiment.lifecycle_stage == "active" and experiment.tags.get(f"{TAG}kind") == "lease":
-                with contextlib.suppress(Exception):  # only tidies the experiment list; numbering needs no more
-                    mlflow_client.delete_experiment(experiment.experiment_id)
-        return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale)), previous
+        epoch = 1 + max([c.epoch for c in found] + _numbered(mlflow_client, experiment_id, say), default=0)
+        if epoch > MAX_EPOCH:
+            raise DriverConflictError(f"study {study!r}: a lease record of epoch {epoch - 1} leaves no epoch to claim "
+                                      f"(at most {MAX_EPOCH}); an admin must delete the run that holds it")
+        lease_id, holder, machine = secrets.token_hex(8), f"{socket.gethostname()}:{os.getpid()}", _machine()
+        run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch,
+                                    token(holder, machine or "unknown", lease_id), stale)
+        legacy = keep_old_lease(mlflow_client, study, holder, machine, say)
+        if epoch == 1:
+            _say_renamed(mlflow_client, study, experiment_id, say)
+        return cls(uri, study, epoch, lease_id, run_ids, interval_s(stale), legacy, experiment_id), previous
 
     def check(self) -> None:
         """Raise :class:`~ndebench.platform.record.lease.fence.LeaseLostError` if the lease no longer holds (read
@@ -215,21 +239,25 @@ class Lease:
                 for run_id in self.run_ids:
                     retry(lambda run_id=run_id, count=count: mlflow_client.set_tag(run_id, beat_tag(self.epoch),
                                                                                    str(count)))
+                if self.legacy_id:
+                    beat_old_lease(mlflow_client, self.legacy_id, count)
             except LeaseLostError:
                 return
             except Exception:  # noqa: BLE001 - a refused beat: the fence's next read tells a removed lease from an outage
                 continue
 
     def release(self) -> None:
-        """End the heartbeat and free the study at once, unless this driver no longer holds it."""
+        """End the heartbeat and mark this epoch released, held or not: a fenced or stopped driver's epoch is then
+        no live holder that a later ``--resume`` must watch for the stale period. Only this epoch's record is
+        marked; a newer driver's is left as it is."""
         self._stopped.set()
         self._thread.join(timeout=self.interval + 5)
-        try:
-            self.check()
-            for run_id in self.run_ids:
-                raw_client(self.uri).set_tag(run_id, released_tag(self.epoch), "1")
-        except Exception:  # noqa: BLE001 - a lease lost, or a store that is gone, is left as it is
-            pass
+        mlflow_client = raw_client(self.uri)
+        for run_id in self.run_ids:
+            with contextlib.suppress(Exception):  # a deleted lease run, or a store that is gone, is left as it is
+                mlflow_client.set_tag(run_id, released_tag(self.epoch), "1")
+        if self.legacy_id:
+            end_old_lease(mlflow_client, self.legacy_id)
 
 
 def _claim_everywhere(mlflow_client: Any, experiment_id: str, study: str, epoch: int, value: str,

@@ -10,7 +10,9 @@ in any that appears meanwhile, so two drivers that each made a lease run of a ne
 them. Every write needs ``EDIT`` on the study's experiment (``ndebench server --auth``), and a lease run is no
 experiment: nothing shows in the experiment list, and readers of the study skip it
 (:func:`~ndebench.platform.record.tracking.search`). A record without a holder, machine, id and counter is
-ignored; its number still counts, so no epoch is ever claimed twice.
+ignored; its number still counts, so no epoch is ever claimed twice. An epoch is 1 to :data:`EPOCH_DIGITS` ASCII
+digits without a leading zero (:func:`epoch_of`): a record ``ndebench.lease.<anything else>`` names no epoch and
+is ignored, so that no writer's record can push the next claim's key past MLflow's limit.
 """
 from __future__ import annotations
 
@@ -23,7 +25,14 @@ from ndebench.platform.record.schema import TAG
 
 KIND = "lease"
 PREFIX = f"{TAG}lease."
-CLAIM = re.compile(rf"^{re.escape(PREFIX)}(\d+)$")
+EPOCH_DIGITS = 9
+EPOCH = re.compile(rf"[1-9][0-9]{{0,{EPOCH_DIGITS - 1}}}")
+MAX_EPOCH = 10**EPOCH_DIGITS - 1
+
+
+def epoch_of(text: str) -> int | None:
+    """The epoch ``text`` names (1 to :data:`EPOCH_DIGITS` ASCII digits, no leading zero), else ``None``."""
+    return int(text) if EPOCH.fullmatch(text) else None
 
 
 def beat_tag(epoch: int) -> str:
@@ -81,21 +90,38 @@ def claims(runs: list[Any]) -> list[Claim]:
     for run in runs:
         tags, active = run.data.tags, run.info.lifecycle_stage == "active"
         for key, value in run.data.params.items():
-            match = CLAIM.match(key)
-            if match:
-                epoch, fields = int(match.group(1)), fields_of(value)
+            epoch = epoch_of(key[len(PREFIX):]) if key.startswith(PREFIX) else None
+            if epoch is not None:
+                fields = fields_of(value)
                 found.append(Claim(epoch, fields.get("holder", ""), fields.get("machine", ""), fields.get("id", ""),
                                    tags.get(beat_tag(epoch)), released_tag(epoch) in tags, run.info.run_id, active))
     return found
 
 
+def unnumbered(runs: list[Any]) -> list[tuple[str, str]]:
+    """``(run_id, key)`` of every record ``ndebench.lease.<x>`` among the params of ``runs`` whose ``x`` is no
+    epoch (:func:`epoch_of`): ignored."""
+    return [(run.info.run_id, key) for run in runs for key in run.data.params
+            if key.startswith(PREFIX) and epoch_of(key[len(PREFIX):]) is None]
+
+
+def every_run(mlflow_client: Any, experiment_id: str) -> list[Any]:
+    """Every run of the experiment, deleted ones and runs of any tags included (one paged search): what numbers
+    the epochs, so that retagging a lease run does not free its epochs again."""
+    return _paged(mlflow_client, experiment_id, "")
+
+
 def lease_runs(mlflow_client: Any, experiment_id: str) -> list[Any]:
     """The lease runs of the experiment, deleted ones included (one paged search)."""
+    return _paged(mlflow_client, experiment_id, f"tags.`{TAG}kind` = '{KIND}'")
+
+
+def _paged(mlflow_client: Any, experiment_id: str, filter_string: str) -> list[Any]:
     from mlflow.entities import ViewType
 
     runs, page_token = [], None
     while True:
-        page = mlflow_client.search_runs([experiment_id], filter_string=f"tags.`{TAG}kind` = '{KIND}'",
+        page = mlflow_client.search_runs([experiment_id], filter_string=filter_string,
                                          run_view_type=ViewType.ALL, max_results=1000, page_token=page_token)
         runs += list(page)
         page_token = page.token
