@@ -17,7 +17,7 @@ from fakes import count_rows
 from ndebench.platform.cli.resuming import complete_study_note, resume_command
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.tracking import finish_cell, run_status, search, study_run
+from ndebench.platform.record.tracking import client, finish_cell, run_status, search, study_run
 
 SWEEP = {
     "study": "plain", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
@@ -106,3 +106,20 @@ def test_a_sweep_stopped_with_set_study_completes_that_study_from_the_printed_co
     assert [run_status(r) for r in search(uri, "stopped", f"tags.`{TAG}phase` = 'evaluate' and "
                                                           f"tags.`{TAG}kind` = 'trial'")] == ["ok"]
     assert not search(uri, "plain")  # the config's own study was never made
+    _histories_start_at_epoch_1(uri, "stopped")
+
+
+def _histories_start_at_epoch_1(uri: str, study: str) -> None:
+    """Every trial run's per-epoch metric has one point per epoch, 1, 2, ..., its last epoch; a final value is a
+    key of its own with one point (review user-530e21d, section 2: none at step 0 beside a history)."""
+    mlflow_client = client(uri)
+    trials = search(uri, study, f"tags.`{TAG}kind` = 'trial'")
+    assert trials
+    for run in trials:
+        epochs = int(run.data.tags[f"{TAG}epochs"])
+        for key in run.data.metrics:
+            if key.startswith("system/"):
+                continue
+            steps = sorted(p.step for p in mlflow_client.get_metric_history(run.info.run_id, key))
+            assert steps in ([0], list(range(1, epochs + 1))), (run.info.run_name, key, steps)
+        assert len(mlflow_client.get_metric_history(run.info.run_id, "val_loss")) == epochs
