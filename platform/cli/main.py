@@ -269,6 +269,11 @@ def cmd_configs(args: argparse.Namespace) -> int:
 def cmd_datasets(args: argparse.Namespace) -> int:
     from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses
 
+    if args.action == "import":
+        from ndebench.datasets.importer import import_sets
+
+        import_sets(args.data_dir, args.sources, say=lambda line: print(line, flush=True))
+        return 0
     if args.action == "list":
         statuses = dataset_statuses(args.data_dir)
         print(f"data directory: {statuses[0]['data_dir']}")
