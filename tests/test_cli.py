@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -48,6 +49,30 @@ def test_validate_fails_before_ray_with_a_named_problem(tmp_path, monkeypatch, c
         assert needle in err
         assert "Ray cluster" not in out + err
         assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_validate_names_every_second_phase_error_in_one_pass_with_a_dataset_did_you_mean(tmp_path, monkeypatch,
+                                                                                         capsys):
+    # Review user-530e21d, section 4: a dataset typo, an unknown solver and a refused pairing took a run each.
+    (tmp_path / "bad.yaml").write_text(textwrap.dedent("""\
+        study: bad
+        protocol: joint
+        models: [neural_cde, gru_ode]
+        datasets: [uea/BasicMotion]
+        regularizers: [none, naive_dropout_drift]
+        training: {epochs: 2}
+        solver:
+          method: dopri6
+        """))
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "bad.yaml"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.partition(" ")[0] for line in lines] == ["bad.yaml:8:", "bad.yaml:5:", "bad.yaml:4:", "ndebench"]
+    assert lines[0].startswith("bad.yaml:8: solver.method='dopri6' is not a solver; valid: euler,")
+    assert lines[1].startswith("bad.yaml:5: regularizer 'naive_dropout_drift' cannot be used with model 'gru_ode'")
+    assert lines[2].startswith("bad.yaml:4: datasets: 'uea/BasicMotion' is no set the registry knows and has no "
+                               "files in the data directory (did you mean 'uea/BasicMotions'?)")
+    assert lines[3] == "ndebench validate: 3 error(s) in bad.yaml; nothing was run"
 
 
 def test_a_bad_config_exits_2_from_the_shell_with_its_line_and_no_traceback(tmp_path):
@@ -216,10 +241,11 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
         main(["ui", "--port", "99999"])
     assert exc.value.code == 2
     assert "argument --port: '99999' is not a TCP port (1-65535)" in capsys.readouterr().err
-    assert main(["datasets", "check", "uea/Nope"]) == 2
-    assert "unknown uea dataset 'Nope'" in _error_line(capsys)
+    assert main(["datasets", "check", "uea/No pe"]) == 2
+    assert "unknown uea dataset 'No pe'" in _error_line(capsys)
     assert main(["datasets", "check", "sepsys"]) == 2
-    assert "ndebench datasets: error: unknown dataset 'sepsys'; valid datasets: cifar10" in _error_line(capsys)
+    assert ("ndebench datasets: error: unknown dataset 'sepsys' (did you mean 'sepsis'?); valid datasets: cifar10"
+            in _error_line(capsys))
     assert list(tmp_path.iterdir()) == []
 
 
