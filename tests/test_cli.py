@@ -257,9 +257,18 @@ def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cells = cell_study(uri, "cmp")
     cell_study(uri, "other")  # another study's cells must not appear
-    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: 0)  # print the links, serve nothing
+    before = []  # what ui printed before its server answered: no link, which would be refused
+
+    def serve(*args, on_ready, **kwargs):
+        before.append(capsys.readouterr().out)
+        on_ready()
+        return 0
+
+    monkeypatch.setattr(server, "serve", serve)
     assert main(["ui", "--tracking-uri", uri, "--study", "cmp", "--port", "5123"]) == 0
     out = capsys.readouterr().out
+    assert before[0].startswith(f"MLflow UI for {uri} starting at http://127.0.0.1:5123")
+    assert "evaluate runs: " not in before[0] and "evaluate runs: " in out
     runs, = [x.split("evaluate runs: ")[1] for x in out.splitlines() if "evaluate runs: " in x]
     charts, = [x.split("charts of its 2 evaluate cells: ")[1] for x in out.splitlines()
                if "charts of its 2 evaluate cells: " in x]

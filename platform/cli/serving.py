@@ -43,16 +43,22 @@ def cmd_ui(args: argparse.Namespace) -> int:
         names = api.studies(uri)["study"].tolist()
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
-    if args.study:
-        print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
-        print(f"study {args.study!r}, charts of its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
-              flush=True)
-    else:
-        print(f"studies: {url}", flush=True)
-        print(studies_hint(names), flush=True)
-    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
-                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
+    print(f"MLflow UI for {uri} starting at {base} (Ctrl-C to stop); its links follow once it answers", flush=True)
+
+    def ready() -> None:
+        # Printed once the server answers /health: a link opened before that is refused (tens of seconds on a
+        # loaded machine).
+        if args.study:
+            print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
+            print(f"study {args.study!r}, charts of its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
+                  flush=True)
+        else:
+            print(f"studies: {url}", flush=True)
+            print(studies_hint(names), flush=True)
+        if args.open:
+            webbrowser.open(url)
+
+    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env, on_ready=ready)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
