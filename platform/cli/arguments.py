@@ -98,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "one Ray Tune run with an Optuna study per cell, evaluate every cell's chosen "
                                      "config over the seeds on test data, record every trial in MLflow and write the "
                                      "report. Exit 1 when a cell failed (the others still finish) or a planned "
-                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
-                                     "full, 130 on Ctrl-C.")
+                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when what the "
+                                     "sweep runs on fails (a full disk; a tracking store, Ray or storage that cannot "
+                                     "be reached or written), 130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP; the "
+                                     "interrupted ones print the command that resumes the study.")
     run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml, or the name of a shipped "
                      "config, e.g. quickstart (`ndebench configs` lists them)")
     _add_overrides(run)
