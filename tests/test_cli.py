@@ -296,10 +296,16 @@ def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cell_study(uri, "b-study")
     cell_study(uri, "a-study")
-    opened = []
-    monkeypatch.setattr(server, "serve", lambda *args, on_ready=None, **kwargs: on_ready() or 0)
+    opened, served = [], []
+    monkeypatch.setattr(server, "serve", lambda command, on_ready=None, env=None, **kwargs:
+                        served.append((command, env)) or on_ready() or 0)
     monkeypatch.setattr("webbrowser.open", opened.append)
     assert main(["ui", "--tracking-uri", uri, "--port", "5124", "--open"]) == 0
+    # Quiet: the host named as allowed (no advice to serve on 0.0.0.0), no INFO or access lines, no Starlette warning.
+    (command, env), = served
+    assert "127.0.0.1:5124" in command[command.index("--allowed-hosts") + 1].split(",")
+    assert command[command.index("--uvicorn-opts") + 1] == "--log-level warning"
+    assert env["MLFLOW_LOGGING_LEVEL"] == "WARNING" and env["PYTHONWARNINGS"].startswith("ignore:starlette")
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:] == ["studies: http://127.0.0.1:5124/#/experiments?workflowType=machine_learning",
                          "2 studies: a-study, b-study; `ndebench ui --study NAME` opens one's results"]

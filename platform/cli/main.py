@@ -379,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # MLflow's tqdm bar for each artifact download (a report reads the study's sweep.yaml) is noise in a log.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if args.command == "datasets" and args.action == "check" and not args.name:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:

@@ -4,6 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+# A local viewer's console keeps to its links: MLflow's INFO lines (schema set-up, uvicorn's start-up and access
+# lines) and the deprecation warning its own WSGI bridge raises in Starlette stay out; warnings and errors show.
+UI_QUIET = {"MLFLOW_LOGGING_LEVEL": "WARNING", "PYTHONWARNINGS": "ignore:starlette.middleware.wsgi is deprecated"}
+
 
 def tracking_uri(args: argparse.Namespace) -> str:
     """The command's ``--tracking-uri`` made absolute (or the default ``sqlite:///mlflow.db``), checked."""
@@ -34,6 +38,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     warning = check_exposure("ui", args.host, args.auth, args.insecure)
     uri = tracking_uri(args)
     env = basic_auth_environment(args.credentials_file, cache_ttl_s=args.auth_cache_ttl) if args.auth else {}
+    env |= UI_QUIET
     base = f"http://{args.host}:{args.port}"
     if args.study:
         links = api.study_links(args.study, uri, base)
