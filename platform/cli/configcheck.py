@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ndebench.platform.failures import exitcodes
@@ -101,11 +102,10 @@ def _raw_dataset_errors(args: argparse.Namespace) -> list[str]:
     """:func:`dataset_errors` of the ``datasets`` list of a config that does not validate."""
     import yaml
     from ndebench.platform.spec.config import apply_overrides
-    from ndebench.platform.spec.sweepspec import ConfigError
 
     try:
-        raw = apply_overrides(yaml.safe_load(open(args.config, encoding="utf-8")) or {}, overrides(args))
-    except (OSError, yaml.YAMLError, ConfigError):
+        raw = apply_overrides(yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}, overrides(args))
+    except (OSError, ValueError, yaml.YAMLError):
         return []
     names = raw.get("datasets") if isinstance(raw, dict) else None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -126,8 +126,8 @@ def later_errors(args: argparse.Namespace, first: str, most: int = 20) -> list[s
     from ndebench.platform.spec.sweepspec import ConfigError
 
     try:
-        raw = apply_overrides(yaml.safe_load(open(args.config, encoding="utf-8")) or {}, overrides(args))
-    except (OSError, yaml.YAMLError, ConfigError):
+        raw = apply_overrides(yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}, overrides(args))
+    except (OSError, ValueError, yaml.YAMLError):
         return []
     found, removed, message, caused = [], [], first.removeprefix(f"{args.config}: "), False
     for _ in range(most):
