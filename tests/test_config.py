@@ -54,8 +54,10 @@ def test_regularizer_defaults_are_the_papers_search_space():
      r"unknown key\(s\) \['q'\] in regularizers.continuum_dropout"),
     (with_(["regularizers", "dropuot"], {}), r"unknown regularizer 'dropuot'; valid regularizers: .*continuum_dropout"),
     (with_(["models"], ["neural_cdee"]), r"unknown model 'neural_cdee'; valid models: .*neural_cde"),
-    (with_(["datasets"], ["uea/BasicMotionz"]), r"unknown uea dataset 'BasicMotionz'.*BasicMotions"),
-    (with_(["datasets"], ["cifar11"]), r"unknown dataset 'cifar11'; valid datasets"),
+    # Any archive set is read by name (its files are checked later): only a name no set can have is refused here.
+    (with_(["datasets"], ["uea/Basic Motionz"]), r"unknown uea dataset 'Basic Motionz'.*BasicMotions"),
+    (with_(["datasets"], ["cifar11"]), r"unknown dataset 'cifar11' \(did you mean 'cifar10' or 'cifar100'\?\); "
+                                       r"valid datasets"),
     (with_(["model", "hidden"], 8), r"key\(s\) \['hidden'\] are not hyperparameters of model 'neural_cde'"),
     (with_(["model", "hidden_size"], 0), r"model.hidden_size=0 must be an integer >= 1"),
     (with_(["training", "lr"], {"loguniform": [0, 1]}), r"bounds must be > 0"),

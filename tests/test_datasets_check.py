@@ -85,9 +85,9 @@ def test_registration_rejects_unknown_facts():
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("sepsys", "unknown dataset 'sepsys'; valid datasets: cifar10, cifar100, sepsis, speech_commands, stl10, "
-               "svhn, synthetic, uea/<member>"),
-    ("uea/Nope", "unknown uea dataset 'Nope' in 'uea/Nope'; valid: ACSF1, ArrowHead"),
+    ("sepsys", "unknown dataset 'sepsys' (did you mean 'sepsis'?); valid datasets: cifar10, cifar100, sepsis, "
+               "speech_commands, stl10, svhn, synthetic, uea/<member>"),
+    ("uea/No pe", "unknown uea dataset 'No pe' in 'uea/No pe'; valid: ACSF1, ArrowHead"),
     ("synthetic/x", "dataset 'synthetic' takes no '/<member>' suffix"),
 ])
 def test_unknown_names_list_the_valid_ones(name, needle):

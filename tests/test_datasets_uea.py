@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 from fakes import write_ts
+from ndebench.datasets.archive import read_ts
 from ndebench.datasets.files import CorruptFileError, MissingDataError, resolve_data_dir
 from ndebench.datasets.protocol import NORM_EPS, resample_series
 from ndebench.datasets.registry import create_dataset, list_datasets
-from ndebench.datasets.uea import PAPER_SETS, load_uea_arrays, locate, read_ts, shipped_sets
+from ndebench.datasets.uea import PAPER_SETS, load_uea_arrays, locate, shipped_sets
 
 
 def all_values(bundle) -> torch.Tensor:
@@ -132,9 +133,9 @@ def test_resampling_keeps_endpoints_and_linear_shapes():
     np.testing.assert_array_equal(out[1, :, 1], np.ones(7))
 
 
-def test_unknown_member_lists_valid_names():
+def test_a_member_that_cannot_name_a_set_lists_valid_names():
     with pytest.raises(KeyError, match="valid: ACSF1, ArrowHead, ArticularyWordRecognition, BasicMotions"):
-        create_dataset("uea/NoSuchSet", seed=0)
+        create_dataset("uea/No/Such", seed=0)
 
 
 def test_members_cover_paper_and_shipped_sets():

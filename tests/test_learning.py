@@ -1,6 +1,7 @@
 """Learning dynamics in reports: the "did not learn" flag against chance level and the learning-curve figures."""
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -47,6 +48,13 @@ def test_mean_curves_average_the_seeds_that_reached_each_epoch():
     assert mean.loc[2, "val_loss"] == pytest.approx(0.9) and mean.loc[2, "n"] == 1
 
 
+def _font_types(pdf) -> frozenset[str]:
+    """The /Subtype of every font dictionary of a PDF (matplotlib writes them uncompressed): Type3, TrueType, ..."""
+    objects = re.split(rb"\bendobj\b", pdf.read_bytes())
+    return frozenset(m.group(1).decode() for o in objects if re.search(rb"/Type\s*/Font\b", o)
+                     for m in [re.search(rb"/Subtype\s*/(\w+)", o)] if m)
+
+
 def _record(uri: str, regularizer: str, seed: int, train: list[float], accuracy: float) -> None:
     identity = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "uea/GunPoint",
                 "regularizer": regularizer, "seed": str(seed), "metric": "accuracy"}
@@ -77,5 +85,40 @@ def test_a_report_flags_the_cell_that_did_not_learn_and_draws_its_learning_curve
     assert cells["none"]["learned"] is True and cells["none"]["chance"] == pytest.approx(math.log(2))
     figure = folder / "learning_neural-cde_uea-GunPoint.png"
     assert figure.stat().st_size > 0 and figure.with_suffix(".pdf").exists()
+    pdfs = sorted(folder.glob("*.pdf"))
+    # Type 42: TrueType outlines, embedded by matplotlib as a composite (Type0) font over a CIDFontType2 one.
+    assert len(pdfs) == 2 and {_font_types(p) for p in pdfs} == {frozenset({"Type0", "CIDFontType2"})}, pdfs
     html = (folder / "report.html").read_text()
     assert 'alt="learning_neural-cde_uea-GunPoint"' in html and "<b class='flag'>did not learn</b>" in html
+
+
+def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_are_not_drawn(tmp_path, monkeypatch):
+    from ndebench.platform.record.tracking import client
+    from ndebench.platform.report import learning
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    identity = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "uea/GunPoint",
+                "regularizer": "none", "seed": "0", "metric": "accuracy"}
+    recorder = TrialRecorder(uri, STUDY, {"seed": 0}, "none-0", identity)
+    for epoch, loss in enumerate([0.9, 0.5, 0.7], start=1):
+        recorder.log_metrics({"train_loss": loss, "val_loss": loss + 0.05}, step=epoch)
+    recorder.finish("ok", {"val_loss": 0.55, "result_val_loss": 0.55, "test_accuracy": 0.8}, {}, {})
+    mlflow_client = client(uri)
+    run_id = recorder.run_id
+    history = {key: [(p.step, p.value) for p in mlflow_client.get_metric_history(run_id, key)]
+               for key in ("train_loss", "val_loss", "result_val_loss", "test_accuracy")}
+    assert [step for step, _ in history["val_loss"]] == [1, 2, 3] == [step for step, _ in history["train_loss"]]
+    assert history["result_val_loss"] == [(0, 0.55)] and history["test_accuracy"] == [(0, 0.8)]
+    assert mlflow_client.get_run(run_id).data.metrics["val_loss"] == pytest.approx(0.75)  # the last epoch's
+    mlflow_client.log_metric(run_id, "val_loss", 0.55, step=0)  # what a run of an earlier version holds
+    curves = learning.read_curves(mlflow_client, [run_id])
+    assert curves["epoch"].tolist() == [1, 2, 3] and curves["val_loss"].tolist() == pytest.approx([0.95, 0.55, 0.75])
+
+    labels = []
+    monkeypatch.setattr(learning, "save_png_pdf", lambda fig, path: labels.append(fig.axes[0].get_ylabel()))
+    runs = pd.DataFrame({"run_id": [run_id], "model": "m", "dataset": "d", "regularizer": "none", "status": "ok"})
+    learning.learning_curve_figure(mean_curves(curves, runs), ["none"], tmp_path / "one.png", "t")
+    two = pd.concat([curves, curves.assign(run_id="b")])
+    learning.learning_curve_figure(mean_curves(two, pd.concat([runs, runs.assign(run_id="b")])), ["none"],
+                                   tmp_path / "two.png", "t")
+    assert labels == ["loss (one seed per regularizer)", "loss (mean over up to 2 seeds)"]

@@ -415,6 +415,7 @@ def test_a_trial_continues_an_older_drivers_run_and_stops_writing_once_fenced(ur
 
     racing = TrialRecorder.__new__(TrialRecorder)  # ... and before its result: one that read just before the takeover
     racing.client, racing.run_id, racing.lease, racing.check = client(uri), older.run_id, 1, lambda fresh=False: None
+    racing.history_keys = set()
     racing.finish("ok", {"test_accuracy": 0.25}, {}, {})
     run, = search(uri, STUDY)
     assert run.data.tags[f"{TAG}result_lease"] == "1" and run_status(run) == "interrupted"

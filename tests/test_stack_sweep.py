@@ -113,7 +113,7 @@ def test_a_stacked_tune_stage_records_one_run_per_grid_point_with_the_same_metri
         assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
         steps = [sorted(m.step for m in client(uri).get_metric_history(r.info.run_id, "val_loss"))
                  for r in (run, other)]
-        assert steps[0] == steps[1] == [0, 1, 2]  # step 0: the selected epoch's final value
+        assert steps[0] == steps[1] == [1, 2]  # one point per epoch: the selected epoch's is result_val_loss
         expected = {k: v for k, v in other.data.metrics.items() if "val_" in k and not k.endswith("val_ece")}
         assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)
     assert len({r.data.tags[f"{TAG}trial_dir"] for r in stacked.values()}) == 2  # two Tune trials: 3 + 1

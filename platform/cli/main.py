@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ndebench.platform.cli.arguments import build_parser
 from ndebench.platform.cli.configcheck import lint, load, located
+from ndebench.platform.cli.resuming import complete_study_note, resume_command
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.common.collector import for_startup
 from ndebench.platform.failures import exitcodes
@@ -77,6 +78,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(describe_spec(spec), flush=True)
     for warning in warnings + size_warnings(total_trials(spec)):
         print(f"warning: {warning}", flush=True)
+    if note := complete_study_note(args, spec.study, uri):
+        print(note, flush=True)
     try:
         with stop_on_signals():
             outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address,
@@ -85,8 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 progress_every_s=args.progress_every)
     except KeyboardInterrupt as exc:
         what, code = describe(exc)
-        print(f"[ndebench] exit {code}: interrupted by {what}; `ndebench run {args.config} --resume` continues the "
-              "study (cut-off trials from their checkpoints)", flush=True)
+        print(f"[ndebench] exit {code}: interrupted by {what}; this continues study {spec.study!r} (cut-off trials "
+              f"from their checkpoints):\n  {resume_command(args)}", flush=True)
         return code
     except DiskFullError as exc:
         try:
@@ -262,6 +265,11 @@ def cmd_configs(args: argparse.Namespace) -> int:
 def cmd_datasets(args: argparse.Namespace) -> int:
     from ndebench.datasets.check import check_dataset, dataset_status, dataset_statuses
 
+    if args.action == "import":
+        from ndebench.datasets.importer import import_sets
+
+        import_sets(args.data_dir, args.sources, say=lambda line: print(line, flush=True))
+        return 0
     if args.action == "list":
         statuses = dataset_statuses(args.data_dir)
         print(f"data directory: {statuses[0]['data_dir']}")
@@ -376,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ndebench`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # MLflow's tqdm bar for each artifact download (a report reads the study's sweep.yaml) is noise in a log.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if args.command == "datasets" and args.action == "check" and not args.name:
         parser.error("datasets check needs a dataset NAME (see `ndebench datasets list`)")
     try:

@@ -4,6 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+# A local viewer's console keeps to its links: MLflow's INFO lines (schema set-up, uvicorn's start-up and access
+# lines) and the deprecation warning its own WSGI bridge raises in Starlette stay out; warnings and errors show.
+UI_QUIET = {"MLFLOW_LOGGING_LEVEL": "WARNING", "PYTHONWARNINGS": "ignore:starlette.middleware.wsgi is deprecated"}
+
 
 def tracking_uri(args: argparse.Namespace) -> str:
     """The command's ``--tracking-uri`` made absolute (or the default ``sqlite:///mlflow.db``), checked."""
@@ -34,6 +38,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
     warning = check_exposure("ui", args.host, args.auth, args.insecure)
     uri = tracking_uri(args)
     env = basic_auth_environment(args.credentials_file, cache_ttl_s=args.auth_cache_ttl) if args.auth else {}
+    env |= UI_QUIET
     base = f"http://{args.host}:{args.port}"
     if args.study:
         links = api.study_links(args.study, uri, base)
@@ -43,16 +48,22 @@ def cmd_ui(args: argparse.Namespace) -> int:
         names = api.studies(uri)["study"].tolist()
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    print(f"MLflow UI for {uri} at {base} (Ctrl-C to stop)", flush=True)
-    if args.study:
-        print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
-        print(f"study {args.study!r}, charts of its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
-              flush=True)
-    else:
-        print(f"studies: {url}", flush=True)
-        print(studies_hint(names), flush=True)
-    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env,
-                 on_ready=(lambda: webbrowser.open(url)) if args.open else None)
+    print(f"MLflow UI for {uri} starting at {base} (Ctrl-C to stop); its links follow once it answers", flush=True)
+
+    def ready() -> None:
+        # Printed once the server answers /health: a link opened before that is refused (tens of seconds on a
+        # loaded machine).
+        if args.study:
+            print(f"study {args.study!r}, evaluate runs: {url}", flush=True)
+            print(f"study {args.study!r}, charts of its {len(links.cell_run_ids)} evaluate cells: {links.compare}",
+                  flush=True)
+        else:
+            print(f"studies: {url}", flush=True)
+            print(studies_hint(names), flush=True)
+        if args.open:
+            webbrowser.open(url)
+
+    return serve(ui_command(uri, args.host, args.port, args.auth), base_url=base, env=env, on_ready=ready)
 
 
 def cmd_server(args: argparse.Namespace) -> int:

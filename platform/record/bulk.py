@@ -18,7 +18,8 @@ BATCH = 1000
 def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any], config_hash: str,
                 tags: dict[str, str], parent_run_id: str | None, epochs: list[dict[str, float]], status: str,
                 final: dict[str, float], final_tags: dict[str, str], artifacts: dict[str, Any]) -> str:
-    """Record one ended trial: ``epochs`` (per-epoch metrics, step 1, 2, ...), ``final`` metrics, ``status`` and
+    """Record one ended trial: ``epochs`` (per-epoch metrics, step 1, 2, ...), ``final`` metrics (at step 0, those
+    without a per-epoch history, as :meth:`TrialRecorder.finish`), ``status`` and
     ``final_tags`` (``ndebench.`` prefixed; the run's digest beside them,
     :func:`~ndebench.platform.record.summaries.record_digest`), ``artifacts`` (name -> JSON payload);
     returns the run id. Four requests plus one per artifact."""
@@ -29,7 +30,8 @@ def write_trial(mlflow_client: Any, experiment_id: str, *, config: dict[str, Any
     run_id = retry(lambda: mlflow_client.create_run(experiment_id, tags=all_tags, run_name=name)).info.run_id
     now = int(time.time() * 1000)
     metrics = [Metric(k, float(v), now, step) for step, record in enumerate(epochs, start=1) for k, v in record.items()]
-    metrics += [Metric(k, float(v), now, 0) for k, v in final.items()]
+    history = {k for record in epochs for k in record}
+    metrics += [Metric(k, float(v), now, 0) for k, v in final.items() if k not in history]
     ended = {f"{TAG}status": status, **{f"{TAG}{k}": str(v) for k, v in final_tags.items()}}
     stored = {k: str(v) for k, v in sorted(config.items())}
     ended[f"{TAG}{RESULTS_DIGEST}"] = record_digest(final, all_tags | ended, stored)

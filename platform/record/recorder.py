@@ -58,6 +58,9 @@ class TrialRecorder:
             existing = [retry(lambda: self.client.get_run(run_id))]
         self.reattached = bool(existing)
         self.previous_tags: dict[str, str] = dict(existing[0].data.tags) if existing else {}
+        # The keys with a per-epoch history (an earlier attempt's included): a final value under one of them
+        # would add a false point to it.
+        self.history_keys: set[str] = set(existing[0].data.metrics) if existing else set()
         if existing:
             self.run_id = existing[0].info.run_id
             retry(lambda: self.client.update_run(self.run_id, status="RUNNING"))
@@ -78,22 +81,27 @@ class TrialRecorder:
         retry(lambda: self.client.log_batch(self.run_id, tags=[RunTag(f"{TAG}{k}", str(v)) for k, v in tags.items()]))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Log ``metrics`` at ``step`` (an epoch, 1 for the first, whose keys then have a history), or as the
+        run's summary values at step 0 without a step."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
         retry(lambda: self.client.log_batch(self.run_id, metrics=batch))
+        if step:
+            self.history_keys.update(metrics)
 
     def finish(self, status: str, metrics: dict[str, float], tags: dict[str, str], artifacts: dict[str, Any]) -> None:
-        """Log final metrics, tags and JSON artifacts, set ``ndebench.status`` and, under a lease,
-        ``ndebench.result_lease`` (the epoch that wrote the result), then the run's digest as the store returns it
-        (:func:`~ndebench.platform.record.summaries.record_digest`), and terminate the run. The lease is read
-        afresh first."""
+        """Log final metrics as summary values at step 0 (one under a key with a per-epoch history is left out: the
+        run keeps that key's last epoch, and a best value is under its ``result_`` key), tags and JSON artifacts,
+        set ``ndebench.status`` and, under a lease, ``ndebench.result_lease`` (the epoch that wrote the result), then
+        the run's digest as the store returns it (:func:`~ndebench.platform.record.summaries.record_digest`), and
+        terminate the run. The lease is read afresh first."""
         from mlflow.entities import RunTag
 
         self.check(fresh=True)
-        if metrics:
-            self.log_metrics(metrics)
+        if summary := {k: v for k, v in metrics.items() if k not in self.history_keys}:
+            self.log_metrics(summary)
         for name, payload in artifacts.items():
             retry(lambda payload=payload, name=name: self.client.log_dict(self.run_id, payload, name))
         if self.lease:

@@ -107,11 +107,12 @@ def curve_runs(runs: pd.DataFrame, check: pd.DataFrame, *, flagged_only: bool = 
 
 def read_curves(client: Any, run_ids: list[str]) -> pd.DataFrame:
     """The per-epoch ``train_loss`` and ``val_loss`` of each run: columns ``run_id, epoch, train_loss,
-    val_loss`` (NaN where a run lacks one of them), one MLflow history request per run and key."""
+    val_loss`` (NaN where a run lacks one of them), epochs 1, 2, ..., one MLflow history request per run and key.
+    The step-0 point that earlier versions logged beside the history (the final value) is no epoch: left out."""
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     for run_id in run_ids:
         for key in CURVE_KEYS:
-            for point in client.get_metric_history(run_id, key):
+            for point in (p for p in client.get_metric_history(run_id, key) if p.step >= 1):
                 rows.setdefault((run_id, int(point.step)), {"run_id": run_id, "epoch": int(point.step)})[key] = (
                     float(point.value))
     return pd.DataFrame(list(rows.values()), columns=["run_id", "epoch", *CURVE_KEYS])
@@ -130,8 +131,9 @@ def mean_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 def learning_curve_figure(mean: pd.DataFrame, order: list[str], path: Path, title: str,
                           chance: float = math.nan, flagged: set[str] | None = None) -> Path:
-    """Mean training (solid) and validation (dashed) loss per epoch, one colour per regularizer in ``order``,
-    the chance level ``ln K`` as a grey line; regularizers in ``flagged`` are marked "did not learn"."""
+    """Mean training (solid) and validation (dashed) loss per epoch (``n`` the runs averaged), one colour per
+    regularizer in ``order``, the y label saying over how many seeds, the chance level ``ln K`` as a grey line;
+    regularizers in ``flagged`` are marked "did not learn"."""
     fig = Figure(figsize=(6.0, 4.0))
     ax = fig.add_subplot()
     for i, name in enumerate(order):
@@ -145,7 +147,9 @@ def learning_curve_figure(mean: pd.DataFrame, order: list[str], path: Path, titl
             ax.plot(part["epoch"], part["val_loss"], color=colour, linestyle="--", label=f"{name}: validation")
     if math.isfinite(chance):
         ax.axhline(chance, color="0.5", linewidth=1, label=f"chance ln K = {chance:.3f}")
-    ax.set(xlabel="epoch", ylabel="loss (mean over seeds)")
+    most = int(mean["n"].max()) if "n" in mean and len(mean) else 1
+    ax.set(xlabel="epoch", ylabel="loss (one seed per regularizer)" if most == 1 else
+           f"loss (mean over up to {most} seeds)")
     ax.set_title(textwrap.fill(title, 60), fontsize="medium")
     ax.legend(fontsize="x-small")
     fig.tight_layout()

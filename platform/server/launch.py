@@ -142,9 +142,16 @@ def basic_auth_environment(credentials_file: str | None = None, cwd: Path | None
 
 def ui_command(tracking_uri: str, host: str, port: int, auth: bool = False) -> list[str]:
     """The ``mlflow ui`` command line of ``ndebench ui`` (one worker: a local viewer; ``auth``: MLflow's
-    basic-auth app, as ``server --auth``)."""
+    basic-auth app, as ``server --auth``). Its allowed hosts are MLflow's defaults plus ``host``, given, so that
+    MLflow does not print its advice to serve on 0.0.0.0 (the opposite of ``ui``'s ``--insecure`` rule); uvicorn
+    prints warnings only, not a line per request."""
+    from mlflow.server.security_utils import get_default_allowed_hosts
+
+    allowed = ",".join(dict.fromkeys([*get_default_allowed_hosts(), host, f"{host}:{port}"]))
     return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", host,
-            "--port", str(port), "--workers", "1"] + (["--app-name", "basic-auth"] if auth else [])
+            "--port", str(port), "--workers", "1", "--allowed-hosts", allowed,
+            "--uvicorn-opts", "--log-level warning"] + (
+        ["--app-name", "basic-auth"] if auth else [])
 
 
 def _when_ready(base_url: str, action: Callable[[], None], timeout_s: float = 120.0) -> None:

