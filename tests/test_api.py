@@ -42,6 +42,11 @@ def test_report_from_a_results_frame_returns_its_tables_as_text(tmp_path):
     none_row = next(line for line in rep.markdown.splitlines() if line.startswith("| none |"))
     assert none_row.split(" | ")[-1].strip(" |*") == f"{mean:.3f} ({std:.3f})"  # the last column: neural_ode/GunPoint
     assert "Student's two-sample t-test" in rep.console and "jump_diffusion" in rep.console
+    failed = api.report(runs, tmp_path / "failed", failed={"neural_cde x GunPoint x rnn_mask": "shape | mismatch"})
+    assert failed.markdown.endswith("| neural_cde x GunPoint x rnn_mask | shape \\| mismatch |\n\n"
+                                    "Cells with no ok run, each with its first error; `ndebench run ... --resume` "
+                                    "runs them again.\n")
+    assert r"neural\_cde x GunPoint x rnn\_mask & shape | mismatch \\" in failed.latex
     with pytest.raises(ValueError, match=r"name the study to report; the runs hold \['crafted', 'other'\]"):
         api.report(runs.assign(study=["crafted", "other"] * (len(runs) // 2)), tmp_path)
 
@@ -185,8 +190,9 @@ def test_the_parallel_plot_has_an_axis_per_param_that_differs_between_the_cells(
 
 def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_path):
     from ndebench.platform.record import synthetic
+    from ndebench.platform.report.study import report_ui
 
-    assert api.report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
+    assert report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     synthetic.write_study(uri, "syn", 10)
     rep = api.report_study("syn", uri, tmp_path / "reports", figures="none")

@@ -184,7 +184,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     MC control (:mod:`~ndebench.platform.report.controls`): ``table.md`` and ``summary.json`` (``mc_control``)
     compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
 
-    ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`): which protocol produced the rows, a
+    ``protocol`` (:func:`~ndebench.platform.report.study.protocol_note`): which protocol produced the rows, a
     line of ``table.md`` and ``summary.json``'s ``protocol``.
 
     Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper.comparison`): every cell beside the paper's
