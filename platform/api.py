@@ -35,6 +35,7 @@ from ndebench.platform.spec.config import SweepSpec, apply_overrides, load_spec,
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from ndebench.platform.engine.runchecks import RunExit
     from ndebench.platform.report.study import Report
 
 
@@ -72,34 +73,48 @@ def tracking_uri(uri: str | None = None) -> str:
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """What :func:`run` returns: the ``study`` name, the ``tracking_uri`` it was recorded in, the sweep's
-    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file) and
-    ``runs``, the study's results frame (:func:`results`)."""
+    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file), ``runs``,
+    the study's results frame (:func:`results`), ``exit``, the exit status ``ndebench run`` would return with its
+    reasons (:class:`~ndebench.platform.engine.runchecks.RunExit`), and the ``report`` written (with ``out_dir``)."""
 
     study: str
     tracking_uri: str
     outcome: SweepOutcome
     runs: pd.DataFrame
+    exit: RunExit
+    report: Report | None = None
 
 
-def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
-        address: str | None = None, resume: bool = False, data_dir: str | None = None,
-        verbose: bool = False, retry_diverged: bool = False, single_node: bool = False,
+def run(spec: SweepSpec, *, uri: str | None = None, out_dir: str | Path | None = None,
+        storage_path: str | Path = "ray_results", address: str | None = None, resume: bool = False,
+        data_dir: str | None = None, verbose: bool = False, retry_diverged: bool = False, single_node: bool = False,
         progress_every_s: float = 60.0) -> RunResult:
-    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then :func:`sweep`
-    (a local Ray, or the cluster at ``address``) records every trial in MLflow at ``uri`` (default
-    :func:`tracking_uri`). ``resume`` continues a study (failed and unfinished cells, and every planned
-    (cell, seed) without an ok run, run again; ``retry_diverged`` also reruns diverged ones); ``storage_path``
-    holds Ray's results (a path or an ``s3://``-style URI); ``data_dir`` overrides the spec's; ``address``
-    defaults to ``$RAY_ADDRESS``, and ``single_node`` lets a joined one-machine cluster use sqlite. A failed
-    cell does not raise: it is in ``outcome.failed``."""
+    """``ndebench run`` without the printing: build-check the models, check that the tracking store at ``uri``
+    (default :func:`tracking_uri`) answers and that ``out_dir`` can be written, all before Ray starts, then
+    :func:`sweep` (a local Ray, or the cluster at ``address``) records every trial in MLflow; with ``out_dir``,
+    the study's report (:func:`report_study` with the spec's ``report:`` settings and the failed cells).
+    ``resume`` continues a study (failed and unfinished cells, and every planned (cell, seed) without an ok run,
+    run again; ``retry_diverged`` also reruns diverged ones); ``storage_path`` holds Ray's results (a path or an
+    ``s3://``-style URI); ``data_dir`` overrides the spec's; ``address`` defaults to ``$RAY_ADDRESS``, and
+    ``single_node`` lets a joined one-machine cluster use sqlite. A failed cell does not raise: it is in
+    ``outcome.failed`` and ``exit``; a bad value raises ``ValueError``, an unreachable store
+    ``InfrastructureError``, a full disk ``DiskFullError`` and an interruption ``KeyboardInterrupt``."""
+    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, run_exit
     from ndebench.platform.spec.buildcheck import check_models_build
 
     check_models_build(spec)
     uri = tracking_uri(uri)
+    check_tracking_reachable(uri)
+    if out_dir is not None:
+        check_out_dir(out_dir)
     outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume, data_dir=data_dir,
                     verbose=verbose, retry_diverged=retry_diverged, single_node=single_node,
                     progress_every_s=progress_every_s)
-    return RunResult(spec.study, uri, outcome, results(spec.study, uri))
+    written = None if out_dir is None else report_study(
+        spec.study, uri, out_dir, test=spec.report.test, alpha=spec.report.alpha,
+        correction=spec.report.correction, failed=outcome.failed, figures=spec.report.figures)
+    ending = run_exit(spec, uri, outcome.failed, [outcome.infrastructure] if outcome.infrastructure else [])
+    return RunResult(spec.study, uri, outcome, results(spec.study, uri), ending, written)
 
 
 def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",

@@ -79,6 +79,10 @@ def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
     # A recorded study is never overwritten: run refuses before a Ray cluster starts.
     with pytest.raises(RuntimeError, match="already has 4 MLflow run"):
         api.run(api.load(SPEC), uri=uri, storage_path=tmp_path / "ray")
+    # As `ndebench run`: an output folder that cannot be written is refused before the sweep (and the study) starts.
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match=r"--out '.*afile' is a file; it must be a folder"):
+        api.run(api.load(SPEC, ["study=fresh"]), uri=uri, out_dir=tmp_path / "afile", storage_path=tmp_path / "ray")
 
 
 def _search_trial(uri: str, parent: str, lr: float, val_accuracy: float, selected: float) -> str:
