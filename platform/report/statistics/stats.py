@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,27 +72,29 @@ def _ok_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     return ok[np.isfinite(ok[metric].astype(float))]
 
 
-def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """One row per cell: ``n`` (ok runs with a finite metric), ``mean``, ``std`` (sample, ddof=1; NaN when
-    n < 2), and the counts ``n_diverged``, ``n_error`` (error or timeout), ``n_missing`` (ok runs without the
-    metric) and ``n_runs`` (all runs of the cell)."""
+def summarize_cells(runs: pd.DataFrame, metric: str, key: Sequence[str] = CELL) -> pd.DataFrame:
+    """One row per cell, a cell being the runs that share the ``key`` columns (default :data:`CELL`, e.g.
+    ``["model", "dataset", "label", "n_mc"]`` for re-evaluated runs): the key, ``n`` (ok runs with a finite
+    metric), ``mean``, ``std`` (sample, ddof=1; NaN when n < 2), and the counts ``n_diverged``, ``n_error`` (error
+    or timeout), ``n_missing`` (ok runs without the metric) and ``n_runs`` (all runs of the cell)."""
+    key = list(key)
     status = runs["status"]
     unknown = set(status) - set(COUNTED_STATUSES)
     if unknown:
         raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(COUNTED_STATUSES)}")
     values = _ok_values(runs, metric)
-    grouped = values.groupby(CELL)[metric]
+    grouped = values.groupby(key)[metric]
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
     counts = runs.assign(
         n_diverged=status == "diverged",
         n_error=status.isin(["error", "timeout"]),
         n_missing=(status == "ok") & ~np.isfinite(runs[metric].astype(float)),
         n_runs=1,
-    ).groupby(CELL)[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
+    ).groupby(key)[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
     out = counts.join(summary, how="left").reset_index()
     out["n"] = out["n"].fillna(0).astype(int)
     out.insert(0, "metric", metric)
-    return out[["metric", *CELL, "n", "mean", "std", "n_diverged", "n_error", "n_missing", "n_runs"]]
+    return out[["metric", *key, "n", "mean", "std", "n_diverged", "n_error", "n_missing", "n_runs"]]
 
 
 @dataclass(frozen=True)
