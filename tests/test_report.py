@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.common.metrics import calibration_bins
-from ndebench.platform.report.render.tables import latex_escape
+from ndebench.platform.report.render.sections import latex_escape
 from ndebench.platform.report.report import build_report, format_console_table, primary_metrics
 from scipy import stats as sps
 

@@ -92,8 +92,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     notes = [integrity_warning(list(files.changed))] if files.changed else []
     notes += [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
     notes += [note] if (note := machines(runs)["note"]) else []
-    # The same table objects as table.md and table.tex, seed coverage and learning flags included.
-    written.append(html_report.write_html(directory / "report.html", study, runs, list(files.tables), alpha,
+    # The same sections as table.md and table.tex, seed coverage and learning flags included.
+    written.append(html_report.write_html(directory / "report.html", study, runs, list(files.shown),
                                           notes + missing, list(files.figures),
                                           {h: found for h, (_, _, found) in groups.items()},
                                           ui_url=ui_url, experiment_id=experiment_id, ui_note=ui_note))

@@ -29,6 +29,7 @@ from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
 from ndebench.platform.report.render import sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
+from ndebench.platform.report.render.sections import md_escape
 from ndebench.platform.report.render.studyfigures import pooled_calibration, study_figures
 from ndebench.platform.report.render.tables import (
     LABELS,
@@ -39,8 +40,8 @@ from ndebench.platform.report.render.tables import (
     fmt_p,
     latex,
     markdown,
-    md_escape,
     status_line,
+    study_sections,
 )
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
@@ -52,7 +53,8 @@ REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
 @dataclass(frozen=True)
 class ReportFiles:
     """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts).
-    ``tables`` are the table objects ``table.md`` and ``table.tex`` render, for ``report.html`` to render too, and
+    ``tables`` are the statistics of the tables, ``shown`` the sections ``table.md`` and ``table.tex`` render (the
+    tables, their effect sizes and the across-dataset comparison), for ``report.html`` to render too, and
     ``paper`` the sections comparing the study with the paper's numbers (``paper=True``); ``changed`` the runs whose
     results changed after they ended (:mod:`~ndebench.platform.report.integrity`)."""
 
@@ -63,6 +65,7 @@ class ReportFiles:
     summary_json: Path
     figures: tuple[Path, ...]
     tables: tuple[Table, ...] = ()
+    shown: tuple[sections.Section, ...] = ()
     paper: tuple[sections.Section, ...] = ()
     changed: tuple[dict[str, Any], ...] = ()
 
@@ -246,7 +249,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
     return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
-                                     tuple(tables), tuple(compared)), changed or [])
+                                     tuple(tables), tuple(study_sections(study, tables, across, alpha)),
+                                     tuple(compared)), changed or [])
 
 
 def _flag_changed(files: ReportFiles, changed: list[dict[str, Any]]) -> ReportFiles:

@@ -1,24 +1,28 @@
-"""The table model of a study report and its Markdown and LaTeX renderers.
+"""The tables of a study report: their statistics, and the sections that ``table.md``, ``table.tex`` and
+``report.html`` render.
 
-A :class:`Table` is renderer-agnostic: columns are (model, dataset, metric), rows regularizers (``none``
-first), and each :class:`Cell` holds the "mean (std)" text over the ``ok`` seeds, the significance marker of
-the test against ``none``, whether it is the best of its column (bold), a note (other n, diverged or
-errored runs, missing seeds) and a ``flag`` for a cell whose model did not learn
-(:mod:`~ndebench.platform.report.learning`). :func:`markdown` and :func:`latex` render a study's tables, its
-across-dataset comparison and captions that name the metric, n, the test, alpha and the correction.
+A :class:`Table` holds the statistics of one table: columns are (model, dataset, metric), rows regularizers
+(``none`` first), and each :class:`~ndebench.platform.report.render.sections.Cell` the "mean (std)" text over the
+``ok`` seeds, the significance ``marker`` of the test against ``none``, whether it is the best of its column
+(bold), a ``note`` (other n, diverged or errored runs, missing seeds) and a ``warning`` for a cell whose model did
+not learn (:mod:`~ndebench.platform.report.learning`). :func:`study_sections` turns the tables, their effect
+sizes and the across-dataset comparison into :class:`~ndebench.platform.report.render.sections.Section` objects
+with captions that name the metric, n, the test, alpha and the correction; :func:`markdown` and :func:`latex`
+write them with :mod:`~ndebench.platform.report.render.sections`' renderers, as ``report.html`` does.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import LISTED_STATUSES
 from ndebench.platform.report.learning import FLAG, MARGIN
+from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
 
@@ -33,21 +37,9 @@ DIGITS = 3
 
 
 @dataclass
-class Cell:
-    """One rendered table cell: ``text`` ("mean (std)" or "–"), significance ``marker``, ``bold`` for the
-    best of its column, a bracketed ``note`` and ``flag`` ("did not learn", or "")."""
-
-    text: str
-    marker: str = ""
-    bold: bool = False
-    note: str = ""
-    flag: str = ""
-
-
-@dataclass
 class Table:
     """Renderer-agnostic content of one table: ``columns`` are (model, dataset, metric) and ``cells`` map
-    (regularizer, column index) to a :class:`Cell`."""
+    (regularizer, column index) to a :class:`~ndebench.platform.report.render.sections.Cell`."""
 
     title: str
     columns: list[tuple[str, str, str]]
@@ -98,7 +90,7 @@ class Table:
                 key = (model, dataset, regularizer)
                 if key in by_cell:
                     cells[(regularizer, j)] = _cell(by_cell[key], tests.get(key), usual_n, gaps.get(key, ""))
-                    cells[(regularizer, j)].flag = FLAG if key in flagged else ""
+                    cells[(regularizer, j)].warning = FLAG if key in flagged else ""
                 elif key in gaps:
                     cells[(regularizer, j)] = Cell("–", note=gaps[key])
             _bold_best(cells, j, rows, by_cell, model, dataset, metric)
@@ -138,7 +130,7 @@ def _cell(row: dict[str, Any], comparison: dict[str, Any] | None, usual_n: int, 
         notes.append(str(comparison["flag"]))
     text = "–" if n == 0 else (f"{row['mean']:.{DIGITS}f}" + (f" ({row['std']:.{DIGITS}f})" if n > 1 else ""))
     marker = comparison["marker"] if comparison is not None else ""
-    return Cell(text, marker, False, "; ".join(notes))
+    return Cell(text, marker=marker, note="; ".join(notes))
 
 
 def _bold_best(cells: dict, j: int, rows: list[str], by_cell: dict[tuple[str, str, str], dict[str, Any]],
@@ -199,12 +191,7 @@ def column_title(table: Table, dataset: str, metric: str) -> str:
     return f"{dataset} ({LABELS.get(metric, metric)})" if len(table.metric_names()) > 1 else dataset
 
 
-# Markdown ---------------------------------------------------------------------------------------------
-
-def md_escape(text: str) -> str:
-    """Escape Markdown table and emphasis characters (``|``, ``*``)."""
-    return text.replace("|", "\\|").replace("*", "\\*")
-
+# The report's own tables as sections -------------------------------------------------------------------
 
 def status_line(runs: pd.DataFrame) -> str:
     """One sentence counting the runs by status (``ok``, ``diverged``, ``error`` first), with a hint when
@@ -234,49 +221,68 @@ def failed_lines(runs: pd.DataFrame, limit: int = 50) -> list[str]:
     return lines + [""]
 
 
-def _md_cell(cell: Cell | None) -> str:
-    if cell is None:
-        return "–"
-    text = f"**{cell.text}**" if cell.bold else cell.text
-    text += md_escape(cell.marker)
-    return text + (f" [{cell.note}]" if cell.note else "") + (f" **{cell.flag}**" if cell.flag else "")
+def _label(study: str, title: str) -> str:
+    return "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", f"{study}-{title}").strip("-").lower()
 
 
-def _md_table(table: Table, alpha: float) -> list[str]:
-    header = ["regularizer"] + [f"{md_escape(m)} / {md_escape(column_title(table, d, metric))}"
-                                for m, d, metric in table.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * len(table.columns)]
-    for r in table.rows:
-        lines.append("| " + " | ".join([md_escape(r)] + [_md_cell(table.cells.get((r, j)))
-                                                            for j in range(len(table.columns))]) + " |")
-    return lines + ["", caption(table, alpha, tex=False)]
+def table_section(study: str, table: Table, alpha: float) -> Section:
+    """One per-study table: a row per regularizer, a column per (model, dataset) grouped by model."""
+    rows = [[Cell(r)] + [table.cells.get((r, j)) or Cell("–") for j in range(len(table.columns))]
+            for r in table.rows]
+    text = caption(table, alpha, tex=False)
+    return Section("Primary metric" if table.title == "primary" else table.title,
+                   ["regularizer"] + [column_title(table, d, metric) for _, d, metric in table.columns], rows,
+                   text.replace("\\*", "*"), align="l" + "r" * len(table.columns),
+                   groups=_model_width(table.columns), label=_label(study, table.title), fit=True,
+                   tex_caption=caption(table, alpha, tex=True), md_caption=text)
+
+
+def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | None:
+    """The across-dataset comparison (one row per model and regularizer), None when there is none."""
+    if across.empty:
+        return None
+    rows = [[Cell(row.model), Cell(row.regularizer), Cell(str(row.n_datasets)), Cell(_improvement(row)),
+             Cell(fmt(row.pct_change, 2, True)), Cell(f"{row.wins}/{row.n_datasets}"), Cell(fmt_p(row.p)),
+             Cell(fmt_p(row.p_holm))] for row in across.itertuples(index=False)]
+    return Section("Across datasets", ["model", "regularizer", "datasets", "mean improvement (SE) [95% CI]",
+                                       "% change", "wins", "Wilcoxon p", "Holm p"], rows, _across_caption(alpha),
+                   notes=sorted({n for n in across["note"] if n}), align="llrrrrrr", label=_label(study, "across"),
+                   fit=True)
+
+
+def effects_section(study: str, table: Table) -> Section | None:
+    """The effect sizes of ``table``'s comparisons with ``none``, None when it has none."""
+    rows = effect_rows(table)
+    if not rows:
+        return None
+    return Section("Effect sizes against none", EFFECT_HEADER, [[Cell(x) for x in row] for row in rows],
+                   effects_caption(table), align="lllrrr", label=_label(study, "effects"), fit=True)
+
+
+def study_sections(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> list[Section]:
+    """The sections of ``table.md``, ``table.tex`` and the top of ``report.html``: the tables, the effect sizes of
+    the first one and the across-dataset comparison."""
+    found = [table_section(study, t, alpha) for t in tables]
+    found += [effects_section(study, tables[0])] if tables else []
+    return [s for s in [*found, across_section(study, across, alpha)] if s is not None]
 
 
 def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
-    """``table.md`` of a study: the run counts, each table with its caption, the across-dataset comparison
-    and the runs that did not finish ok."""
+    """``table.md`` of a study: the run counts, each table with its caption, the cells that did not learn, the
+    effect sizes, the across-dataset comparison and the runs that did not finish ok."""
     lines = [f"# Study {study}", "", status_line(runs), ""]
-    for table in tables:
-        title = "Primary metric" if table.title == "primary" else table.title
-        lines += [f"## {title}", "", *_md_table(table, alpha), ""]
-    lines += flagged_lines(tables[0]) if tables else []
-    lines += effects_markdown(tables[0]) if tables else []
-    lines += ["## Across datasets", "", *_md_across(across, alpha), "", *failed_lines(runs)]
+    lines += [line for t in tables for line in (to_markdown(table_section(study, t, alpha)).rstrip("\n"), "")]
+    if tables:
+        effects = effects_section(study, tables[0])
+        lines += flagged_lines(tables[0]) + ([to_markdown(effects).rstrip("\n"), ""] if effects else [])
+    section = across_section(study, across, alpha)
+    if section is None:
+        lines += ["## Across datasets", "", "No regularizer shares a dataset with the baseline none.", ""]
+    else:
+        notes = [""] + [f"- {n}" for n in section.notes] if section.notes else []
+        lines += [to_markdown(replace(section, notes=[])).rstrip("\n"), *notes, ""]
+    lines += failed_lines(runs)
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def _md_across(across: pd.DataFrame, alpha: float) -> list[str]:
-    if across.empty:
-        return ["No regularizer shares a dataset with the baseline none."]
-    lines = ["| model | regularizer | datasets | mean improvement (SE) [95% CI] | % change | wins | Wilcoxon p | "
-             "Holm p |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for row in across.itertuples(index=False):
-        lines.append(f"| {md_escape(row.model)} | {md_escape(row.regularizer)} | {row.n_datasets} | "
-                     f"{_improvement(row)} | {fmt(row.pct_change, 2, True)} | "
-                     f"{row.wins}/{row.n_datasets} | {fmt_p(row.p)} | {fmt_p(row.p_holm)} |")
-    lines += ["", _across_caption(alpha)]
-    notes = sorted({n for n in across["note"] if n})
-    return lines + ([""] + [f"- {n}" for n in notes] if notes else [])
 
 
 def _improvement(row: tuple) -> str:
@@ -308,82 +314,11 @@ def fmt_p(p: float) -> str:
     return f"{p:.2e}" if p < 1e-4 else f"{p:.4f}"
 
 
-# LaTeX ------------------------------------------------------------------------------------------------
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-# Shrinks a table wider than the text to fit, leaves narrower ones at their natural size (graphicx).
-_FIT_WIDTH = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
-
-
-def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters (``continuum_dropout`` -> ``continuum\\_dropout``)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
-
-
-def _tex_cell(cell: Cell | None) -> str:
-    if cell is None:
-        return "--"
-    text = latex_escape(cell.text).replace("–", "--")
-    text = rf"\textbf{{{text}}}" if cell.bold else text
-    if cell.marker:
-        text += "$^{" + cell.marker.replace("†", r"\dagger") + "}$"
-    text += rf" {{\scriptsize [{latex_escape(cell.note)}]}}" if cell.note else ""
-    return text + (rf" {{\scriptsize\itshape {cell.flag}}}" if cell.flag else "")
-
-
-def _label(study: str, title: str) -> str:
-    return "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", f"{study}-{title}").strip("-").lower()
-
-
-def _tex_table(study: str, table: Table, alpha: float) -> list[str]:
-    k = len(table.columns)
-    groups = _model_width(table.columns)
-    group_row = [""] + [rf"\multicolumn{{{w}}}{{c}}{{{latex_escape(m)}}}" for m, w in groups]
-    rules, start = [], 2
-    for _, w in groups:
-        rules.append(rf"\cmidrule(lr){{{start}-{start + w - 1}}}")
-        start += w
-    lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{caption(table, alpha, tex=True)}}}",
-             rf"\label{{{_label(study, table.title)}}}",
-             _FIT_WIDTH, rf"\begin{{tabular}}{{l{'c' * k}}}", r"\toprule",
-             " & ".join(group_row) + r" \\", " ".join(rules),
-             " & ".join(["Regularizer"] + [latex_escape(column_title(table, d, m)) for _, d, m in table.columns])
-             + r" \\", r"\midrule"]
-    for r in table.rows:
-        lines.append(" & ".join([latex_escape(r)] + [_tex_cell(table.cells.get((r, j))) for j in range(k)]) + r" \\")
-    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
-
-
-def _tex_across(study: str, across: pd.DataFrame, alpha: float) -> list[str]:
-    if across.empty:
-        return []
-    lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{latex_escape(_across_caption(alpha))}}}", rf"\label{{{_label(study, 'across')}}}",
-             _FIT_WIDTH, r"\begin{tabular}{llrrrrrr}", r"\toprule",
-             r"Model & Regularizer & Datasets & Improvement (SE) & \% change & Wins & Wilcoxon $p$ & Holm $p$ \\",
-             r"\midrule"]
-    for row in across.itertuples(index=False):
-        lines.append(" & ".join([latex_escape(row.model), latex_escape(row.regularizer), str(row.n_datasets),
-                                 latex_escape(_improvement(row)),
-                                 fmt(row.pct_change, 2, True), f"{row.wins}/{row.n_datasets}",
-                                 fmt_p(row.p), fmt_p(row.p_holm)]) + r" \\")
-    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
-
-
 def latex(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
-    """``table.tex`` of a study: one booktabs ``table`` per table, then the across-dataset comparison."""
-    lines = [f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.", ""]
-    for table in tables:
-        lines += _tex_table(study, table, alpha)
-    lines += _tex_effects(study, tables[0]) if tables else []
-    return "\n".join(lines + _tex_across(study, across, alpha))
+    """``table.tex`` of a study: one booktabs ``table`` per section of :func:`study_sections`."""
+    return (f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.\n\n"
+            + "\n".join(to_latex(s) for s in study_sections(study, tables, across, alpha)))
 
-
-# Effect sizes ------------------------------------------------------------------------------------------
 
 def interval(low: float, high: float, digits: int = DIGITS) -> str:
     """``[low, high]`` with signs, or ``""`` when the interval is undefined."""
@@ -413,26 +348,3 @@ def effects_caption(table: Table) -> str:
 
 
 EFFECT_HEADER = ["model", "dataset", "regularizer", "n", "difference [95% CI]", "Hedges' g [95% CI]"]
-
-
-def effects_markdown(table: Table) -> list[str]:
-    """The Markdown effect-size section of ``table`` (nothing when it has no comparison)."""
-    rows = effect_rows(table)
-    if not rows:
-        return []
-    lines = ["## Effect sizes against none", "", "| " + " | ".join(EFFECT_HEADER) + " |",
-             "|---|---|---|---:|---:|---:|"]
-    lines += ["| " + " | ".join(md_escape(x) for x in row) + " |" for row in rows]
-    return lines + ["", effects_caption(table), ""]
-
-
-def _tex_effects(study: str, table: Table) -> list[str]:
-    rows = effect_rows(table)
-    if not rows:
-        return []
-    lines = [r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(effects_caption(table))}}}",
-             rf"\label{{{_label(study, 'effects')}}}", _FIT_WIDTH, r"\begin{tabular}{lllrrr}", r"\toprule",
-             " & ".join(latex_escape(h) for h in EFFECT_HEADER) + r" \\", r"\midrule"]
-    lines += [" & ".join(latex_escape(x) for x in row) + r" \\" for row in rows]
-    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
-
