@@ -240,9 +240,9 @@ def test_report_html_is_self_contained(crafted):
     page = _Page()
     page.feed(text)
     sections = text.count("<section>")
-    # Sections: 2 main tables, the effect sizes, the across-dataset comparison (as in table.md), 6 p x m, 3 per-rate,
-    # 3 time, 3 summaries, the runs, and the figures (no table).
-    assert page.tables == sections - 1 == 2 + 1 + 1 + 6 + 3 + 3 + 3 + 1
+    # Sections: 2 main tables, the tests against none of each, the across-dataset comparison (as in table.md),
+    # 6 p x m, 3 per-rate, 3 time, 3 summaries, the runs, and the figures (no table).
+    assert page.tables == sections - 1 == 2 + 2 + 1 + 6 + 3 + 3 + 3 + 1
     assert not re.search(r'src="(?!data:)', text) and "<link" not in text  # nothing loaded from elsewhere
     assert len(page.images) >= 6 + 3 + 6
     for src in page.images:

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report.cellstats import cell_statistics
+from ndebench.platform.report.render.html_report import write_html
 from ndebench.platform.report.report import build_report
 from ndebench.platform.report.statistics.effects import effect_sizes, mean_interval
 from ndebench.platform.report.statistics.stats import compare_across_datasets, compare_to_baseline
@@ -98,8 +99,28 @@ def test_the_report_shows_the_effect_sizes(tmp_path):
     files = build_report(_study(), tmp_path, "s")
     text = files.table_md.read_text()
     g = effect_sizes(A, B)["hedges_g"]
-    assert "## Effect sizes against none" in text and f"{g:+.2f} [" in text
+    assert "## Tests against none" in text and f"{g:+.2f} [" in text
     assert "Hedges' g" in files.table_tex.read_text()
+
+
+def test_every_tested_cell_has_its_t_df_and_p_in_table_md_table_tex_and_report_html(tmp_path):
+    study = _study().assign(test_nll=lambda frame: 1 - frame["test_accuracy"])
+    files = build_report(study, tmp_path, "s", correction="holm", figures="none")
+    result = stats.ttest_ind(A, B)
+    # Holm over the table's 3 equal p-values multiplies each by 3.
+    p, holm, t = f"{result.pvalue:.4f}", f"{min(1.0, 3 * result.pvalue):.4f}", f"{result.statistic:.2f}"
+    md, tex = files.table_md.read_text(), files.table_tex.read_text()
+    page = write_html(tmp_path / "report.html", "s", study, list(files.shown), [], [], {}).read_text()
+    assert "## Tests against none\n" in md and "## Tests against none: NLL\n" in md
+    assert "| t (df) | p | p (holm) | Hedges' g [95% CI] |" in md
+    for dataset in ("d1", "d2", "d3"):  # a row in both tables (accuracy, NLL)
+        assert md.count(f"| m | {dataset} | continuum_dropout | 5 vs 5 |") == 2
+    # The same shift on every dataset: 3 rows with +t (accuracy) and 3 with -t (NLL), in each format.
+    assert md.count(f" | +{t} (8) | {p} | {holm} | ") == md.count(f" | -{t} (8) | {p} | {holm} | ") == 3
+    assert tex.count(f"& +{t} (8) & {p} & {holm} &") == tex.count(f"& -{t} (8) & {p} & {holm} &") == 3
+    assert page.count(f"<td>+{t} (8)</td><td>{p}</td><td>{holm}</td>") == 3
+    assert page.count(f"<td>-{t} (8)</td><td>{p}</td><td>{holm}</td>") == 3
+    assert md.count("the two-sided Student's two-sample t-test") == 2 and "Each cell's p-value: \"Tests against" in md
 
 
 @pytest.mark.parametrize("test", ["student", "welch", "paired"])

@@ -158,7 +158,13 @@ def caption(table: Table, alpha: float, tex: bool) -> str:
                 "or with diverged/errored runs, say so in brackets). ")
             + significance.caption(table.correction, n_tests, alpha, tex)
             + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; "
-                  f"bold: best mean per column ({directions})." + _protocol_sentence(table) + _flag_sentence(table)))
+                  f"bold: best mean per column ({directions}). Each cell's p-value: \"{tests_title(table)}\"."
+                  + _protocol_sentence(table) + _flag_sentence(table)))
+
+
+def tests_title(table: Table) -> str:
+    """The title of the section with the tests of ``table``'s cells against ``none``."""
+    return "Tests against none" + ("" if table.title == "primary" else f": {table.title}")
 
 
 def _flag_sentence(table: Table) -> str:
@@ -251,30 +257,32 @@ def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | 
 
 
 def effects_section(study: str, table: Table) -> Section | None:
-    """The effect sizes of ``table``'s comparisons with ``none``, None when it has none."""
+    """The test of every cell of ``table`` against ``none``, with its effect sizes; None when it has none."""
     rows = effect_rows(table)
     if not rows:
         return None
-    return Section("Effect sizes against none", EFFECT_HEADER, [[Cell(x) for x in row] for row in rows],
-                   effects_caption(table), align="lllrrr", label=_label(study, "effects"), fit=True)
+    align = "lllr" + "r" * (len(rows[0]) - 4)
+    return Section(tests_title(table), effect_header(table), [[Cell(x) for x in row] for row in rows],
+                   effects_caption(table), align=align, label=_label(study, f"effects {table.title}"), fit=True)
 
 
 def study_sections(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> list[Section]:
-    """The sections of ``table.md``, ``table.tex`` and the top of ``report.html``: the tables, the effect sizes of
-    the first one and the across-dataset comparison."""
+    """The sections of ``table.md``, ``table.tex`` and the top of ``report.html``: the tables, the test of every
+    tested cell of each with its p-value and effect sizes, and the across-dataset comparison."""
     found = [table_section(study, t, alpha) for t in tables]
-    found += [effects_section(study, tables[0])] if tables else []
+    found += [effects_section(study, t) for t in tables]
     return [s for s in [*found, across_section(study, across, alpha)] if s is not None]
 
 
 def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
     """``table.md`` of a study: the run counts, each table with its caption, the cells that did not learn, the
-    effect sizes, the across-dataset comparison and the runs that did not finish ok."""
+    tests against none with their p-values and effect sizes, the across-dataset comparison and the runs that did
+    not finish ok."""
     lines = [f"# Study {study}", "", status_line(runs), ""]
     lines += [line for t in tables for line in (to_markdown(table_section(study, t, alpha)).rstrip("\n"), "")]
-    if tables:
-        effects = effects_section(study, tables[0])
-        lines += flagged_lines(tables[0]) + ([to_markdown(effects).rstrip("\n"), ""] if effects else [])
+    lines += flagged_lines(tables[0]) if tables else []
+    lines += [line for t in tables if (effects := effects_section(study, t))
+              for line in (to_markdown(effects).rstrip("\n"), "")]
     section = across_section(study, across, alpha)
     if section is None:
         lines += ["## Across datasets", "", "No regularizer shares a dataset with the baseline none.", ""]
@@ -327,24 +335,41 @@ def interval(low: float, high: float, digits: int = DIGITS) -> str:
     return f"[{fmt(low, digits, True)}, {fmt(high, digits, True)}]"
 
 
+def _df(df: float) -> str:
+    return "n/a" if not math.isfinite(df) else (str(int(df)) if float(df).is_integer() else f"{df:.1f}")
+
+
 def effect_rows(table: Table) -> list[list[str]]:
     """Per comparison of ``table`` with ``none``: model, dataset, regularizer, n vs n_baseline, the raw
-    difference with its 95% interval and Hedges' g with its interval."""
+    difference with its 95% interval, the test's t with its degrees of freedom, its two-sided p (and the p after
+    the table's correction, when there is one) and Hedges' g with its interval."""
     rows = []
     for c in table.comparisons.sort_values(stats.CELL).itertuples(index=False):
+        adjusted = [fmt_p(c.p_adjusted)] if table.correction != "none" else []
         rows.append([c.model, c.dataset, c.regularizer, f"{c.n} vs {c.n_baseline}",
                      f"{fmt(c.difference, sign=True)} {interval(c.diff_ci_low, c.diff_ci_high)}".strip(),
+                     f"{fmt(c.t, 2, True)} ({_df(c.df)})", fmt_p(c.p), *adjusted,
                      f"{fmt(c.hedges_g, 2, True)} {interval(c.hedges_g_ci_low, c.hedges_g_ci_high, 2)}".strip()])
     return rows
 
 
+def effect_header(table: Table) -> list[str]:
+    """The columns of :func:`effect_rows`."""
+    adjusted = [f"p ({table.correction})"] if table.correction != "none" else []
+    return ["model", "dataset", "regularizer", "n", "difference [95% CI]", "t (df)", "p", *adjusted,
+            "Hedges' g [95% CI]"]
+
+
 def effects_caption(table: Table) -> str:
-    """What the effect-size table shows, naming the test its intervals match."""
-    return (f"Difference = regularizer mean minus {BASELINE} mean on the primary metric (raw: for NLL and "
-            f"ECE a negative difference is better), with the 95% confidence interval of the "
-            f"{TEST_NAMES[table.test]}. Hedges' g: the difference in standard deviations (pooled for Student, "
+    """What the test table shows, naming the test behind its p-values and intervals."""
+    metric = ("the primary metric" if table.title == "primary"
+              else " / ".join(LABELS.get(m, m) for m in table.metric_names()))
+    adjusted = (f"; p ({table.correction}): after the table's {table.correction} correction, which the markers "
+                "use" if table.correction != "none" else "")
+    return (f"Each regularizer against {BASELINE} within its model and dataset on {metric}: the two-sided "
+            f"{TEST_NAMES[table.test]}, its t (degrees of freedom) and p-value{adjusted}. "
+            f"Difference = regularizer mean minus {BASELINE} mean (raw: for NLL and "
+            f"ECE a negative difference is better), with the 95% confidence interval of the same test. "
+            "Hedges' g: the difference in standard deviations (pooled for Student, "
             "the average variance for Welch, the paired differences' for paired) times the small-sample "
             "correction, with the normal-approximation 95% interval of Hedges & Olkin (1985).")
-
-
-EFFECT_HEADER = ["model", "dataset", "regularizer", "n", "difference [95% CI]", "Hedges' g [95% CI]"]
