@@ -139,41 +139,20 @@ def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
 
 
 def results(study: str, uri: str | None = None) -> pd.DataFrame:
-    """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`): one row per
-    evaluate-phase trial run (sorted by model, dataset, regularizer and seed), what ``ndebench report`` tabulates.
-
-    Columns: ``run_id, study, model, dataset, regularizer`` (the variant label, e.g.
-    ``continuum_dropout[p=0.3,m=50]``, for runs of fixed-parameter variant cells), ``variant, label, seed,
-    status`` (``ok``, ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash,
-    test_protocol, metric`` (the dataset's primary metric), ``n_mc, p, m, rate`` (the regularizer's
-    parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
-    runs), ``parent_run_id`` and ``params.<key>`` (the run's flat config, one column per key, e.g.
-    ``params.training.lr``, values parsed back from strings; missing where a run lacks the key). Raises
-    ``ValueError`` when the study is not in the tracking store."""
-    from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
+    """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`), what ``ndebench report``
+    tabulates: :func:`~ndebench.platform.record.runs.study_frame`, one row per evaluate-phase trial run with the cell
+    key as columns (``model, dataset, regularizer, variant, label, n_mc``), ``seed, status`` (``ok``,
+    ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash, test_protocol, metric`` (the
+    dataset's primary metric), ``p, m, rate`` (the regularizer's parameters, NaN where absent), the ``test_*``
+    metrics, ``calibration`` (reliability bins of ``ok`` runs), ``parent_run_id`` and ``params.<key>`` (the run's
+    flat config, e.g. ``params.training.lr``, values parsed back from strings). Raises ``ValueError`` when the
+    study is not in the tracking store."""
+    from ndebench.platform.record.runs import study_frame
     from ndebench.platform.record.tracking import require_study
-    from ndebench.platform.report.analyses import label_variants
 
     uri = tracking_uri(uri)
     require_study(uri, study)
-    found = recorded(uri, study)
-    frame = runs_frame(uri, study, histories=False, runs=found)
-    runs = label_variants(evaluate_runs(uri, study, variants=True, runs=found), frame)
-    if runs.empty or frame.empty:
-        return runs
-    extra = ["run_id", *(c for c in frame.columns if c not in runs.columns and c != "params")]
-    merged = runs.merge(_flat_params(frame)[extra + _param_columns(frame)], on="run_id", how="left")
-    return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
-
-
-def _flat_params(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with its ``params`` dicts spread into ``params.<key>`` columns (as ``mlflow.search_runs``)."""
-    params = pd.DataFrame(list(frame["params"]), index=frame.index).add_prefix("params.")
-    return pd.concat([frame.drop(columns="params"), params[sorted(params.columns)]], axis=1)
-
-
-def _param_columns(frame: pd.DataFrame) -> list[str]:
-    return sorted({f"params.{key}" for params in frame["params"] for key in params})
+    return study_frame(uri, study)
 
 
 def studies(uri: str | None = None) -> pd.DataFrame:
@@ -202,7 +181,7 @@ def trials(study: str, phase: str = "tune", uri: str | None = None) -> pd.DataFr
     ``seed`` (int), ``status``, ``start_time`` (UTC), the validation metrics the trial reported to Ray Tune
     (``val_*``: its selected epoch's values, where recorded, else the last epoch's) and ``params.<key>`` (its
     sampled and fixed config). ``ValueError`` for an unknown phase or study."""
-    from ndebench.platform.record.runs import parse_param
+    from ndebench.platform.record.runs import flat_params, parse_param
     from ndebench.platform.record.schema import TAG
     from ndebench.platform.record.searchtrials import RESULT_PREFIX
     from ndebench.platform.record.tracking import require_study, run_status, search
@@ -224,7 +203,7 @@ def trials(study: str, phase: str = "tune", uri: str | None = None) -> pd.DataFr
     if not rows:
         return pd.DataFrame(columns=["run_id", "cell_run_id", "cell", "model", "dataset", "regularizer", "seed",
                                      "status", "start_time"])
-    return _flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)
+    return flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)
 
 
 def figures(runs: pd.DataFrame, metric: str | None = None) -> dict[str, Figure]:

@@ -33,7 +33,7 @@ def test_load_from_a_dict_or_a_file_with_overrides_then_validate(tmp_path):
 
 
 def test_report_from_a_results_frame_returns_its_tables_as_text(tmp_path):
-    runs = study_frame().pipe(lambda frame: frame.assign(regularizer=frame["label"]))  # as api.results labels
+    runs = study_frame()  # api.results' columns: the tables name their rows by `label`
     rep = api.report(runs, tmp_path)
     assert rep.files.directory == tmp_path / "crafted"
     assert rep.markdown == rep.files.table_md.read_text() and rep.latex == rep.files.table_tex.read_text()
@@ -68,7 +68,9 @@ def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
         _record(uri, "continuum_dropout", seed, 0.7 + 0.02 * seed, "continuum_dropout[p=0.3]", 0.3)
     runs = api.results("nb", uri)
     assert len(runs) == 4 and set(runs["status"]) == {"ok"} and set(runs["metric"]) == {"accuracy"}
-    assert set(runs["regularizer"]) == {"none", "continuum_dropout[p=0.3]"}
+    # The cell key as columns: the regularizer trained with, and the cell's name, which the tables show.
+    assert set(runs["regularizer"]) == {"none", "continuum_dropout"}
+    assert set(runs["label"]) == {"none", "continuum_dropout[p=0.3]"}
     variant = runs[runs["variant"] != ""]
     assert variant["p"].tolist() == [0.3] * 2
     assert variant["params.regularizer.p"].tolist() == [0.3] * 2

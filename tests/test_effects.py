@@ -126,11 +126,16 @@ def test_every_tested_cell_has_its_t_df_and_p_in_table_md_table_tex_and_report_h
 @pytest.mark.parametrize("test", ["student", "welch", "paired"])
 def test_cell_runs_get_the_difference_its_interval_and_g_of_the_report_test(test):
     # The baseline's rows are listed in reverse seed order: the paired test must match runs by seed, not by row.
-    rows = [("continuum_dropout", s, a) for s, a in enumerate(A)] + [("none", s, B[s]) for s in reversed(range(5))]
-    runs = pd.DataFrame([{"model": "m", "dataset": "d", "regularizer": r, "seed": s, "status": "ok",
-                          "metric": "accuracy", "test_accuracy": v, "test_nll": 1 - v} for r, s, v in rows])
-    out = cell_statistics(runs, [("m", "d", "continuum_dropout"), ("m", "d", "none")], test)
+    # A variant cell of none (its own label, regularizer none) is a cell of its own, compared with none.
+    rows = ([("continuum_dropout", "continuum_dropout", s, a) for s, a in enumerate(A)]
+            + [("none", "none[n_mc=8]", s, a) for s, a in enumerate(A)]
+            + [("none", "none", s, B[s]) for s in reversed(range(5))])
+    runs = pd.DataFrame([{"model": "m", "dataset": "d", "regularizer": r, "label": label, "seed": s, "status": "ok",
+                          "metric": "accuracy", "test_accuracy": v, "test_nll": 1 - v} for r, label, s, v in rows])
+    out = cell_statistics(runs, [("m", "d", "continuum_dropout"), ("m", "d", "none"), ("m", "d", "none[n_mc=8]")],
+                          test)
     cd, base = out[("m", "d", "continuum_dropout")], out[("m", "d", "none")]
+    assert out[("m", "d", "none[n_mc=8]")] == pytest.approx(cd, rel=1e-12)
     if test == "paired":
         result, d = stats.ttest_rel(A, B), A - B
         g = d.mean() / d.std(ddof=1) * (1 - 3 / (4 * (len(d) - 1) - 1))

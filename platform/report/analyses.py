@@ -19,20 +19,17 @@ from ndebench.platform.report.paper.comparison import EXTENSION
 from ndebench.platform.report.render import html_report, sections
 
 
-def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (from ``runs.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
-    runs that belong to fixed-parameter variant cells (``frame`` from ``runs.runs_frame``), so that each
-    variant is its own row of the per-study tables; a run with ``scope: time`` (ndebench's extension, not the
-    paper's method) gets ``scope=time`` in its label."""
-    if frame.empty or "run_id" not in runs:
+def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) as the tables, which key their
+    rows on ``regularizer``, name them: each cell by its ``label`` column, so that each fixed-parameter variant is a
+    row of its own, and a run with ``scope: time`` (ndebench's extension, not the paper's method) with
+    ``scope=time`` in its name. A frame without ``label`` is named by its regularizers already."""
+    if "label" not in runs:
         return runs
-    labels = frame.set_index("run_id")["label"]
-    if "params" in frame:
-        # scope: time (ndebench's extension) is labelled so that no table shows it under the paper's name
-        scoped = frame.set_index("run_id")["params"].map(lambda p: isinstance(p, dict)
-                                                         and p.get("regularizer.scope") == "time")
-        labels = labels.where(~scoped, labels.map(_extension_label))
-    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"], strict=True)])
+    labels = runs["label"].where(runs["label"].fillna("") != "", runs["regularizer"])
+    if "params.regularizer.scope" in runs:
+        labels = labels.where(runs["params.regularizer.scope"] != "time", labels.map(_extension_label))
+    return runs.assign(regularizer=labels)
 
 
 def _extension_label(label: str) -> str:

@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
-from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
-from ndebench.platform.report.analyses import label_variants, write_analyses
+from ndebench.platform.record.runs import recorded, runs_frame, study_frame
+from ndebench.platform.report.analyses import table_rows, write_analyses
 from ndebench.platform.report.integrity import changed_runs, study_changes
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
@@ -66,10 +66,12 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
            protocol: dict[str, str] | None = None, changed: list[dict[str, Any]] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
-    (``api.results``, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
-    ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
-    for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
-    ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
+    (:func:`~ndebench.platform.record.runs.study_frame`, as ``api.results`` returns it, its rows named by ``label``
+    (:func:`~ndebench.platform.report.analyses.table_rows`); or any frame with the columns ``model, dataset,
+    regularizer, seed, status`` and ``test_*``), written to ``out_dir/<study>/`` by
+    :func:`~ndebench.platform.report.report.build_report` (see it for the statistics: mean (sample std) over
+    seeds, two-sided ``test`` against ``none`` at ``alpha`` with ``correction``, the primary ``metric`` of each
+    dataset unless one is given; cells name the
     ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
     ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
     figures; ``figures`` (``auto``, ``all``, ``summary``, ``none``) chooses which figures are drawn,
@@ -79,9 +81,10 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned seeds
     and (unless given) the learning curves read from there, of one seed per cell of the pairs whose figures are
     drawn (:func:`~ndebench.platform.report.learning.curve_runs`), the finished runs left out as duplicates in
-    ``table.md``, the paper's further analyses and ``report.html`` from ``frame`` (default
-    :func:`~ndebench.platform.record.runs.runs_frame` of the study), and every file logged as an artifact of the
-    study's MLflow run; ``left_out`` (:func:`~ndebench.platform.record.completeness.left_out_finished`) and
+    ``table.md``, the paper's further analyses and ``report.html`` from ``frame`` (default: the study frame
+    with its times, :func:`~ndebench.platform.record.runs.study_frame`), and every file logged as an artifact of
+    the study's MLflow run; ``left_out``
+    (:func:`~ndebench.platform.record.completeness.left_out_finished`) and
     ``changed`` (:func:`~ndebench.platform.report.integrity.changed_runs`) spare reading the study's runs again.
     ``paper``: the study beside the Continuum Dropout paper's reported numbers
     (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
@@ -92,7 +95,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
+    runs = table_rows(runs)
     if uri is not None:
+        frame = study_frame(uri, study, histories=True) if frame is None else frame
         planned_seeds = recorded_seeds(uri, study) if planned_seeds is None else planned_seeds
         mode, _ = figure_mode(figures, pair_count(runs))
         if curves is None and mode != "none":
@@ -139,7 +144,7 @@ def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, fram
     if has_results(runs):
         experiment = tracking.client(uri).get_experiment_by_name(study)
         paths += write_analyses(
-            runs_frame(uri, study) if frame is None else frame, runs, files, study, alpha=alpha,
+            frame, runs, files, study, alpha=alpha,
             reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
             experiment_id=experiment.experiment_id if experiment else None, **report_ui(uri))
     tracking.log_report_artifacts(uri, study, [*files.paths, *paths])
@@ -159,19 +164,18 @@ def report_ui(uri: str) -> dict[str, str]:
 def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test: str, alpha: float,
                  correction: str, figures: str, failed: Mapping[str, str] | None = None,
                  paper: bool = False) -> Report | None:
-    """``ndebench report --study``: the study's evaluate runs read from ``uri`` (absolute, the study in it),
-    variant runs labelled, reported by :func:`report` with everything the command writes. ``None`` when no
-    evaluate run finished and cells ``failed``; ``ValueError`` when the study's evaluate runs are missing."""
+    """``ndebench report --study``: the study's frame (:func:`~ndebench.platform.record.runs.study_frame`, with
+    its times) read from ``uri`` (absolute, the study in it), reported by :func:`report` with everything the
+    command writes. ``None`` when no evaluate run finished and cells ``failed``; ``ValueError`` when the study's
+    evaluate runs are missing."""
     found = recorded(uri, study)
-    runs = evaluate_runs(uri, study, variants=True, runs=found)
+    runs = study_frame(uri, study, histories=True, runs=found)
     if runs.empty and failed:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    frame = runs_frame(uri, study, runs=found)
     left_out, changed = left_out_finished(uri, study, found), changed_runs(found)
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
     del found
-    return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out, paper=paper,
-                  changed=changed)
+    return report(runs, out_dir, study, test=test, alpha=alpha, correction=correction, uri=uri, frame=runs,
+                  failed=failed, figures=figures, left_out=left_out, paper=paper, changed=changed)
