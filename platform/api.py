@@ -170,40 +170,17 @@ def studies(uri: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["study", "experiment_id", "created", "updated"])
 
 
-SEARCH_PHASES = ("base", "tune")
-
-
 def trials(study: str, phase: str = "tune", uri: str | None = None) -> pd.DataFrame:
     """The search trials of ``study``'s stage ``phase`` (``base``: the shared base search, ``tune``: the
-    per-cell search) at ``uri``: one row per trial run (not the cell runs), oldest first.
+    per-cell search) at ``uri`` (default :func:`tracking_uri`): one row per trial run, oldest first
+    (:func:`~ndebench.platform.record.runs.trials_frame`, which names the columns). ``ValueError`` for an unknown
+    phase or study."""
+    from ndebench.platform.record.runs import trials_frame
+    from ndebench.platform.record.tracking import require_study
 
-    Columns: ``run_id``, ``cell_run_id`` (the cell run above it), ``cell, model, dataset, regularizer``,
-    ``seed`` (int), ``status``, ``start_time`` (UTC), the validation metrics the trial reported to Ray Tune
-    (``val_*``: its selected epoch's values, where recorded, else the last epoch's) and ``params.<key>`` (its
-    sampled and fixed config). ``ValueError`` for an unknown phase or study."""
-    from ndebench.platform.record.runs import flat_params, parse_param
-    from ndebench.platform.record.schema import TAG
-    from ndebench.platform.record.searchtrials import RESULT_PREFIX
-    from ndebench.platform.record.tracking import require_study, run_status, search
-
-    if phase not in SEARCH_PHASES:
-        raise ValueError(f"unknown search phase {phase!r}; valid: {', '.join(SEARCH_PHASES)}")
     uri = tracking_uri(uri)
     require_study(uri, study)
-    rows = []
-    for run in search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'"):
-        tags, metrics = run.data.tags, run.data.metrics
-        chosen = {k[len(RESULT_PREFIX):]: v for k, v in metrics.items() if k.startswith(f"{RESULT_PREFIX}val_")}
-        rows.append({"run_id": run.info.run_id, "cell_run_id": tags.get("mlflow.parentRunId", ""),
-                     **{key: tags.get(f"{TAG}{key}", "") for key in ("cell", "model", "dataset", "regularizer")},
-                     "seed": int(tags.get(f"{TAG}seed", "0") or 0), "status": run_status(run),
-                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
-                     **{k: v for k, v in sorted(metrics.items()) if k.startswith("val_")}, **chosen,
-                     "params": {k: parse_param(v) for k, v in run.data.params.items()}})
-    if not rows:
-        return pd.DataFrame(columns=["run_id", "cell_run_id", "cell", "model", "dataset", "regularizer", "seed",
-                                     "status", "start_time"])
-    return flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)
+    return trials_frame(uri, study, phase)
 
 
 def figures(runs: pd.DataFrame, metric: str | None = None) -> dict[str, Figure]:

@@ -32,9 +32,11 @@ import pandas as pd
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
+from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_run, mean_over_epochs
 
 PARAMS = ("p", "m", "rate")
+SEARCH_PHASES = ("base", "tune")
 
 
 def parse_param(text: str) -> Any:
@@ -214,3 +216,29 @@ def flat_params(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with its ``params`` dicts spread into ``params.<key>`` columns (as ``mlflow.search_runs``)."""
     params = pd.DataFrame(list(frame["params"]), index=frame.index).add_prefix("params.")
     return pd.concat([frame.drop(columns="params"), params[sorted(params.columns)]], axis=1)
+
+
+def trials_frame(uri: str, study: str, phase: str = "tune") -> pd.DataFrame:
+    """The search trials of ``study``'s stage ``phase`` (``base``: the shared base search, ``tune``: the
+    per-cell search): one row per trial run (not the cell runs), oldest first.
+
+    Columns: ``run_id``, ``cell_run_id`` (the cell run above it), ``cell, model, dataset, regularizer``,
+    ``seed`` (int), ``status``, ``start_time`` (UTC), the validation metrics the trial reported to Ray Tune
+    (``val_*``: its selected epoch's values, where recorded, else the last epoch's) and ``params.<key>`` (its
+    sampled and fixed config). ``ValueError`` for an unknown phase."""
+    if phase not in SEARCH_PHASES:
+        raise ValueError(f"unknown search phase {phase!r}; valid: {', '.join(SEARCH_PHASES)}")
+    rows = []
+    for run in tracking.search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'"):
+        tags, metrics = run.data.tags, run.data.metrics
+        chosen = {k[len(RESULT_PREFIX):]: v for k, v in metrics.items() if k.startswith(f"{RESULT_PREFIX}val_")}
+        rows.append({"run_id": run.info.run_id, "cell_run_id": tags.get("mlflow.parentRunId", ""),
+                     **{key: tags.get(f"{TAG}{key}", "") for key in ("cell", "model", "dataset", "regularizer")},
+                     "seed": int(tags.get(f"{TAG}seed", "0") or 0), "status": tracking.run_status(run),
+                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
+                     **{k: v for k, v in sorted(metrics.items()) if k.startswith("val_")}, **chosen,
+                     "params": {k: parse_param(v) for k, v in run.data.params.items()}})
+    if not rows:
+        return pd.DataFrame(columns=["run_id", "cell_run_id", "cell", "model", "dataset", "regularizer", "seed",
+                                     "status", "start_time"])
+    return flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)
