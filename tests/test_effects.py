@@ -155,3 +155,17 @@ def test_cell_runs_get_the_difference_its_interval_and_g_of_the_report_test(test
     assert cd["mean_test_accuracy"] == pytest.approx(A.mean())
     assert cd["n"] == 5 and cd["mean_test_nll"] == pytest.approx(1 - A.mean())
     assert "diff_vs_none" not in base and base["std_test_accuracy"] == pytest.approx(B.std(ddof=1))
+
+
+def test_a_regularizer_on_one_dataset_gets_no_wilcoxon_row_and_the_report_says_why(tmp_path):
+    study = _study()
+    one = build_report(study[study["dataset"] == "d1"], tmp_path / "one", "s", figures="none").table_md.read_text()
+    across = one.split("## Across datasets")[1]
+    assert "Wilcoxon p" not in across and "No table: a (model, regularizer) that shares a single dataset" in across
+    # jump_diffusion shares d1 only: its row is left out, continuum_dropout's (3 datasets) stays.
+    jump = study[study["dataset"] == "d1"].assign(regularizer=lambda f: f["regularizer"].where(
+        f["regularizer"] == "none", "jump_diffusion"))
+    mixed = build_report(pd.concat([study, jump[jump["regularizer"] != "none"]]), tmp_path / "mixed", "s",
+                         figures="none").table_md.read_text().split("## Across datasets")[1]
+    assert "| m | continuum_dropout | 3 |" in mixed and "| m | jump_diffusion |" not in mixed
+    assert "- 1 row(s) left out: a (model, regularizer) that shares a single dataset" in mixed

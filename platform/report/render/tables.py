@@ -243,8 +243,15 @@ def table_section(study: str, table: Table, alpha: float) -> Section:
                    tex_caption=caption(table, alpha, tex=True), md_caption=text)
 
 
+ONE_DATASET = ("a (model, regularizer) that shares a single dataset with none has no comparison across datasets "
+               "(a Wilcoxon test of one difference cannot reject); its test against none is in the tables above")
+
+
 def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | None:
-    """The across-dataset comparison (one row per model and regularizer), None when there is none."""
+    """The across-dataset comparison (one row per model and regularizer with at least two datasets in common with
+    ``none``), None when there is none."""
+    single = int((across["n_datasets"] < 2).sum()) if len(across) else 0
+    across = across[across["n_datasets"] >= 2] if len(across) else across
     if across.empty:
         return None
     rows = [[Cell(row.model), Cell(row.regularizer), Cell(str(row.n_datasets)), Cell(_improvement(row)),
@@ -252,8 +259,9 @@ def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | 
              Cell(fmt_p(row.p_holm))] for row in across.itertuples(index=False)]
     return Section("Across datasets", ["model", "regularizer", "datasets", "mean improvement (SE) [95% CI]",
                                        "% change", "wins", "Wilcoxon p", "Holm p"], rows, _across_caption(alpha),
-                   notes=sorted({n for n in across["note"] if n}), align="llrrrrrr", label=_label(study, "across"),
-                   fit=True)
+                   notes=sorted({n for n in across["note"] if n}) + ([f"{single} row(s) left out: {ONE_DATASET}."]
+                                                                     if single else []),
+                   align="llrrrrrr", label=_label(study, "across"), fit=True)
 
 
 def effects_section(study: str, table: Table) -> Section | None:
@@ -285,7 +293,8 @@ def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
               for line in (to_markdown(effects).rstrip("\n"), "")]
     section = across_section(study, across, alpha)
     if section is None:
-        lines += ["## Across datasets", "", "No regularizer shares a dataset with the baseline none.", ""]
+        why = "No regularizer shares a dataset with the baseline none." if across.empty else f"No table: {ONE_DATASET}."
+        lines += ["## Across datasets", "", why, ""]
     else:
         notes = [""] + [f"- {n}" for n in section.notes] if section.notes else []
         lines += [to_markdown(replace(section, notes=[])).rstrip("\n"), *notes, ""]
