@@ -151,12 +151,12 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "run_id": run.info.run_id,
             "study": study,
             **{key: tags.get(f"{TAG}{key}") for key in ("model", "dataset", "regularizer", "config_hash")},
-            "label": tags.get(f"{TAG}variant") or tags.get(f"{TAG}regularizer"),
             "status": tracking.run_status(run),
             "message": tags.get(f"{TAG}error") or tags.get(f"{TAG}message") or "",
             "seed": _int_tag(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
+            "label": tags.get(f"{TAG}variant") or tags.get(f"{TAG}regularizer"),
             "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
             **{key: tags.get(f"{TAG}{key}", "") for key in MACHINE_TAGS},
             # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.
