@@ -1,7 +1,7 @@
 """`scope: time` is ndebench's extension: validate says so, and a report never shows it under the paper's name."""
 import pandas as pd
 from ndebench.platform import api
-from ndebench.platform.report.analyses import table_rows
+from ndebench.platform.report.render.tables import table_rows
 from ndebench.platform.spec.extensions import SCOPE_TIME, extension_warnings
 
 CONFIG = "tune_configs/quickstart.yaml"

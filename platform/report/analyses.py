@@ -15,27 +15,7 @@ from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import architectures, audit, controls, mc_samples, report, sensitivity, summary, timing
 from ndebench.platform.report.integrity import integrity_warning
 from ndebench.platform.report.machines import machines
-from ndebench.platform.report.paper.comparison import EXTENSION
 from ndebench.platform.report.render import html_report, sections
-
-
-def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) as the tables, which key their
-    rows on ``regularizer``, name them: each cell by its ``label`` column, so that each fixed-parameter variant is a
-    row of its own, and a run with ``scope: time`` (ndebench's extension, not the paper's method) with
-    ``scope=time`` in its name. A frame without ``label`` is named by its regularizers already."""
-    if "label" not in runs:
-        return runs
-    labels = runs["label"].where(runs["label"].fillna("") != "", runs["regularizer"])
-    if "params.regularizer.scope" in runs:
-        labels = labels.where(runs["params.regularizer.scope"] != "time", labels.map(_extension_label))
-    return runs.assign(regularizer=labels)
-
-
-def _extension_label(label: str) -> str:
-    if EXTENSION in label:
-        return label
-    return f"{label[:-1]},{EXTENSION}]" if label.endswith("]") else f"{label}[{EXTENSION}]"
 
 
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
@@ -56,7 +36,7 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
     runs, primary = report.with_primary_metrics(runs)
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
-    selection = audit.selection_audit(runs, primary)
+    selection = audit.selection_audit(frame, primary)
     control = (controls.control_section(controls.control_comparisons(runs, primary, files.tables[0].test, alpha))
                if files.tables else None)
     matched = (architectures.matched_section(architectures.matched_comparisons(runs, primary, files.tables[0].test,

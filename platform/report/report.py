@@ -42,6 +42,7 @@ from ndebench.platform.report.render.tables import (
     markdown,
     status_line,
     study_sections,
+    table_rows,
 )
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
@@ -205,7 +206,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     run yet and its running ones. A study with no ``ok`` result gets a report of its counts and of each
     failed run's message instead of tables.
     """
-    runs = _select_study(runs, study)
+    cells = _select_study(runs, study)
+    runs = table_rows(cells)
     _check_runs(runs, test, alpha)
     significance.check_correction(correction)
     directory = Path(out_dir) / study
@@ -230,7 +232,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
-    selection = audit.selection_audit(runs, primary)
+    selection = audit.selection_audit(with_primary_metrics(cells, metric)[0], primary)
     control = controls.control_comparisons(runs, primary, test, alpha)
     with table_md.open("a") as handle:
         if not selection.empty:

@@ -17,11 +17,12 @@ from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
 from ndebench.platform.record.runs import recorded, runs_frame, study_frame
-from ndebench.platform.report.analyses import table_rows, write_analyses
+from ndebench.platform.report.analyses import write_analyses
 from ndebench.platform.report.integrity import changed_runs, study_changes
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.sections import Cell, Section, to_latex, to_markdown
+from ndebench.platform.report.render.tables import table_rows
 from ndebench.platform.report.report import ReportFiles, build_report, format_console_table, has_results
 
 SENTENCES = {
@@ -95,13 +96,13 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
-    runs = table_rows(runs)
+    named = table_rows(runs)
     if uri is not None:
         frame = study_frame(uri, study, histories=True) if frame is None else frame
         planned_seeds = recorded_seeds(uri, study) if planned_seeds is None else planned_seeds
-        mode, _ = figure_mode(figures, pair_count(runs))
+        mode, _ = figure_mode(figures, pair_count(named))
         if curves is None and mode != "none":
-            chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
+            chosen = curve_runs(named, learning_check(named), flagged_only=mode == "summary")
             curves = read_curves(tracking.client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
         changed = study_changes(uri, study) if changed is None else changed
@@ -109,7 +110,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
                          figures=figures, paper=paper, protocol=protocol, changed=changed)
-    mine = runs[runs["study"] == study] if "study" in runs.columns else runs
+    mine = named[named["study"] == study] if "study" in named.columns else named
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
                                    table=files.tables[0] if files.tables else None)
     if failed:
@@ -119,7 +120,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
                 handle.write(text)
     paths = list(files.paths)
     if uri is not None:
-        paths += _analyses(runs, files, study, uri, frame, alpha)
+        paths += _analyses(named, files, study, uri, frame, alpha)
     return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import LISTED_STATUSES
 from ndebench.platform.report.learning import FLAG, MARGIN
+from ndebench.platform.report.paper.comparison import EXTENSION
 from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
@@ -105,6 +106,26 @@ class Table:
     def metric_names(self) -> list[str]:
         """The distinct metric columns of the table, sorted."""
         return sorted({m for _, _, m in self.columns})
+
+
+def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) as the tables, which key their
+    rows on ``regularizer``, name them: each cell by its ``label`` (else its ``variant``, else its regularizer), so
+    that each fixed-parameter variant is a row of its own, and a run with ``scope: time`` (ndebench's extension, not
+    the paper's method) with ``scope=time`` in its name."""
+    names = runs["label"] if "label" in runs else runs["variant"] if "variant" in runs else None
+    if names is None:
+        return runs
+    labels = names.where(names.fillna("") != "", runs["regularizer"])
+    if "params.regularizer.scope" in runs:
+        labels = labels.where(runs["params.regularizer.scope"] != "time", labels.map(_extension_label))
+    return runs.assign(regularizer=labels)
+
+
+def _extension_label(label: str) -> str:
+    if EXTENSION in label:
+        return label
+    return f"{label[:-1]},{EXTENSION}]" if label.endswith("]") else f"{label}[{EXTENSION}]"
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
