@@ -156,7 +156,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
                  paper: bool = False, protocol: dict[str, str] | None = None,
                  changed: list[dict[str, Any]] | None = None) -> ReportFiles:
-    """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
+    """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths; rows are named by each
+    run's ``label`` (:func:`~ndebench.platform.report.render.tables.table_rows`).
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
