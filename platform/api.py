@@ -18,8 +18,8 @@ functions that return values instead of printing::
 
 Each function is a thin wrapper over the module that does the work (:mod:`~ndebench.platform.spec.config`,
 :mod:`~ndebench.platform.spec.buildcheck`, :mod:`~ndebench.platform.engine.sweep`,
-:mod:`~ndebench.platform.record.runs`, :mod:`~ndebench.platform.report.report`,
-:mod:`~ndebench.platform.report.analyses`); errors are the ones the command line prints
+:mod:`~ndebench.platform.record.runs`, :mod:`~ndebench.platform.report.study`, one study's report end to
+end); errors are the ones the command line prints
 (:class:`~ndebench.platform.spec.config.ConfigError` and ``ValueError`` naming the bad value).
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ from ndebench.platform.spec.config import SweepSpec, apply_overrides, load_spec,
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-    from ndebench.platform.report.report import ReportFiles
+    from ndebench.platform.engine.runchecks import RunExit
+    from ndebench.platform.report.study import Report
 
 
 def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> SweepSpec:
@@ -64,42 +65,56 @@ def validate(spec: SweepSpec) -> list[str]:
 def tracking_uri(uri: str | None = None) -> str:
     """The MLflow tracking URI the API uses: ``uri`` made absolute (``sqlite:///rel.db`` against the current
     directory), or by default ``sqlite:///<cwd>/mlflow.db``, as on the command line."""
-    from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
+    from ndebench.platform.record.tracking import tracking_uri as resolved
 
-    return absolute_uri(uri) if uri else default_tracking_uri()
+    return resolved(uri)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """What :func:`run` returns: the ``study`` name, the ``tracking_uri`` it was recorded in, the sweep's
-    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file) and
-    ``runs``, the study's results frame (:func:`results`)."""
+    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file), ``runs``,
+    the study's results frame (:func:`results`), ``exit``, the exit status ``ndebench run`` would return with its
+    reasons (:class:`~ndebench.platform.engine.runchecks.RunExit`), and the ``report`` written (with ``out_dir``)."""
 
     study: str
     tracking_uri: str
     outcome: SweepOutcome
     runs: pd.DataFrame
+    exit: RunExit
+    report: Report | None = None
 
 
-def run(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
-        address: str | None = None, resume: bool = False, data_dir: str | None = None,
-        verbose: bool = False, retry_diverged: bool = False, single_node: bool = False,
+def run(spec: SweepSpec, *, uri: str | None = None, out_dir: str | Path | None = None,
+        storage_path: str | Path = "ray_results", address: str | None = None, resume: bool = False,
+        data_dir: str | None = None, verbose: bool = False, retry_diverged: bool = False, single_node: bool = False,
         progress_every_s: float = 60.0) -> RunResult:
-    """Run the sweep as ``ndebench run`` does, without the report: build-check the models, then :func:`sweep`
-    (a local Ray, or the cluster at ``address``) records every trial in MLflow at ``uri`` (default
-    :func:`tracking_uri`). ``resume`` continues a study (failed and unfinished cells, and every planned
-    (cell, seed) without an ok run, run again; ``retry_diverged`` also reruns diverged ones); ``storage_path``
-    holds Ray's results (a path or an ``s3://``-style URI); ``data_dir`` overrides the spec's; ``address``
-    defaults to ``$RAY_ADDRESS``, and ``single_node`` lets a joined one-machine cluster use sqlite. A failed
-    cell does not raise: it is in ``outcome.failed``."""
+    """``ndebench run`` without the printing: build-check the models, check that the tracking store at ``uri``
+    (default :func:`tracking_uri`) answers and that ``out_dir`` can be written, all before Ray starts, then
+    :func:`sweep` (a local Ray, or the cluster at ``address``) records every trial in MLflow; with ``out_dir``,
+    the study's report (:func:`report_study` with the spec's ``report:`` settings and the failed cells).
+    ``resume`` continues a study (failed and unfinished cells, and every planned (cell, seed) without an ok run,
+    run again; ``retry_diverged`` also reruns diverged ones); ``storage_path`` holds Ray's results (a path or an
+    ``s3://``-style URI); ``data_dir`` overrides the spec's; ``address`` defaults to ``$RAY_ADDRESS``, and
+    ``single_node`` lets a joined one-machine cluster use sqlite. A failed cell does not raise: it is in
+    ``outcome.failed`` and ``exit``; a bad value raises ``ValueError``, an unreachable store
+    ``InfrastructureError``, a full disk ``DiskFullError`` and an interruption ``KeyboardInterrupt``."""
+    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, run_exit
     from ndebench.platform.spec.buildcheck import check_models_build
 
     check_models_build(spec)
     uri = tracking_uri(uri)
+    check_tracking_reachable(uri)
+    if out_dir is not None:
+        check_out_dir(out_dir)
     outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume, data_dir=data_dir,
                     verbose=verbose, retry_diverged=retry_diverged, single_node=single_node,
                     progress_every_s=progress_every_s)
-    return RunResult(spec.study, uri, outcome, results(spec.study, uri))
+    written = None if out_dir is None else report_study(
+        spec.study, uri, out_dir, test=spec.report.test, alpha=spec.report.alpha,
+        correction=spec.report.correction, failed=outcome.failed, figures=spec.report.figures)
+    ending = run_exit(spec, uri, outcome.failed, [outcome.infrastructure] if outcome.infrastructure else [])
+    return RunResult(spec.study, uri, outcome, results(spec.study, uri), ending, written)
 
 
 def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
@@ -123,50 +138,21 @@ def _cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
     return cell_statistics(runs, cells, test)
 
 
-def _require_study(uri: str, study: str) -> None:
-    """``ValueError`` naming the studies at ``uri`` when ``study`` is not one of them."""
-    from ndebench.platform.record.tracking import study_names
-
-    studies = study_names(uri)
-    if study not in studies:
-        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
-
-
 def results(study: str, uri: str | None = None) -> pd.DataFrame:
-    """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`): one row per
-    evaluate-phase trial run (sorted by model, dataset, regularizer and seed), what ``ndebench report`` tabulates.
-
-    Columns: ``run_id, study, model, dataset, regularizer`` (the variant label, e.g.
-    ``continuum_dropout[p=0.3,m=50]``, for runs of fixed-parameter variant cells), ``variant, label, seed,
-    status`` (``ok``, ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash,
-    test_protocol, metric`` (the dataset's primary metric), ``n_mc, p, m, rate`` (the regularizer's
-    parameters, NaN where absent), the ``test_*`` metrics, ``calibration`` (reliability bins of ``ok``
-    runs), ``parent_run_id`` and ``params.<key>`` (the run's flat config, one column per key, e.g.
-    ``params.training.lr``, values parsed back from strings; missing where a run lacks the key). Raises
-    ``ValueError`` when the study is not in the tracking store."""
-    from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
-    from ndebench.platform.report.analyses import label_variants
+    """The results frame of ``study`` in MLflow at ``uri`` (default :func:`tracking_uri`), what ``ndebench report``
+    tabulates: :func:`~ndebench.platform.record.runs.study_frame`, one row per evaluate-phase trial run with the cell
+    key as columns (``model, dataset, regularizer, variant, label, n_mc``), ``seed, status`` (``ok``,
+    ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash, test_protocol, metric`` (the
+    dataset's primary metric), ``p, m, rate`` (the regularizer's parameters, NaN where absent), the ``test_*``
+    metrics, ``calibration`` (reliability bins of ``ok`` runs), ``parent_run_id`` and ``params.<key>`` (the run's
+    flat config, e.g. ``params.training.lr``, values parsed back from strings). Raises ``ValueError`` when the
+    study is not in the tracking store."""
+    from ndebench.platform.record.runs import study_frame
+    from ndebench.platform.record.tracking import require_study
 
     uri = tracking_uri(uri)
-    _require_study(uri, study)
-    found = recorded(uri, study)
-    frame = runs_frame(uri, study, histories=False, runs=found)
-    runs = label_variants(evaluate_runs(uri, study, variants=True, runs=found), frame)
-    if runs.empty or frame.empty:
-        return runs
-    extra = ["run_id", *(c for c in frame.columns if c not in runs.columns and c != "params")]
-    merged = runs.merge(_flat_params(frame)[extra + _param_columns(frame)], on="run_id", how="left")
-    return merged.sort_values(["model", "dataset", "regularizer", "seed"], kind="stable", ignore_index=True)
-
-
-def _flat_params(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with its ``params`` dicts spread into ``params.<key>`` columns (as ``mlflow.search_runs``)."""
-    params = pd.DataFrame(list(frame["params"]), index=frame.index).add_prefix("params.")
-    return pd.concat([frame.drop(columns="params"), params[sorted(params.columns)]], axis=1)
-
-
-def _param_columns(frame: pd.DataFrame) -> list[str]:
-    return sorted({f"params.{key}" for params in frame["params"] for key in params})
+    require_study(uri, study)
+    return study_frame(uri, study)
 
 
 def studies(uri: str | None = None) -> pd.DataFrame:
@@ -184,40 +170,17 @@ def studies(uri: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["study", "experiment_id", "created", "updated"])
 
 
-SEARCH_PHASES = ("base", "tune")
-
-
 def trials(study: str, phase: str = "tune", uri: str | None = None) -> pd.DataFrame:
     """The search trials of ``study``'s stage ``phase`` (``base``: the shared base search, ``tune``: the
-    per-cell search) at ``uri``: one row per trial run (not the cell runs), oldest first.
+    per-cell search) at ``uri`` (default :func:`tracking_uri`): one row per trial run, oldest first
+    (:func:`~ndebench.platform.record.runs.trials_frame`, which names the columns). ``ValueError`` for an unknown
+    phase or study."""
+    from ndebench.platform.record.runs import trials_frame
+    from ndebench.platform.record.tracking import require_study
 
-    Columns: ``run_id``, ``cell_run_id`` (the cell run above it), ``cell, model, dataset, regularizer``,
-    ``seed`` (int), ``status``, ``start_time`` (UTC), the validation metrics the trial reported to Ray Tune
-    (``val_*``: its selected epoch's values, where recorded, else the last epoch's) and ``params.<key>`` (its
-    sampled and fixed config). ``ValueError`` for an unknown phase or study."""
-    from ndebench.platform.record.runs import parse_param
-    from ndebench.platform.record.schema import TAG
-    from ndebench.platform.record.searchtrials import RESULT_PREFIX
-    from ndebench.platform.record.tracking import run_status, search
-
-    if phase not in SEARCH_PHASES:
-        raise ValueError(f"unknown search phase {phase!r}; valid: {', '.join(SEARCH_PHASES)}")
     uri = tracking_uri(uri)
-    _require_study(uri, study)
-    rows = []
-    for run in search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'"):
-        tags, metrics = run.data.tags, run.data.metrics
-        chosen = {k[len(RESULT_PREFIX):]: v for k, v in metrics.items() if k.startswith(f"{RESULT_PREFIX}val_")}
-        rows.append({"run_id": run.info.run_id, "cell_run_id": tags.get("mlflow.parentRunId", ""),
-                     **{key: tags.get(f"{TAG}{key}", "") for key in ("cell", "model", "dataset", "regularizer")},
-                     "seed": int(tags.get(f"{TAG}seed", "0") or 0), "status": run_status(run),
-                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
-                     **{k: v for k, v in sorted(metrics.items()) if k.startswith("val_")}, **chosen,
-                     "params": {k: parse_param(v) for k, v in run.data.params.items()}})
-    if not rows:
-        return pd.DataFrame(columns=["run_id", "cell_run_id", "cell", "model", "dataset", "regularizer", "seed",
-                                     "status", "start_time"])
-    return _flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)
+    require_study(uri, study)
+    return trials_frame(uri, study, phase)
 
 
 def figures(runs: pd.DataFrame, metric: str | None = None) -> dict[str, Figure]:
@@ -257,10 +220,11 @@ def study_links(study: str, uri: str | None = None, ui_url: str = "http://127.0.
     (``ndebench ui --study``), through the shared view it writes on the study's experiment
     (:func:`~ndebench.platform.record.uiview.share_study_view`). ``ValueError`` when the study is not in the
     tracking store."""
+    from ndebench.platform.record.tracking import require_study
     from ndebench.platform.record.uiview import share_study_view, view_url
 
     uri = tracking_uri(uri)
-    _require_study(uri, study)
+    require_study(uri, study)
     experiment_id, run_ids = share_study_view(uri, study)
     return StudyLinks(view_url(ui_url, experiment_id), view_url(ui_url, experiment_id, "CHART"), run_ids)
 
@@ -275,124 +239,14 @@ def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_
     return run_again(tracking_uri(uri), study, n_mc, log=log, data_dir=data_dir)
 
 
-@dataclasses.dataclass(frozen=True)
-class Report:
-    """What :func:`report` returns: the written ``files`` (``files.directory``, ``files.paths``), the
-    Markdown (``table.md``) and LaTeX (``table.tex``) text of the tables, the ``console`` summary that
-    ``ndebench report`` prints (per cell n, mean, std and the test against ``none``), and ``paths``, every file
-    written (the analyses and ``report.html`` too, when reported from a tracking store)."""
+def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None,
+           **options: Any) -> Report:
+    """The report of a results frame (:func:`results`) written to ``out_dir/<study>/``: tables as text and files
+    (:func:`~ndebench.platform.report.study.report`, whose keyword ``options`` it takes: ``test``, ``alpha``,
+    ``correction``, ``metric``, ``figures``, ``uri`` for everything ``ndebench report`` writes, ...)."""
+    from ndebench.platform.report.study import report as write
 
-    files: ReportFiles
-    markdown: str
-    latex: str
-    console: str
-    paths: tuple[Path, ...] = ()
-
-
-def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
-           test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
-           planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
-           frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
-           figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
-           protocol: dict[str, str] | None = None, changed: list[dict[str, Any]] | None = None) -> Report:
-    """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
-    (:func:`results`, or any frame with its columns ``model, dataset, regularizer, seed, status`` and
-    ``test_*``), written to ``out_dir/<study>/`` by :func:`~ndebench.platform.report.report.build_report` (see it
-    for the statistics: mean (sample std) over seeds, two-sided ``test`` against ``none`` at ``alpha`` with
-    ``correction``, the primary ``metric`` of each dataset unless one is given; cells name the
-    ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
-    ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
-    figures; ``figures`` (``auto``, ``all``, ``summary``, ``none``) chooses which figures are drawn,
-    :mod:`~ndebench.platform.report.render.drawing`).
-
-    With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned seeds
-    and (unless given) the learning curves read from there, of one seed per cell of the pairs whose figures are
-    drawn (:func:`~ndebench.platform.report.learning.curve_runs`), a section on the ``failed`` cells
-    (label -> first error) and of the finished runs left out as duplicates in ``table.md``, the paper's further
-    analyses and ``report.html`` from ``frame`` (default :func:`~ndebench.platform.record.runs.runs_frame` of the
-    study), and every file logged as an artifact of the study's MLflow run; ``left_out``
-    (:func:`~ndebench.platform.record.completeness.left_out_finished`) and ``changed``
-    (:func:`~ndebench.platform.report.integrity.changed_runs`) spare reading the study's runs again.
-    ``paper``: the study beside the Continuum Dropout paper's reported numbers
-    (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
-    ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`, read from the study run with ``uri``)
-    says which protocol produced the rows."""
-    from ndebench.platform.report.report import build_report, format_console_table
-
-    if study is None:
-        names = sorted(set(runs["study"])) if "study" in runs.columns else []
-        if len(names) != 1:
-            raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
-        study = names[0]
-    if uri is not None:
-        from ndebench.platform.record.completeness import left_out_finished
-        from ndebench.platform.record.runs import planned_seeds as planned
-        from ndebench.platform.record.tracking import client
-        from ndebench.platform.report.integrity import study_changes
-        from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
-        from ndebench.platform.report.render.drawing import figure_mode, pair_count
-
-        planned_seeds = planned(uri, study) if planned_seeds is None else planned_seeds
-        mode, _ = figure_mode(figures, pair_count(runs))
-        if curves is None and mode != "none":
-            chosen = curve_runs(runs, learning_check(runs), flagged_only=mode == "summary")
-            curves = read_curves(client(uri), chosen)
-        left_out = left_out_finished(uri, study) if left_out is None else left_out
-        changed = study_changes(uri, study) if changed is None else changed
-        protocol = _study_protocol(uri, study) if protocol is None else protocol
-    files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
-                         correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures, paper=paper, protocol=protocol, changed=changed)
-    mine = runs[runs["study"] == study] if "study" in runs.columns else runs
-    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
-                                   table=files.tables[0] if files.tables else None)
-    if failed:
-        lines = ["", "## Failed cells", "", "| cell | first error |", "|---|---|"]
-        lines += [f"| {label} | {message.replace('|', '/')} |" for label, message in failed.items()]
-        with files.table_md.open("a") as handle:
-            handle.write("\n".join(lines) + "\n")
-    paths = list(files.paths)
-    if uri is not None:
-        paths += _analyses(runs, files, study, uri, frame, alpha)
-    return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
-
-
-def _study_protocol(uri: str, study: str) -> dict[str, str] | None:
-    """The protocol settings of the study run (``ndebench.kind=study``), None when there is none."""
-    from ndebench.platform.record.tracking import search
-    from ndebench.platform.report.protocol import protocol_note
-
-    found = search(uri, study, "tags.`ndebench.kind` = 'study'")
-    return protocol_note(found[0].data.params) if found else None
-
-
-def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None,
-              alpha: float) -> list[Path]:
-    """The further analyses and ``report.html`` (when any run has results), then every file logged to MLflow."""
-    from ndebench.platform.record.runs import runs_frame
-    from ndebench.platform.record.tracking import client, log_report_artifacts
-    from ndebench.platform.report.analyses import write_analyses
-    from ndebench.platform.report.report import has_results
-
-    paths: list[Path] = []
-    if has_results(runs):
-        experiment = client(uri).get_experiment_by_name(study)
-        paths += write_analyses(
-            runs_frame(uri, study) if frame is None else frame, runs, files, study, alpha=alpha,
-            reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
-            experiment_id=experiment.experiment_id if experiment else None, **report_ui(uri))
-    log_report_artifacts(uri, study, [*files.paths, *paths])
-    return paths
-
-
-def report_ui(uri: str) -> dict[str, str]:
-    """Where ``report.html`` links a run to: the tracking server at an ``http(s)`` ``uri`` serves the UI itself;
-    any other store (sqlite) is served by ``ndebench ui --tracking-uri <uri>``, at its default address, which a
-    note in the report says. ``{"ui_url": ..., "ui_note": ...}``."""
-    if uri.startswith(("http://", "https://")):
-        return {"ui_url": uri.rstrip("/"), "ui_note": ""}
-    return {"ui_url": "http://127.0.0.1:5000",
-            "ui_note": f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)"}
+    return write(runs, out_dir, study, **options)
 
 
 def study_report_settings(study: str, uri: str | None = None, **given: Any) -> dict[str, Any]:
@@ -400,11 +254,11 @@ def study_report_settings(study: str, uri: str | None = None, **given: Any) -> d
     that is not ``None``, else the ``report:`` section of the sweep YAML the study recorded (with its ``--set``
     overrides), else the defaults; so a later report has the markers and figures of the sweep's own. The
     recorded YAML is read only when a value is missing (``ndebench run`` and ``ndebench report`` pass all four)."""
-    from ndebench.platform.record.tracking import study_yaml
+    from ndebench.platform.record.tracking import require_study, study_yaml
     from ndebench.platform.spec.recorded import recorded_report, report_settings
 
     uri = tracking_uri(uri)
-    _require_study(uri, study)
+    require_study(uri, study)
     if all(value is not None for value in given.values()):
         return dict(given)
     return report_settings(recorded_report(study_yaml(uri, study)), **given)
@@ -414,37 +268,21 @@ def report_study(study: str, uri: str | None = None, out_dir: str | Path = "repo
                  alpha: float | None = None, correction: str | None = None,
                  failed: Mapping[str, str] | None = None, figures: str | None = None,
                  paper: bool = False) -> Report | None:
-    """``ndebench report --study``: the study's evaluate runs read from ``uri`` (default :func:`tracking_uri`),
-    variant runs labelled, reported by :func:`report` with everything the command writes; ``test``, ``alpha``,
-    ``correction`` and ``figures`` left ``None`` come from the study's recorded config
-    (:func:`study_report_settings`). ``None`` when no evaluate run finished and cells ``failed``; ``ValueError``
-    when the study or its evaluate runs are missing."""
-    from ndebench.platform.record.completeness import left_out_finished
-    from ndebench.platform.record.runs import evaluate_runs, recorded, runs_frame
-    from ndebench.platform.report.analyses import label_variants
-    from ndebench.platform.report.integrity import changed_runs
+    """``ndebench report --study``: :func:`~ndebench.platform.report.study.report_study` of the study at ``uri``
+    (default :func:`tracking_uri`), with ``test``, ``alpha``, ``correction`` and ``figures`` left ``None`` taken
+    from the study's recorded config (:func:`study_report_settings`). ``None`` when no evaluate run finished and
+    cells ``failed``; ``ValueError`` when the study or its evaluate runs are missing."""
+    from ndebench.platform.report.study import report_study as write
 
     uri = tracking_uri(uri)
     settings = study_report_settings(study, uri, test=test, alpha=alpha, correction=correction, figures=figures)
-    test, alpha, correction, figures = (settings[k] for k in ("test", "alpha", "correction", "figures"))
-    found = recorded(uri, study)
-    runs = evaluate_runs(uri, study, variants=True, runs=found)
-    if runs.empty and failed:
-        return None
-    if runs.empty:
-        raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    frame = runs_frame(uri, study, runs=found)
-    left_out, changed = left_out_finished(uri, study, found), changed_runs(found)
-    # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
-    del found
-    return report(label_variants(runs, frame), out_dir, study, test=test, alpha=alpha, correction=correction,
-                  uri=uri, frame=frame, failed=failed, figures=figures, left_out=left_out, paper=paper,
-                  changed=changed)
+    return write(study, uri, out_dir, failed=failed, paper=paper, **settings)
 
 
 def verify(study: str, uri: str | None = None, fingerprint: str | None = None) -> Any:
     """``ndebench verify``: :func:`~ndebench.platform.report.integrity.verify_study` (``.ok``: nothing changed)."""
+    from ndebench.platform.record.tracking import require_study
     from ndebench.platform.report.integrity import verify_study
 
-    _require_study(uri := tracking_uri(uri), study)
+    require_study(uri := tracking_uri(uri), study)
     return verify_study(uri, study, fingerprint)

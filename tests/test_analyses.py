@@ -240,9 +240,9 @@ def test_report_html_is_self_contained(crafted):
     page = _Page()
     page.feed(text)
     sections = text.count("<section>")
-    # Sections: 2 main tables, the effect sizes, 6 p x m, 3 per-rate, 3 time, 3 summaries, the runs, and the
-    # figures (no table).
-    assert page.tables == sections - 1 == 2 + 1 + 6 + 3 + 3 + 3 + 1
+    # Sections: 2 main tables, the tests against none of each, the across-dataset comparison (as in table.md),
+    # 6 p x m, 3 per-rate, 3 time, 3 summaries, the runs, and the figures (no table).
+    assert page.tables == sections - 1 == 2 + 2 + 1 + 6 + 3 + 3 + 3 + 1
     assert not re.search(r'src="(?!data:)', text) and "<link" not in text  # nothing loaded from elsewhere
     assert len(page.images) >= 6 + 3 + 6
     for src in page.images:
@@ -281,3 +281,15 @@ def test_rates_plot_command_writes_png_and_pdf(tmp_path, capsys):
     assert (tmp_path / "paths.png").read_bytes()[:8] == PNG and (tmp_path / "paths.pdf").read_bytes()[:4] == PDF
     assert main(["rates", "--p", "0.1", "--m", "5", "--plot", str(tmp_path / "x.png"), "--plot-m", "5,y"]) == 2
     assert "--plot-m '5,y' must be comma-separated numbers" in capsys.readouterr().err
+
+
+def test_the_extended_summary_of_one_dataset_and_one_seed_shows_no_nan():
+    from ndebench.platform.report.render.sections import to_html, to_markdown
+    from ndebench.platform.report.summary import summary_sections
+
+    runs = pd.DataFrame([{"model": "m", "dataset": "d", "regularizer": r, "seed": 0, "status": "ok",
+                          "test_accuracy": a} for r, a in (("none", 0.5), ("continuum_dropout", 0.6))])
+    [section] = summary_sections(runs, {"d": "test_accuracy"}, channels={"d": 1})
+    # One seed: no std; one dataset: no standard error over datasets. Each is left out, not written as nan.
+    assert [c.text for c in section.rows[0][3:7]] == ["0.500", "0.600", "+0.100", "+20.00"]
+    assert "nan" not in to_markdown(section) + to_html(section, {})

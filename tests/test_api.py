@@ -33,7 +33,7 @@ def test_load_from_a_dict_or_a_file_with_overrides_then_validate(tmp_path):
 
 
 def test_report_from_a_results_frame_returns_its_tables_as_text(tmp_path):
-    runs = study_frame().pipe(lambda frame: frame.assign(regularizer=frame["label"]))  # as api.results labels
+    runs = study_frame()  # api.results' columns: the tables name their rows by `label`
     rep = api.report(runs, tmp_path)
     assert rep.files.directory == tmp_path / "crafted"
     assert rep.markdown == rep.files.table_md.read_text() and rep.latex == rep.files.table_tex.read_text()
@@ -42,6 +42,11 @@ def test_report_from_a_results_frame_returns_its_tables_as_text(tmp_path):
     none_row = next(line for line in rep.markdown.splitlines() if line.startswith("| none |"))
     assert none_row.split(" | ")[-1].strip(" |*") == f"{mean:.3f} ({std:.3f})"  # the last column: neural_ode/GunPoint
     assert "Student's two-sample t-test" in rep.console and "jump_diffusion" in rep.console
+    failed = api.report(runs, tmp_path / "failed", failed={"neural_cde x GunPoint x rnn_mask": "shape | mismatch"})
+    assert failed.markdown.endswith("| neural_cde x GunPoint x rnn_mask | shape \\| mismatch |\n\n"
+                                    "Cells with no ok run, each with its first error; `ndebench run ... --resume` "
+                                    "runs them again.\n")
+    assert r"neural\_cde x GunPoint x rnn\_mask & shape | mismatch \\" in failed.latex
     with pytest.raises(ValueError, match=r"name the study to report; the runs hold \['crafted', 'other'\]"):
         api.report(runs.assign(study=["crafted", "other"] * (len(runs) // 2)), tmp_path)
 
@@ -63,7 +68,9 @@ def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
         _record(uri, "continuum_dropout", seed, 0.7 + 0.02 * seed, "continuum_dropout[p=0.3]", 0.3)
     runs = api.results("nb", uri)
     assert len(runs) == 4 and set(runs["status"]) == {"ok"} and set(runs["metric"]) == {"accuracy"}
-    assert set(runs["regularizer"]) == {"none", "continuum_dropout[p=0.3]"}
+    # The cell key as columns: the regularizer trained with, and the cell's name, which the tables show.
+    assert set(runs["regularizer"]) == {"none", "continuum_dropout"}
+    assert set(runs["label"]) == {"none", "continuum_dropout[p=0.3]"}
     variant = runs[runs["variant"] != ""]
     assert variant["p"].tolist() == [0.3] * 2
     assert variant["params.regularizer.p"].tolist() == [0.3] * 2
@@ -74,6 +81,10 @@ def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
     # A recorded study is never overwritten: run refuses before a Ray cluster starts.
     with pytest.raises(RuntimeError, match="already has 4 MLflow run"):
         api.run(api.load(SPEC), uri=uri, storage_path=tmp_path / "ray")
+    # As `ndebench run`: an output folder that cannot be written is refused before the sweep (and the study) starts.
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match=r"--out '.*afile' is a file; it must be a folder"):
+        api.run(api.load(SPEC, ["study=fresh"]), uri=uri, out_dir=tmp_path / "afile", storage_path=tmp_path / "ray")
 
 
 def _search_trial(uri: str, parent: str, lr: float, val_accuracy: float, selected: float) -> str:
@@ -185,8 +196,9 @@ def test_the_parallel_plot_has_an_axis_per_param_that_differs_between_the_cells(
 
 def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_path):
     from ndebench.platform.record import synthetic
+    from ndebench.platform.report.study import report_ui
 
-    assert api.report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
+    assert report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     synthetic.write_study(uri, "syn", 10)
     rep = api.report_study("syn", uri, tmp_path / "reports", figures="none")

@@ -89,8 +89,8 @@ def test_the_report_says_which_protocol_produced_the_rows(tmp_path):
     import json
 
     import pandas as pd
-    from ndebench.platform.report.protocol import protocol_note
     from ndebench.platform.report.report import build_report
+    from ndebench.platform.report.study import protocol_note
 
     assert protocol_note({"protocol": "paper"})["base_scope"] == "shared"  # recorded before base.scope existed
     note = protocol_note({"protocol": "paper", "base.scope": "per_regularizer"})

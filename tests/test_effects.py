@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report.cellstats import cell_statistics
+from ndebench.platform.report.render.html_report import write_html
 from ndebench.platform.report.report import build_report
 from ndebench.platform.report.statistics.effects import effect_sizes, mean_interval
 from ndebench.platform.report.statistics.stats import compare_across_datasets, compare_to_baseline
@@ -98,18 +99,43 @@ def test_the_report_shows_the_effect_sizes(tmp_path):
     files = build_report(_study(), tmp_path, "s")
     text = files.table_md.read_text()
     g = effect_sizes(A, B)["hedges_g"]
-    assert "## Effect sizes against none" in text and f"{g:+.2f} [" in text
+    assert "## Tests against none" in text and f"{g:+.2f} [" in text
     assert "Hedges' g" in files.table_tex.read_text()
+
+
+def test_every_tested_cell_has_its_t_df_and_p_in_table_md_table_tex_and_report_html(tmp_path):
+    study = _study().assign(test_nll=lambda frame: 1 - frame["test_accuracy"])
+    files = build_report(study, tmp_path, "s", correction="holm", figures="none")
+    result = stats.ttest_ind(A, B)
+    # Holm over the table's 3 equal p-values multiplies each by 3.
+    p, holm, t = f"{result.pvalue:.4f}", f"{min(1.0, 3 * result.pvalue):.4f}", f"{result.statistic:.2f}"
+    md, tex = files.table_md.read_text(), files.table_tex.read_text()
+    page = write_html(tmp_path / "report.html", "s", study, list(files.shown), [], [], {}).read_text()
+    assert "## Tests against none\n" in md and "## Tests against none: NLL\n" in md
+    assert "| t (df) | p | p (holm) | Hedges' g [95% CI] |" in md
+    for dataset in ("d1", "d2", "d3"):  # a row in both tables (accuracy, NLL)
+        assert md.count(f"| m | {dataset} | continuum_dropout | 5 vs 5 |") == 2
+    # The same shift on every dataset: 3 rows with +t (accuracy) and 3 with -t (NLL), in each format.
+    assert md.count(f" | +{t} (8) | {p} | {holm} | ") == md.count(f" | -{t} (8) | {p} | {holm} | ") == 3
+    assert tex.count(f"& +{t} (8) & {p} & {holm} &") == tex.count(f"& -{t} (8) & {p} & {holm} &") == 3
+    assert page.count(f"<td>+{t} (8)</td><td>{p}</td><td>{holm}</td>") == 3
+    assert page.count(f"<td>-{t} (8)</td><td>{p}</td><td>{holm}</td>") == 3
+    assert md.count("the two-sided Student's two-sample t-test") == 2 and "Each cell's p-value: \"Tests against" in md
 
 
 @pytest.mark.parametrize("test", ["student", "welch", "paired"])
 def test_cell_runs_get_the_difference_its_interval_and_g_of_the_report_test(test):
     # The baseline's rows are listed in reverse seed order: the paired test must match runs by seed, not by row.
-    rows = [("continuum_dropout", s, a) for s, a in enumerate(A)] + [("none", s, B[s]) for s in reversed(range(5))]
-    runs = pd.DataFrame([{"model": "m", "dataset": "d", "regularizer": r, "seed": s, "status": "ok",
-                          "metric": "accuracy", "test_accuracy": v, "test_nll": 1 - v} for r, s, v in rows])
-    out = cell_statistics(runs, [("m", "d", "continuum_dropout"), ("m", "d", "none")], test)
+    # A variant cell of none (its own label, regularizer none) is a cell of its own, compared with none.
+    rows = ([("continuum_dropout", "continuum_dropout", s, a) for s, a in enumerate(A)]
+            + [("none", "none[n_mc=8]", s, a) for s, a in enumerate(A)]
+            + [("none", "none", s, B[s]) for s in reversed(range(5))])
+    runs = pd.DataFrame([{"model": "m", "dataset": "d", "regularizer": r, "label": label, "seed": s, "status": "ok",
+                          "metric": "accuracy", "test_accuracy": v, "test_nll": 1 - v} for r, label, s, v in rows])
+    out = cell_statistics(runs, [("m", "d", "continuum_dropout"), ("m", "d", "none"), ("m", "d", "none[n_mc=8]")],
+                          test)
     cd, base = out[("m", "d", "continuum_dropout")], out[("m", "d", "none")]
+    assert out[("m", "d", "none[n_mc=8]")] == pytest.approx(cd, rel=1e-12)
     if test == "paired":
         result, d = stats.ttest_rel(A, B), A - B
         g = d.mean() / d.std(ddof=1) * (1 - 3 / (4 * (len(d) - 1) - 1))
@@ -129,3 +155,17 @@ def test_cell_runs_get_the_difference_its_interval_and_g_of_the_report_test(test
     assert cd["mean_test_accuracy"] == pytest.approx(A.mean())
     assert cd["n"] == 5 and cd["mean_test_nll"] == pytest.approx(1 - A.mean())
     assert "diff_vs_none" not in base and base["std_test_accuracy"] == pytest.approx(B.std(ddof=1))
+
+
+def test_a_regularizer_on_one_dataset_gets_no_wilcoxon_row_and_the_report_says_why(tmp_path):
+    study = _study()
+    one = build_report(study[study["dataset"] == "d1"], tmp_path / "one", "s", figures="none").table_md.read_text()
+    across = one.split("## Across datasets")[1]
+    assert "Wilcoxon p" not in across and "No table: a (model, regularizer) that shares a single dataset" in across
+    # jump_diffusion shares d1 only: its row is left out, continuum_dropout's (3 datasets) stays.
+    jump = study[study["dataset"] == "d1"].assign(regularizer=lambda f: f["regularizer"].where(
+        f["regularizer"] == "none", "jump_diffusion"))
+    mixed = build_report(pd.concat([study, jump[jump["regularizer"] != "none"]]), tmp_path / "mixed", "s",
+                         figures="none").table_md.read_text().split("## Across datasets")[1]
+    assert "| m | continuum_dropout | 3 |" in mixed and "| m | jump_diffusion |" not in mixed
+    assert "- 1 row(s) left out: a (model, regularizer) that shares a single dataset" in mixed

@@ -1,7 +1,7 @@
 """`scope: time` is ndebench's extension: validate says so, and a report never shows it under the paper's name."""
 import pandas as pd
 from ndebench.platform import api
-from ndebench.platform.report.analyses import label_variants
+from ndebench.platform.report.render.tables import table_rows
 from ndebench.platform.spec.extensions import SCOPE_TIME, extension_warnings
 
 CONFIG = "tune_configs/quickstart.yaml"
@@ -15,10 +15,10 @@ def test_validate_names_scope_time_an_extension():
 
 
 def test_the_report_labels_scope_time_runs_as_the_extension():
-    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "regularizer": ["continuum_dropout"] * 3 + ["none"]})
-    frame = pd.DataFrame({"run_id": ["a", "b", "c", "d"],
-                          "label": ["continuum_dropout", "continuum_dropout", "continuum_dropout[p=0.1,m=5]", "none"],
-                          "params": [{"regularizer.scope": "time"}, {"regularizer.scope": "increment"},
-                                     {"regularizer.scope": "time"}, {}]})
-    assert list(label_variants(runs, frame)["regularizer"]) == [
+    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "regularizer": ["continuum_dropout"] * 3 + ["none"],
+                         "label": ["continuum_dropout", "continuum_dropout", "continuum_dropout[p=0.1,m=5]", "none"],
+                         "params.regularizer.scope": ["time", "increment", "time", None]})
+    named = table_rows(runs)
+    assert list(named["regularizer"]) == [
         "continuum_dropout[scope=time]", "continuum_dropout", "continuum_dropout[p=0.1,m=5,scope=time]", "none"]
+    assert list(named["label"]) == list(runs["label"])  # the frame's own key stays as it was read

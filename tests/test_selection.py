@@ -76,15 +76,16 @@ def test_the_chance_gain_is_the_expected_maximum_of_k_means():
 
 def test_the_audit_row_carries_the_adjusted_p_of_its_grid():
     rng = np.random.default_rng(4)
-    means = {"none": 0.7, "continuum_dropout": 0.7, "continuum_dropout[p=0.1,m=5]": 0.71,
-             "continuum_dropout[p=0.5,m=5]": 0.69}
-    rows = [{"model": "neural_cde", "dataset": "uea/GunPoint", "regularizer": r, "variant": r if "[" in r else "",
-             "seed": s, "status": "ok", "test_accuracy": m + rng.normal(0, 0.02)}
-            for r, m in means.items() for s in range(4)]
+    means = {("none", ""): 0.7, ("continuum_dropout", ""): 0.7,
+             ("continuum_dropout", "continuum_dropout[p=0.1,m=5]"): 0.71,
+             ("continuum_dropout", "continuum_dropout[p=0.5,m=5]"): 0.69}
+    rows = [{"model": "neural_cde", "dataset": "uea/GunPoint", "regularizer": r, "variant": v, "seed": s,
+             "status": "ok", "test_accuracy": m + rng.normal(0, 0.02)} for (r, v), m in means.items() for s in range(4)]
     runs = pd.DataFrame(rows)
     [row] = audit.selection_audit(runs, {"uea/GunPoint": "test_accuracy"}).itertuples()
-    cell = {r: runs.loc[runs["regularizer"] == r].set_index("seed")["test_accuracy"].to_dict() for r in means}
-    grid = {label: cell[label] for label in means if "[" in label}
+    named = runs["variant"].where(runs["variant"] != "", runs["regularizer"])
+    cell = {v or r: runs.loc[named == (v or r)].set_index("seed")["test_accuracy"].to_dict() for r, v in means}
+    grid = {v: cell[v] for _, v in means if v}
     assert row.selection_adjusted_p == selection_adjusted_p(cell["none"], grid)
     best = np.array(list(cell[row.oracle_variant].values()))
     assert row.oracle_difference == pytest.approx(best.mean() - np.mean(list(cell["none"].values())), abs=1e-12)

@@ -109,6 +109,14 @@ def test_summarize_cells_counts_failed_runs_and_uses_ok_ones():
         stats.summarize_cells(runs, "test_auroc")
 
 
+def test_summarize_cells_groups_by_the_key_columns_it_is_given():
+    runs = _runs({("m", "d", "cd"): [0.1, 0.2, 0.3, 0.4]}).assign(label="cd[p=0.3]", n_mc=[1, 1, 8, 8])
+    out = stats.summarize_cells(runs, "test_accuracy", ["model", "label", "n_mc"])
+    assert list(out.columns[:4]) == ["metric", "model", "label", "n_mc"] and "regularizer" not in out
+    assert out.set_index("n_mc")["mean"].to_dict() == {1: pytest.approx(0.15), 8: pytest.approx(0.35)}
+    assert out["n"].tolist() == [2, 2] and out["label"].tolist() == ["cd[p=0.3]"] * 2
+
+
 def test_summarize_cell_where_every_run_failed():
     runs = _runs({("m", "d", "none"): A, ("m", "d", "cd"): [0.1, 0.2]},
                  status={("m", "d", "cd", 0): "diverged", ("m", "d", "cd", 1): "diverged"})

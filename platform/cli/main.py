@@ -57,12 +57,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"ndebench run: error: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
     from ndebench.platform import api
-    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, size_warnings
+    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, run_exit, size_warnings
     from ndebench.platform.failures.diskfull import DiskFullError
     from ndebench.platform.failures.stopping import describe, stop_on_signals
-    from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
     from ndebench.platform.spec.describe import describe_spec, total_trials
-    from ndebench.platform.spec.plan import sweep_cells
 
     if not args.verbose:
         from ndebench.platform.engine.progress import quiet_libraries
@@ -106,18 +104,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         for label, message in outcome.failed.items():
             print(f"  {label}: {message}")
     print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} --tracking-uri {uri}")
-    if full:
-        print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {'; '.join(full)}", flush=True)
-        return exitcodes.INFRASTRUCTURE
-    statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
-    problems = [f"{len(outcome.failed)} failed cell(s)"] if outcome.failed else []
-    problems += [summary] if (summary := not_ok_summary(statuses)) else []
-    if problems:
-        print(f"[ndebench] exit {exitcodes.FAILED}: {'; '.join(problems)} (`ndebench run ... --resume` reruns them)",
-              flush=True)
-        return exitcodes.FAILED
-    print(f"[ndebench] all {len(statuses)} planned evaluate run(s) ok or diverged", flush=True)
-    return exitcodes.OK
+    ending = run_exit(spec, uri, outcome.failed, full)
+    if ending.code == exitcodes.OK:
+        print(f"[ndebench] all {ending.planned} planned evaluate run(s) ok or diverged", flush=True)
+    else:
+        rerun = " (`ndebench run ... --resume` reruns them)" if ending.code == exitcodes.FAILED else ""
+        print(f"[ndebench] exit {ending.code}: {'; '.join(ending.problems)}{rerun}", flush=True)
+    return ending.code
 
 
 def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> str | None:

@@ -158,14 +158,13 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
     a run that ended and one of them is ``ok``, else failed."""
     runs = evaluate_runs(ctx.tracking_uri, ctx.spec.study, with_calibration=False, variants=True)
     if runs.empty:
-        runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "status", "seed"])
-    runs = runs.assign(regularizer=[v or r for v, r in zip(runs["variant"], runs["regularizer"], strict=True)])
+        runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "label", "status", "seed"])
     named = {key: (cells[key].model, cells[key].dataset, cells[key].variant or cells[key].regularizer)
              for key in parents}
     stats = ctx.cell_statistics(runs, list(named.values()), ctx.spec.report.test) if ctx.cell_statistics else {}
     for key, run_id in parents.items():
         model, dataset, name = named[key]
-        mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.regularizer == name)]
+        mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.label == name)]
         ended = set(mine.loc[mine["status"].isin(COUNTED_STATUSES), "seed"])
         unended = sorted(set(ctx.spec.evaluate.seeds) - ended)
         if unended:

@@ -3,20 +3,24 @@ storage folders, trial resources the cluster can grant, and a plan of a sane siz
 ``ValueError`` naming the flag or key, the bad value and what is expected (exit 2), or
 :class:`~ndebench.platform.failures.outage.InfrastructureError` for a tracking store or storage that cannot be reached
 or
-written (exit 3), or returns warnings."""
+written (exit 3), or returns warnings; and, once the sweep ended, :func:`run_exit`, the exit status it earned."""
 from __future__ import annotations
 
 import os
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from ndebench.platform.cluster.storage import Storage
+from ndebench.platform.failures import exitcodes
 from ndebench.platform.failures.outage import InfrastructureError, cause_line
+from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
 from ndebench.platform.record.tracking import sqlite_path
 from ndebench.platform.spec.config import SweepSpec
+from ndebench.platform.spec.plan import sweep_cells
 
 SERVER_SCHEMES = ("http", "https")
 LARGE_PLAN = 100_000
@@ -150,3 +154,25 @@ def size_warnings(total_trials: int) -> list[str]:
         return [f"the plan has {total_trials:,} trials (more than {LARGE_PLAN:,}); check the grids, num_samples "
                 "and seeds"]
     return []
+
+
+@dataclass(frozen=True)
+class RunExit:
+    """How a sweep ended for ``ndebench run``: its exit ``code`` (:mod:`~ndebench.platform.failures.exitcodes`),
+    the ``problems`` behind a code other than ``OK`` and the number of ``planned`` evaluate runs (0 when the
+    machine failed first)."""
+
+    code: int
+    problems: tuple[str, ...]
+    planned: int = 0
+
+
+def run_exit(spec: SweepSpec, uri: str, failed: dict[str, str], infrastructure: list[str]) -> RunExit:
+    """``INFRASTRUCTURE`` when the machine failed (``infrastructure``: a full disk during the sweep or its report),
+    else ``FAILED`` when a cell ``failed`` or a planned (cell, seed) has no ok or diverged run, else ``OK``."""
+    if infrastructure:
+        return RunExit(exitcodes.INFRASTRUCTURE, tuple(infrastructure))
+    statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
+    problems = [f"{len(failed)} failed cell(s)"] if failed else []
+    problems += [summary] if (summary := not_ok_summary(statuses)) else []
+    return RunExit(exitcodes.FAILED if problems else exitcodes.OK, tuple(problems), len(statuses))

@@ -2,7 +2,9 @@
 
 :func:`evaluate_runs`: one row per current evaluate trial run (:mod:`~ndebench.platform.record.completeness`:
 the run of the config the latest sweep planned, per (cell, seed)) with its status, message and test metrics (the
-rows the tables count). :func:`runs_frame`: one row per run of a phase for analyses. Columns: ``run_id,
+rows the tables count). :func:`runs_frame`: one row per run of a phase for analyses. :func:`study_frame`: the
+two joined with the run's params, the one frame of a study's results that the API, the tables and the analyses
+read. :func:`runs_frame`'s columns: ``run_id,
 parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``, ``metric`` (the
 dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate, ...`` (the
 regularizers' parameters, :func:`regularizer_params`, from the run's params ``regularizer.p`` ...; NaN where
@@ -30,7 +32,10 @@ import pandas as pd
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
+from ndebench.platform.record.searchtrials import RESULT_PREFIX
 from ndebench.platform.record.summaries import MEAN_PREFIX, TIME_METRICS, calibration_from_run, mean_over_epochs
+
+SEARCH_PHASES = ("base", "tune")
 
 
 def regularizer_params() -> tuple[str, ...]:
@@ -134,7 +139,8 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
     ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
-    the tag existed), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
+    the tag existed), ``label`` (the cell's name: its variant label, else the regularizer), ``test_*`` metrics,
+    calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
     on older runs), the machine it ran on (:data:`~ndebench.platform.record.schema.MACHINE_TAGS`: ``cpu_model``,
     ``cpu_capability``, ``threads``, ``gpu``, ``gpu_driver``; ``""`` on older runs) and ``final_train_loss`` (the
     last epoch's ``train_loss``). Runs of fixed-parameter
@@ -161,6 +167,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "seed": _int_tag(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
+            "label": tags.get(f"{TAG}variant") or tags.get(f"{TAG}regularizer"),
             "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
             **{key: tags.get(f"{TAG}{key}", "") for key in MACHINE_TAGS},
             # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.
@@ -194,3 +201,55 @@ def _load_json(mlflow_client: Any, run_id: str, name: str) -> dict[str, Any] | N
             return json.loads(Path(path).read_text())
         except ValueError:
             return None
+
+
+def study_frame(uri: str, study: str, *, histories: bool = False, runs: list[Any] | None = None) -> pd.DataFrame:
+    """The one frame of ``study``'s results, what ``api.results`` returns and ``ndebench report`` tabulates and
+    analyses: one row per evaluate-phase trial run the report counts (:func:`evaluate_runs` with its variant
+    cells), sorted by model, dataset, label and seed, with the cell key as columns: ``model, dataset,
+    regularizer`` (the regularizer the run trained with), ``variant`` (``""`` for a tuned cell) and ``label`` (the
+    cell's name: its variant label, e.g. ``continuum_dropout[p=0.3,m=50]``, or its regularizer) and ``n_mc``; then
+    :func:`evaluate_runs`' columns, the regularizers' parameters (:func:`regularizer_params`), ``parent_run_id``, with
+    ``histories`` the time columns of :func:`runs_frame`, and ``params.<key>`` (the run's flat config, one column per
+    key, as ``mlflow.search_runs`` names them; missing where a run lacks the key). ``runs``: :func:`recorded`."""
+    runs = recorded(uri, study) if runs is None else runs
+    frame = runs_frame(uri, study, histories=histories, runs=runs)
+    found = evaluate_runs(uri, study, variants=True, runs=runs)
+    if found.empty or frame.empty:
+        return found
+    extra = ["run_id", *(c for c in frame.columns if c not in found.columns and c != "params")]
+    keys = sorted({f"params.{key}" for params in frame["params"] for key in params})
+    merged = found.merge(flat_params(frame)[extra + keys], on="run_id", how="left")
+    return merged.sort_values(["model", "dataset", "label", "seed"], kind="stable", ignore_index=True)
+
+
+def flat_params(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``params`` dicts spread into ``params.<key>`` columns (as ``mlflow.search_runs``)."""
+    params = pd.DataFrame(list(frame["params"]), index=frame.index).add_prefix("params.")
+    return pd.concat([frame.drop(columns="params"), params[sorted(params.columns)]], axis=1)
+
+
+def trials_frame(uri: str, study: str, phase: str = "tune") -> pd.DataFrame:
+    """The search trials of ``study``'s stage ``phase`` (``base``: the shared base search, ``tune``: the
+    per-cell search): one row per trial run (not the cell runs), oldest first.
+
+    Columns: ``run_id``, ``cell_run_id`` (the cell run above it), ``cell, model, dataset, regularizer``,
+    ``seed`` (int), ``status``, ``start_time`` (UTC), the validation metrics the trial reported to Ray Tune
+    (``val_*``: its selected epoch's values, where recorded, else the last epoch's) and ``params.<key>`` (its
+    sampled and fixed config). ``ValueError`` for an unknown phase."""
+    if phase not in SEARCH_PHASES:
+        raise ValueError(f"unknown search phase {phase!r}; valid: {', '.join(SEARCH_PHASES)}")
+    rows = []
+    for run in tracking.search(uri, study, f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'"):
+        tags, metrics = run.data.tags, run.data.metrics
+        chosen = {k[len(RESULT_PREFIX):]: v for k, v in metrics.items() if k.startswith(f"{RESULT_PREFIX}val_")}
+        rows.append({"run_id": run.info.run_id, "cell_run_id": tags.get("mlflow.parentRunId", ""),
+                     **{key: tags.get(f"{TAG}{key}", "") for key in ("cell", "model", "dataset", "regularizer")},
+                     "seed": int(tags.get(f"{TAG}seed", "0") or 0), "status": tracking.run_status(run),
+                     "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True),
+                     **{k: v for k, v in sorted(metrics.items()) if k.startswith("val_")}, **chosen,
+                     "params": {k: parse_param(v) for k, v in run.data.params.items()}})
+    if not rows:
+        return pd.DataFrame(columns=["run_id", "cell_run_id", "cell", "model", "dataset", "regularizer", "seed",
+                                     "status", "start_time"])
+    return flat_params(pd.DataFrame(rows)).sort_values("start_time", kind="stable", ignore_index=True)

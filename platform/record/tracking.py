@@ -46,6 +46,19 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
+def tracking_uri(uri: str | None = None) -> str:
+    """The MLflow tracking URI the API and the commands use: ``uri`` made absolute (``sqlite:///rel.db`` against
+    the current directory), or by default :func:`default_tracking_uri`."""
+    return absolute_uri(uri) if uri else default_tracking_uri()
+
+
+def require_study(uri: str, study: str) -> None:
+    """``ValueError`` naming the studies at ``uri`` when ``study`` is not one of them."""
+    studies = study_names(uri)
+    if study not in studies:
+        raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
+
+
 def artifact_root(uri: str) -> str | None:
     """Artifacts beside a sqlite database (``<db dir>/mlartifacts``); the server decides otherwise."""
     if uri.startswith("sqlite:///"):

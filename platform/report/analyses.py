@@ -15,30 +15,7 @@ from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import architectures, audit, controls, mc_samples, report, sensitivity, summary, timing
 from ndebench.platform.report.integrity import integrity_warning
 from ndebench.platform.report.machines import machines
-from ndebench.platform.report.paper.comparison import EXTENSION
 from ndebench.platform.report.render import html_report, sections
-
-
-def label_variants(runs: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (from ``runs.evaluate_runs``) with ``regularizer`` replaced by the variant label of the
-    runs that belong to fixed-parameter variant cells (``frame`` from ``runs.runs_frame``), so that each
-    variant is its own row of the per-study tables; a run with ``scope: time`` (ndebench's extension, not the
-    paper's method) gets ``scope=time`` in its label."""
-    if frame.empty or "run_id" not in runs:
-        return runs
-    labels = frame.set_index("run_id")["label"]
-    if "params" in frame:
-        # scope: time (ndebench's extension) is labelled so that no table shows it under the paper's name
-        scoped = frame.set_index("run_id")["params"].map(lambda p: isinstance(p, dict)
-                                                         and p.get("regularizer.scope") == "time")
-        labels = labels.where(~scoped, labels.map(_extension_label))
-    return runs.assign(regularizer=[labels.get(r, g) for r, g in zip(runs["run_id"], runs["regularizer"], strict=True)])
-
-
-def _extension_label(label: str) -> str:
-    if EXTENSION in label:
-        return label
-    return f"{label[:-1]},{EXTENSION}]" if label.endswith("]") else f"{label}[{EXTENSION}]"
 
 
 def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
@@ -59,7 +36,7 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
     runs, primary = report.with_primary_metrics(runs)
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
-    selection = audit.selection_audit(runs, primary)
+    selection = audit.selection_audit(frame, primary)
     control = (controls.control_section(controls.control_comparisons(runs, primary, files.tables[0].test, alpha))
                if files.tables else None)
     matched = (architectures.matched_section(architectures.matched_comparisons(runs, primary, files.tables[0].test,
@@ -92,8 +69,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
     notes = [integrity_warning(list(files.changed))] if files.changed else []
     notes += [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
     notes += [note] if (note := machines(runs)["note"]) else []
-    # The same table objects as table.md and table.tex, seed coverage and learning flags included.
-    written.append(html_report.write_html(directory / "report.html", study, runs, list(files.tables), alpha,
+    # The same sections as table.md and table.tex, seed coverage and learning flags included.
+    written.append(html_report.write_html(directory / "report.html", study, runs, list(files.shown),
                                           notes + missing, list(files.figures),
                                           {h: found for h, (_, _, found) in groups.items()},
                                           ui_url=ui_url, experiment_id=experiment_id, ui_note=ui_note))

@@ -37,17 +37,13 @@ SKIPPED = ("no regularizer has fixed-parameter variant cells, so there is no gri
            "`variants: {<regularizer>: grid}` to the config")
 
 
-def base_regularizer(label: str) -> str:
-    """``continuum_dropout[p=0.3,m=50]`` -> ``continuum_dropout``."""
-    return label.split("[", 1)[0]
-
-
 def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame:
     """One row per (model, dataset, regularizer) with both a tuned cell and variant cells over its grid (columns
     :data:`COLUMNS`).
 
-    ``runs`` has one row per evaluate run with ``variant`` (the variant cell's label, ``""`` for the tuned
-    cell); ``primary`` maps datasets to their primary metric column. ``validation_selected`` is the tuned
+    ``runs`` has one row per evaluate run with ``regularizer`` (the regularizer it trained with) and ``variant``
+    (the variant cell's label, ``""`` for the tuned cell), as :func:`~ndebench.platform.record.runs.study_frame`
+    reads them; ``primary`` maps datasets to their primary metric column. ``validation_selected`` is the tuned
     cell's mean over its ``ok`` seeds, ``oracle`` the best mean over the variant cells (``oracle_variant`` its
     label) and ``gap`` how much better the oracle looks: ``oracle - validation_selected``, sign-adjusted so
     that a positive gap is an optimistic oracle whatever the metric's direction.
@@ -59,12 +55,12 @@ def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame
     if "variant" not in runs.columns:
         return pd.DataFrame(columns=COLUMNS)
     ok = runs[runs["status"] == "ok"]
-    labels = ok["variant"].fillna("")
     # The baseline's variants are controls (none averaged over n_mc passes), not points of a searched grid.
-    variants = ok[(labels != "") & (labels.map(base_regularizer) != BASELINE)]
+    variants = ok[(ok["variant"].fillna("") != "") & (ok["regularizer"] != BASELINE)]
     rows = []
-    for (model, dataset, label), group in variants.groupby(["model", "dataset", "variant"], sort=True):
-        rows.append({"model": model, "dataset": dataset, "regularizer": base_regularizer(label), "label": label,
+    for (model, dataset, regularizer, label), group in variants.groupby(["model", "dataset", "regularizer", "variant"],
+                                                                        sort=True):
+        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "label": label,
                      "mean": float(group[primary[dataset]].astype(float).mean())})
     means = pd.DataFrame(rows, columns=["model", "dataset", "regularizer", "label", "mean"])
     out = []

@@ -20,7 +20,7 @@ COMPARISON = {"difference": "diff_vs_none", "diff_ci_low": "diff_ci_low", "diff_
 
 def cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
                     test: str) -> dict[tuple[str, str, str], dict[str, float]]:
-    """Per ``(model, dataset, regularizer)`` cell with an ``ok`` run, in this order: ``mean_<m>`` and ``std_<m>``
+    """Per ``(model, dataset, label)`` cell with an ``ok`` run, in this order: ``mean_<m>`` and ``std_<m>``
     of the dataset's primary metric ``m``; against the baseline ``none`` on ``m`` under ``test`` (the report's
     :func:`~ndebench.platform.report.statistics.stats.compare_to_baseline`): ``diff_vs_none`` (cell mean minus
     ``none``'s
@@ -28,13 +28,13 @@ def cell_statistics(runs: pd.DataFrame, cells: list[tuple[str, str, str]],
     ``hedges_g`` with ``hedges_g_ci_low``/``hedges_g_ci_high``
     (:func:`~ndebench.platform.report.statistics.effects.effect_sizes`); then ``n`` (its ok runs) and ``mean_<m>``,
     ``std_<m>`` of every other numeric ``test_*`` column. The primary metric comes first: MLflow's compare page
-    plots the first metric the runs share. ``runs`` has one row per evaluate run with ``regularizer`` naming the
-    cell (a variant's label for variant cells); cells without an ok run are left out."""
+    plots the first metric the runs share. ``runs`` has one row per evaluate run with ``label`` naming the cell (a
+    variant's label for variant cells, else the regularizer); cells without an ok run are left out."""
     metrics = [c for c in runs.columns if c.startswith("test_") and pd.api.types.is_numeric_dtype(runs[c])]
     primary = primary_metrics(runs) if len(runs) else {}
     out: dict[tuple[str, str, str], dict[str, float]] = {}
     for model, dataset, name in cells:
-        mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.regularizer == name)
+        mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.label == name)
                     & runs.status.isin(COUNTED_STATUSES)]
         if not (mine["status"] == "ok").any():
             continue
@@ -56,8 +56,8 @@ def _comparison(runs: pd.DataFrame, model: str, dataset: str, name: str, metric:
                 test: str) -> dict[str, float]:
     if name == BASELINE:
         return {}
-    pair = runs[(runs.model == model) & (runs.dataset == dataset) & runs.regularizer.isin([name, BASELINE])]
-    tests = compare_to_baseline(pair, metric, test=test)
+    pair = runs[(runs.model == model) & (runs.dataset == dataset) & runs.label.isin([name, BASELINE])]
+    tests = compare_to_baseline(pair, metric, test=test, name="label")
     if not len(tests):
         return {}
     row = tests.iloc[0]

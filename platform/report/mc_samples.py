@@ -24,11 +24,7 @@ LABELS = {m: tables.LABELS[m] for m in ("test_accuracy", "test_top5_accuracy", "
 
 def mc_cells(reevaluated: pd.DataFrame, metric: str) -> pd.DataFrame:
     """``n, mean, std`` per (model, dataset, label, n_mc) over the ok re-evaluated runs."""
-    part = reevaluated.assign(regularizer=reevaluated["label"] + "\x00" + reevaluated["n_mc"].astype(str))
-    cells = stats.summarize_cells(part, metric)
-    cells[["label", "n_mc"]] = cells["regularizer"].str.split("\x00", expand=True)
-    cells["n_mc"] = cells["n_mc"].astype(int)
-    return cells.drop(columns="regularizer")
+    return stats.summarize_cells(reevaluated, metric, ["model", "dataset", "label", "n_mc"])
 
 
 def _metrics(reevaluated: pd.DataFrame, dataset: str) -> list[str]:

@@ -29,6 +29,7 @@ from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
 from ndebench.platform.report.render import sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
+from ndebench.platform.report.render.sections import md_escape
 from ndebench.platform.report.render.studyfigures import pooled_calibration, study_figures
 from ndebench.platform.report.render.tables import (
     LABELS,
@@ -39,8 +40,9 @@ from ndebench.platform.report.render.tables import (
     fmt_p,
     latex,
     markdown,
-    md_escape,
     status_line,
+    study_sections,
+    table_rows,
 )
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
@@ -52,7 +54,8 @@ REQUIRED = ("model", "dataset", "regularizer", "seed", "status")
 @dataclass(frozen=True)
 class ReportFiles:
     """Paths written by :func:`build_report`; ``paths`` lists them all (e.g. to log as MLflow artifacts).
-    ``tables`` are the table objects ``table.md`` and ``table.tex`` render, for ``report.html`` to render too, and
+    ``tables`` are the statistics of the tables, ``shown`` the sections ``table.md`` and ``table.tex`` render (the
+    tables, their effect sizes and the across-dataset comparison), for ``report.html`` to render too, and
     ``paper`` the sections comparing the study with the paper's numbers (``paper=True``); ``changed`` the runs whose
     results changed after they ended (:mod:`~ndebench.platform.report.integrity`)."""
 
@@ -63,6 +66,7 @@ class ReportFiles:
     summary_json: Path
     figures: tuple[Path, ...]
     tables: tuple[Table, ...] = ()
+    shown: tuple[sections.Section, ...] = ()
     paper: tuple[sections.Section, ...] = ()
     changed: tuple[dict[str, Any], ...] = ()
 
@@ -152,7 +156,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
                  paper: bool = False, protocol: dict[str, str] | None = None,
                  changed: list[dict[str, Any]] | None = None) -> ReportFiles:
-    """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths.
+    """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths; rows are named by each
+    run's ``label`` (:func:`~ndebench.platform.report.render.tables.table_rows`).
 
     Tables (``table.md`` and ``table.tex``, booktabs) for the primary metric (``metric``, or each dataset's
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
@@ -184,7 +189,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     MC control (:mod:`~ndebench.platform.report.controls`): ``table.md`` and ``summary.json`` (``mc_control``)
     compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
 
-    ``protocol`` (:func:`~ndebench.platform.report.protocol.protocol_note`): which protocol produced the rows, a
+    ``protocol`` (:func:`~ndebench.platform.report.study.protocol_note`): which protocol produced the rows, a
     line of ``table.md`` and ``summary.json``'s ``protocol``.
 
     Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper.comparison`): every cell beside the paper's
@@ -202,7 +207,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     run yet and its running ones. A study with no ``ok`` result gets a report of its counts and of each
     failed run's message instead of tables.
     """
-    runs = _select_study(runs, study)
+    cells = _select_study(runs, study)
+    runs = table_rows(cells)
     _check_runs(runs, test, alpha)
     significance.check_correction(correction)
     directory = Path(out_dir) / study
@@ -227,7 +233,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
-    selection = audit.selection_audit(runs, primary)
+    selection = audit.selection_audit(with_primary_metrics(cells, metric)[0], primary)
     control = controls.control_comparisons(runs, primary, test, alpha)
     with table_md.open("a") as handle:
         if not selection.empty:
@@ -246,7 +252,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
     return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
-                                     tuple(tables), tuple(compared)), changed or [])
+                                     tuple(tables), tuple(study_sections(study, tables, across, alpha)),
+                                     tuple(compared)), changed or [])
 
 
 def _flag_changed(files: ReportFiles, changed: list[dict[str, Any]]) -> ReportFiles:

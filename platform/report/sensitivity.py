@@ -36,8 +36,7 @@ def variant_cells(runs: pd.DataFrame, regularizer: str, metric: str) -> pd.DataF
     part = runs[(runs["regularizer"] == regularizer) & (runs["variant"].fillna("") != "")]
     if part.empty:
         return pd.DataFrame(columns=["model", "dataset", "label", "n", "mean", "std", *declared])
-    labelled = part.assign(regularizer=part["variant"])
-    cells = stats.summarize_cells(labelled, metric).rename(columns={"regularizer": "label"})
+    cells = stats.summarize_cells(part, metric, ["model", "dataset", "variant"]).rename(columns={"variant": "label"})
     params = part.groupby("variant")[declared].first()
     return cells.join(params, on="label")
 

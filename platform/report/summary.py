@@ -8,6 +8,8 @@ over datasets of ``d_d = r_d - b_d`` with ``scipy.stats.sem`` and the % change t
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from ndebench.platform.report.render.sections import Cell, Section
@@ -74,8 +76,10 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
         if rows.empty:
             continue
         table = [[Cell(r.model), Cell(r.regularizer), Cell(str(r.n_datasets)),
-                  Cell(f"{r.baseline_mean:.3f} ({r.baseline_std:.3f})"), Cell(f"{r.mean:.3f} ({r.std:.3f})"),
-                  Cell(f"{r.mean_improvement:+.3f} ± {r.se:.3f}"), Cell(f"{r.pct_change:+.2f} ± {r.pct_se:.2f}"),
+                  Cell(_spread(f"{r.baseline_mean:.3f}", r.baseline_std, " ({:.3f})")),
+                  Cell(_spread(f"{r.mean:.3f}", r.std, " ({:.3f})")),
+                  Cell(_spread(f"{r.mean_improvement:+.3f}", r.se, " ± {:.3f}")),
+                  Cell(_spread(f"{r.pct_change:+.2f}", r.pct_se, " ± {:.2f}")),
                   Cell(f"{r.wins}/{r.n_datasets}")] for r in rows.itertuples(index=False)]
         caption = (f"Averaged over {len(datasets)} {words} on each dataset's primary metric; values in brackets are "
                    f"the mean of the per-dataset standard deviations; improvement and % change (sign-adjusted, "
@@ -85,3 +89,8 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
                                  "regularizer mean", "improvement", "% change", "wins"],
                                 table, caption))
     return sections
+
+
+def _spread(value: str, spread: float, form: str) -> str:
+    """``value`` with its spread in ``form``; without it where it is undefined (one dataset, one seed)."""
+    return value + (form.format(spread) if math.isfinite(spread) else "")

@@ -29,9 +29,8 @@ def time_cells(runs: pd.DataFrame, column: str) -> pd.DataFrame:
     seconds per epoch, the cell's own ``p, m`` (a tuned cell's differ by model and dataset) and ``ratio`` (mean
     over the baseline's mean)."""
     part = runs[runs["regularizer"].isin([BASELINE, REGULARIZER])]
-    cells = (stats.summarize_cells(part.assign(regularizer=part["label"]), column)
-             .rename(columns={"regularizer": "label"}))
     keys = ["model", "dataset", "label"]
+    cells = stats.summarize_cells(part, column, keys)
     cells = cells.join(part.groupby(keys)[["p", "m"]].first(), on=keys)
     base = cells[cells["label"] == BASELINE].set_index(["model", "dataset"])["mean"]
     cells["ratio"] = [row.mean / base.get((row.model, row.dataset), np.nan) for row in cells.itertuples()]

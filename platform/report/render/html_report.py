@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
-from ndebench.platform.report.render import sections, tables
+from ndebench.platform.report.render import sections
 from ndebench.platform.report.render.sections import Section
 
 STYLE = """
@@ -77,41 +77,6 @@ def figures_section(figures: list[Path], images: dict[Path, str]) -> str:
     return f"<section><h2>Figures</h2>{top}{groups}</section>"
 
 
-def main_table_section(table: tables.Table, alpha: float) -> str:
-    """One of the per-study tables of :func:`~ndebench.platform.report.report.build_report` as HTML."""
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in
-                   ["regularizer"] + [f"{m} / {tables.column_title(table, d, metric)}"
-                                      for m, d, metric in table.columns])
-    body = []
-    for r in table.rows:
-        cells = [f"<td>{html.escape(r)}</td>"]
-        for j in range(len(table.columns)):
-            cell = table.cells.get((r, j))
-            if cell is None:
-                cells.append("<td>–</td>")
-                continue
-            text = html.escape(cell.text)
-            text = (f"<b>{text}</b>" if cell.bold else text) + html.escape(cell.marker)
-            cells.append(f"<td>{text}" + (f" <small>[{html.escape(cell.note)}]</small>" if cell.note else "")
-                         + (f" <b class='flag'>{html.escape(cell.flag)}</b>" if cell.flag else "") + "</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    caption = tables.caption(table, alpha, tex=False).replace("\\*", "*")
-    title = "Primary metric" if table.title == "primary" else table.title
-    return (f"<section><h2>{html.escape(title)}</h2><table><caption>{html.escape(caption)}</caption>"
-            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></section>")
-
-
-def effects_section(table: tables.Table) -> str:
-    """The effect sizes of ``table``'s comparisons with ``none`` (difference and Hedges' g with 95% intervals)."""
-    rows = tables.effect_rows(table)
-    if not rows:
-        return ""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in tables.EFFECT_HEADER)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in row) + "</tr>" for row in rows)
-    return (f"<section><h2>Effect sizes against none</h2><table><caption>{html.escape(tables.effects_caption(table))}"
-            f"</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
-
-
 def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | None, ui_note: str = "") -> str:
     """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known;
     ``ui_note`` says how to serve that UI)."""
@@ -143,10 +108,11 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
     return f"<section><h2>Runs</h2>{collapsed(f'{len(rows)} cells', table, len(rows) // 10)}</section>"
 
 
-def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: float, notes: list[str],
+def write_html(path: Path, study: str, runs: pd.DataFrame, shown: list[Section], notes: list[str],
                figures: list[Path], groups: dict[str, list[Section]], *, ui_url: str | None = None,
                experiment_id: str | None = None, ui_note: str = "") -> Path:
-    """Write ``report.html``: the study's tables (``tables`` from :func:`report.study_tables`), ``notes``
+    """Write ``report.html``: the study's tables (``shown``, the sections of ``table.md``:
+    :func:`~ndebench.platform.report.render.tables.study_sections`), ``notes``
     (e.g. why a critical-difference diagram is missing), its ``figures`` (PNG, :func:`image_sources`), every
     section of ``groups`` (heading -> sections) and the run table."""
     counts = runs["status"].value_counts()
@@ -157,8 +123,7 @@ def write_html(path: Path, study: str, runs: pd.DataFrame, tables: list, alpha: 
              f"<p>{len(runs)} evaluate-phase runs: "
              + ", ".join(f"{int(n)} {html.escape(str(s))}" for s, n in counts.items())
              + ".</p>"]
-    parts += [main_table_section(t, alpha) for t in tables]
-    parts += [effects_section(tables[0])] if tables else []
+    parts += [sections.to_html(s, images) for s in shown]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     if figures:

@@ -1,8 +1,9 @@
 """Renderer-neutral report sections (a table, its caption, its figures) written as Markdown, LaTeX and HTML.
 
-The analyses of :mod:`sensitivity`, :mod:`timing`, :mod:`summary` and :mod:`mc_samples` each return
-:class:`Section` objects; ``report.html`` and the ``.md``/``.tex`` files render the same objects, so the three
-formats never disagree.
+Every table of a report is a :class:`Section`: the per-study tables, effect sizes and across-dataset comparison
+of ``table.md`` (:mod:`~ndebench.platform.report.render.tables`) and the analyses of :mod:`sensitivity`,
+:mod:`timing`, :mod:`summary`, :mod:`mc_samples` and the others; ``report.html`` and the ``.md``/``.tex`` files
+render the same objects, so the three formats never disagree.
 """
 from __future__ import annotations
 
@@ -13,21 +14,36 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 from ndebench.platform.report.render.figures import save_png_pdf
-from ndebench.platform.report.render.tables import latex_escape
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+# Shrinks a table wider than the text to fit, leaves narrower ones at their natural size (graphicx).
+_FIT_WIDTH = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
 
 
 @dataclass
 class Cell:
-    """One table cell: ``text``, shown bold (best value) and/or flagged (``flag``: the paper's red cells)."""
+    """One table cell: ``text``, shown bold (best value) and/or flagged (``flag``: the paper's red cells), with a
+    significance ``marker`` (``*``, ``**``, ``†``, ``††``), a bracketed ``note`` (another n, failed runs) and a
+    ``warning`` in words (a cell that did not learn)."""
 
     text: str
     bold: bool = False
     flag: bool = False
+    marker: str = ""
+    note: str = ""
+    warning: str = ""
 
 
 @dataclass
 class Section:
-    """A titled table (``header`` and ``rows`` of :class:`Cell`), its caption, notes and figure files."""
+    """A titled table (``header`` and ``rows`` of :class:`Cell`), its caption, notes and figure files.
+
+    ``align``: one letter per column, ``l`` or ``r`` (default: ``l`` first, ``c`` after in LaTeX, all left in
+    Markdown); ``groups``: titles spanning consecutive columns after the first, ``(title, width)`` (LaTeX: a
+    header row of its own; Markdown and HTML: ``group / column``); ``label``: the LaTeX ``\\label``; ``fit``:
+    shrink the LaTeX table to the text width; ``tex_caption`` and ``md_caption``: the caption with its own markup
+    in that format (significance markers), where it differs from ``caption``."""
 
     title: str
     header: list[str]
@@ -36,6 +52,29 @@ class Section:
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     flag_legend: str = "worse than the baseline's mean minus one std"
+    align: str = ""
+    groups: list[tuple[str, int]] = field(default_factory=list)
+    label: str = ""
+    fit: bool = False
+    tex_caption: str = ""
+    md_caption: str = ""
+
+    def titles(self) -> list[str]:
+        """The column titles with their group's title (``neural_cde / GunPoint``), as Markdown and HTML show them."""
+        if not self.groups:
+            return list(self.header)
+        spans = [title for title, width in self.groups for _ in range(width)]
+        return [self.header[0]] + [f"{g} / {h}" for g, h in zip(spans, self.header[1:], strict=True)]
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters (``continuum_dropout`` -> ``continuum\\_dropout``)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def md_escape(text: str) -> str:
+    """Escape Markdown table and emphasis characters (``|``, ``*``)."""
+    return text.replace("|", "\\|").replace("*", "\\*")
 
 
 def mean_std(mean: float, std: float, n: int, digits: int = 3) -> str:
@@ -51,39 +90,53 @@ def save_figure(fig: Figure, path: Path) -> list[Path]:
     return [path, path.with_suffix(".pdf")]
 
 
-def _md_text(text: str) -> str:
-    return text.replace("|", "\\|").replace("*", "\\*")
-
-
 def to_markdown(section: Section) -> str:
     """``## title``, a pipe table (bold as ``**x**``, flagged cells suffixed ``▼``), caption, notes, figures."""
     def cell(c: Cell) -> str:
-        text = _md_text(c.text)
-        return (f"**{text}**" if c.bold else text) + (" ▼" if c.flag else "")
+        text = md_escape(c.text)
+        text = (f"**{text}**" if c.bold else text) + md_escape(c.marker)
+        text += (f" [{md_escape(c.note)}]" if c.note else "") + (f" **{md_escape(c.warning)}**" if c.warning else "")
+        return text + (" ▼" if c.flag else "")
 
-    lines = [f"## {section.title}", "", "| " + " | ".join(map(_md_text, section.header)) + " |",
-             "|" + "---|" * len(section.header)]
+    align = section.align or "l" * len(section.header)
+    lines = [f"## {section.title}", "", "| " + " | ".join(map(md_escape, section.titles())) + " |",
+             "|" + "".join("---:|" if a == "r" else "---|" for a in align)]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in section.rows]
     legend = f" ▼: {section.flag_legend}." if any(c.flag for row in section.rows for c in row) else ""
-    lines += ["", section.caption + legend]
+    lines += ["", (section.md_caption or section.caption) + legend]
     lines += [f"- {note}" for note in section.notes]
     lines += [f"![{p.stem}]({p.name})" for p in section.figures if p.suffix == ".png"]
     return "\n".join(lines) + "\n"
 
 
 def to_latex(section: Section) -> str:
-    """A booktabs table; flagged cells in ``\\textcolor{red}`` (needs ``xcolor``), bold ones ``\\textbf``."""
+    """A booktabs table; flagged cells in ``\\textcolor{red}`` (needs ``xcolor``), bold ones ``\\textbf``,
+    markers as superscripts, notes and warnings small; ``fit`` wraps it in a ``\\resizebox`` (``graphicx``)."""
     def cell(c: Cell) -> str:
         text = latex_escape(c.text).replace("–", "--")
         text = rf"\textbf{{{text}}}" if c.bold else text
-        return rf"\textcolor{{red}}{{{text}}}" if c.flag else text
+        text = rf"\textcolor{{red}}{{{text}}}" if c.flag else text
+        text += "$^{" + c.marker.replace("†", r"\dagger") + "}$" if c.marker else ""
+        text += rf" {{\scriptsize [{latex_escape(c.note)}]}}" if c.note else ""
+        return text + (rf" {{\scriptsize\itshape {latex_escape(c.warning)}}}" if c.warning else "")
 
     k = len(section.header)
-    lines = [r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(section.caption)}}}",
-             rf"\begin{{tabular}}{{l{'c' * (k - 1)}}}", r"\toprule",
-             " & ".join(latex_escape(h) for h in section.header) + r" \\", r"\midrule"]
+    columns = section.align or f"l{'c' * (k - 1)}"
+    lines = [r"\begin{table}[htbp]", r"\centering",
+             rf"\caption{{{section.tex_caption or latex_escape(section.caption)}}}"]
+    lines += [rf"\label{{{section.label}}}"] if section.label else []
+    lines += [_FIT_WIDTH] if section.fit else []
+    lines += [rf"\begin{{tabular}}{{{columns}}}", r"\toprule"]
+    if section.groups:
+        lines.append(" & ".join([""] + [rf"\multicolumn{{{w}}}{{c}}{{{latex_escape(g)}}}" for g, w in section.groups])
+                     + r" \\")
+        starts = [2 + sum(w for _, w in section.groups[:i]) for i in range(len(section.groups))]
+        lines.append(" ".join(rf"\cmidrule(lr){{{a}-{a + w - 1}}}" for a, (_, w) in zip(starts, section.groups,
+                                                                                       strict=True)))
+    lines += [" & ".join(latex_escape(h) for h in section.header) + r" \\", r"\midrule"]
     lines += [" & ".join(cell(c) for c in row) + r" \\" for row in section.rows]
-    return "\n".join(lines + [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
+    end = r"\end{tabular}}" if section.fit else r"\end{tabular}"
+    return "\n".join(lines + [r"\bottomrule", end, r"\end{table}", ""])
 
 
 def to_html(section: Section, images: dict[Path, str]) -> str:
@@ -91,10 +144,12 @@ def to_html(section: Section, images: dict[Path, str]) -> str:
     the PNG figures as ``<img>`` with the data URIs in ``images`` (path -> ``data:image/png;base64,...``)."""
     def cell(c: Cell) -> str:
         text = html.escape(c.text)
-        text = f"<b>{text}</b>" if c.bold else text
+        text = (f"<b>{text}</b>" if c.bold else text) + html.escape(c.marker)
+        text += f" <small>[{html.escape(c.note)}]</small>" if c.note else ""
+        text += f" <b class='flag'>{html.escape(c.warning)}</b>" if c.warning else ""
         return f'<td class="flag">{text}</td>' if c.flag else f"<td>{text}</td>"
 
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in section.header)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in section.titles())
     body = "".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in section.rows)
     legend = f" Red: {section.flag_legend}." if any(c.flag for row in section.rows for c in row) else ""
     parts = [f"<section><h2>{html.escape(section.title)}</h2>",

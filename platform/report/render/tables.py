@@ -1,24 +1,29 @@
-"""The table model of a study report and its Markdown and LaTeX renderers.
+"""The tables of a study report: their statistics, and the sections that ``table.md``, ``table.tex`` and
+``report.html`` render.
 
-A :class:`Table` is renderer-agnostic: columns are (model, dataset, metric), rows regularizers (``none``
-first), and each :class:`Cell` holds the "mean (std)" text over the ``ok`` seeds, the significance marker of
-the test against ``none``, whether it is the best of its column (bold), a note (other n, diverged or
-errored runs, missing seeds) and a ``flag`` for a cell whose model did not learn
-(:mod:`~ndebench.platform.report.learning`). :func:`markdown` and :func:`latex` render a study's tables, its
-across-dataset comparison and captions that name the metric, n, the test, alpha and the correction.
+A :class:`Table` holds the statistics of one table: columns are (model, dataset, metric), rows regularizers
+(``none`` first), and each :class:`~ndebench.platform.report.render.sections.Cell` the "mean (std)" text over the
+``ok`` seeds, the significance ``marker`` of the test against ``none``, whether it is the best of its column
+(bold), a ``note`` (other n, diverged or errored runs, missing seeds) and a ``warning`` for a cell whose model did
+not learn (:mod:`~ndebench.platform.report.learning`). :func:`study_sections` turns the tables, their effect
+sizes and the across-dataset comparison into :class:`~ndebench.platform.report.render.sections.Section` objects
+with captions that name the metric, n, the test, alpha and the correction; :func:`markdown` and :func:`latex`
+write them with :mod:`~ndebench.platform.report.render.sections`' renderers, as ``report.html`` does.
 """
 from __future__ import annotations
 
 import itertools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import LISTED_STATUSES
 from ndebench.platform.report.learning import FLAG, MARGIN
+from ndebench.platform.report.paper.comparison import EXTENSION
+from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
 
@@ -33,21 +38,9 @@ DIGITS = 3
 
 
 @dataclass
-class Cell:
-    """One rendered table cell: ``text`` ("mean (std)" or "–"), significance ``marker``, ``bold`` for the
-    best of its column, a bracketed ``note`` and ``flag`` ("did not learn", or "")."""
-
-    text: str
-    marker: str = ""
-    bold: bool = False
-    note: str = ""
-    flag: str = ""
-
-
-@dataclass
 class Table:
     """Renderer-agnostic content of one table: ``columns`` are (model, dataset, metric) and ``cells`` map
-    (regularizer, column index) to a :class:`Cell`."""
+    (regularizer, column index) to a :class:`~ndebench.platform.report.render.sections.Cell`."""
 
     title: str
     columns: list[tuple[str, str, str]]
@@ -98,7 +91,7 @@ class Table:
                 key = (model, dataset, regularizer)
                 if key in by_cell:
                     cells[(regularizer, j)] = _cell(by_cell[key], tests.get(key), usual_n, gaps.get(key, ""))
-                    cells[(regularizer, j)].flag = FLAG if key in flagged else ""
+                    cells[(regularizer, j)].warning = FLAG if key in flagged else ""
                 elif key in gaps:
                     cells[(regularizer, j)] = Cell("–", note=gaps[key])
             _bold_best(cells, j, rows, by_cell, model, dataset, metric)
@@ -113,6 +106,26 @@ class Table:
     def metric_names(self) -> list[str]:
         """The distinct metric columns of the table, sorted."""
         return sorted({m for _, _, m in self.columns})
+
+
+def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) as the tables, which key their
+    rows on ``regularizer``, name them: each cell by its ``label`` (else its ``variant``, else its regularizer), so
+    that each fixed-parameter variant is a row of its own, and a run with ``scope: time`` (ndebench's extension, not
+    the paper's method) with ``scope=time`` in its name."""
+    names = runs["label"] if "label" in runs else runs["variant"] if "variant" in runs else None
+    if names is None:
+        return runs
+    labels = names.where(names.fillna("") != "", runs["regularizer"])
+    if "params.regularizer.scope" in runs:
+        labels = labels.where(runs["params.regularizer.scope"] != "time", labels.map(_extension_label))
+    return runs.assign(regularizer=labels)
+
+
+def _extension_label(label: str) -> str:
+    if EXTENSION in label:
+        return label
+    return f"{label[:-1]},{EXTENSION}]" if label.endswith("]") else f"{label}[{EXTENSION}]"
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
@@ -138,7 +151,7 @@ def _cell(row: dict[str, Any], comparison: dict[str, Any] | None, usual_n: int, 
         notes.append(str(comparison["flag"]))
     text = "–" if n == 0 else (f"{row['mean']:.{DIGITS}f}" + (f" ({row['std']:.{DIGITS}f})" if n > 1 else ""))
     marker = comparison["marker"] if comparison is not None else ""
-    return Cell(text, marker, False, "; ".join(notes))
+    return Cell(text, marker=marker, note="; ".join(notes))
 
 
 def _bold_best(cells: dict, j: int, rows: list[str], by_cell: dict[tuple[str, str, str], dict[str, Any]],
@@ -166,7 +179,13 @@ def caption(table: Table, alpha: float, tex: bool) -> str:
                 "or with diverged/errored runs, say so in brackets). ")
             + significance.caption(table.correction, n_tests, alpha, tex)
             + esc(f" of a two-sided {TEST_NAMES[table.test]} against none within each model and dataset; "
-                  f"bold: best mean per column ({directions})." + _protocol_sentence(table) + _flag_sentence(table)))
+                  f"bold: best mean per column ({directions}). Each cell's p-value: \"{tests_title(table)}\"."
+                  + _protocol_sentence(table) + _flag_sentence(table)))
+
+
+def tests_title(table: Table) -> str:
+    """The title of the section with the tests of ``table``'s cells against ``none``."""
+    return "Tests against none" + ("" if table.title == "primary" else f": {table.title}")
 
 
 def _flag_sentence(table: Table) -> str:
@@ -199,12 +218,7 @@ def column_title(table: Table, dataset: str, metric: str) -> str:
     return f"{dataset} ({LABELS.get(metric, metric)})" if len(table.metric_names()) > 1 else dataset
 
 
-# Markdown ---------------------------------------------------------------------------------------------
-
-def md_escape(text: str) -> str:
-    """Escape Markdown table and emphasis characters (``|``, ``*``)."""
-    return text.replace("|", "\\|").replace("*", "\\*")
-
+# The report's own tables as sections -------------------------------------------------------------------
 
 def status_line(runs: pd.DataFrame) -> str:
     """One sentence counting the runs by status (``ok``, ``diverged``, ``error`` first), with a hint when
@@ -234,49 +248,79 @@ def failed_lines(runs: pd.DataFrame, limit: int = 50) -> list[str]:
     return lines + [""]
 
 
-def _md_cell(cell: Cell | None) -> str:
-    if cell is None:
-        return "–"
-    text = f"**{cell.text}**" if cell.bold else cell.text
-    text += md_escape(cell.marker)
-    return text + (f" [{cell.note}]" if cell.note else "") + (f" **{cell.flag}**" if cell.flag else "")
+def _label(study: str, title: str) -> str:
+    return "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", f"{study}-{title}").strip("-").lower()
 
 
-def _md_table(table: Table, alpha: float) -> list[str]:
-    header = ["regularizer"] + [f"{md_escape(m)} / {md_escape(column_title(table, d, metric))}"
-                                for m, d, metric in table.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * len(table.columns)]
-    for r in table.rows:
-        lines.append("| " + " | ".join([md_escape(r)] + [_md_cell(table.cells.get((r, j)))
-                                                            for j in range(len(table.columns))]) + " |")
-    return lines + ["", caption(table, alpha, tex=False)]
+def table_section(study: str, table: Table, alpha: float) -> Section:
+    """One per-study table: a row per regularizer, a column per (model, dataset) grouped by model."""
+    rows = [[Cell(r)] + [table.cells.get((r, j)) or Cell("–") for j in range(len(table.columns))]
+            for r in table.rows]
+    text = caption(table, alpha, tex=False)
+    return Section("Primary metric" if table.title == "primary" else table.title,
+                   ["regularizer"] + [column_title(table, d, metric) for _, d, metric in table.columns], rows,
+                   text.replace("\\*", "*"), align="l" + "r" * len(table.columns),
+                   groups=_model_width(table.columns), label=_label(study, table.title), fit=True,
+                   tex_caption=caption(table, alpha, tex=True), md_caption=text)
+
+
+ONE_DATASET = ("a (model, regularizer) that shares a single dataset with none has no comparison across datasets "
+               "(a Wilcoxon test of one difference cannot reject); its test against none is in the tables above")
+
+
+def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | None:
+    """The across-dataset comparison (one row per model and regularizer with at least two datasets in common with
+    ``none``), None when there is none."""
+    single = int((across["n_datasets"] < 2).sum()) if len(across) else 0
+    across = across[across["n_datasets"] >= 2] if len(across) else across
+    if across.empty:
+        return None
+    rows = [[Cell(row.model), Cell(row.regularizer), Cell(str(row.n_datasets)), Cell(_improvement(row)),
+             Cell(fmt(row.pct_change, 2, True)), Cell(f"{row.wins}/{row.n_datasets}"), Cell(fmt_p(row.p)),
+             Cell(fmt_p(row.p_holm))] for row in across.itertuples(index=False)]
+    return Section("Across datasets", ["model", "regularizer", "datasets", "mean improvement (SE) [95% CI]",
+                                       "% change", "wins", "Wilcoxon p", "Holm p"], rows, _across_caption(alpha),
+                   notes=sorted({n for n in across["note"] if n}) + ([f"{single} row(s) left out: {ONE_DATASET}."]
+                                                                     if single else []),
+                   align="llrrrrrr", label=_label(study, "across"), fit=True)
+
+
+def effects_section(study: str, table: Table) -> Section | None:
+    """The test of every cell of ``table`` against ``none``, with its effect sizes; None when it has none."""
+    rows = effect_rows(table)
+    if not rows:
+        return None
+    align = "lllr" + "r" * (len(rows[0]) - 4)
+    return Section(tests_title(table), effect_header(table), [[Cell(x) for x in row] for row in rows],
+                   effects_caption(table), align=align, label=_label(study, f"effects {table.title}"), fit=True)
+
+
+def study_sections(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> list[Section]:
+    """The sections of ``table.md``, ``table.tex`` and the top of ``report.html``: the tables, the test of every
+    tested cell of each with its p-value and effect sizes, and the across-dataset comparison."""
+    found = [table_section(study, t, alpha) for t in tables]
+    found += [effects_section(study, t) for t in tables]
+    return [s for s in [*found, across_section(study, across, alpha)] if s is not None]
 
 
 def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
-    """``table.md`` of a study: the run counts, each table with its caption, the across-dataset comparison
-    and the runs that did not finish ok."""
+    """``table.md`` of a study: the run counts, each table with its caption, the cells that did not learn, the
+    tests against none with their p-values and effect sizes, the across-dataset comparison and the runs that did
+    not finish ok."""
     lines = [f"# Study {study}", "", status_line(runs), ""]
-    for table in tables:
-        title = "Primary metric" if table.title == "primary" else table.title
-        lines += [f"## {title}", "", *_md_table(table, alpha), ""]
+    lines += [line for t in tables for line in (to_markdown(table_section(study, t, alpha)).rstrip("\n"), "")]
     lines += flagged_lines(tables[0]) if tables else []
-    lines += effects_markdown(tables[0]) if tables else []
-    lines += ["## Across datasets", "", *_md_across(across, alpha), "", *failed_lines(runs)]
+    lines += [line for t in tables if (effects := effects_section(study, t))
+              for line in (to_markdown(effects).rstrip("\n"), "")]
+    section = across_section(study, across, alpha)
+    if section is None:
+        why = "No regularizer shares a dataset with the baseline none." if across.empty else f"No table: {ONE_DATASET}."
+        lines += ["## Across datasets", "", why, ""]
+    else:
+        notes = [""] + [f"- {n}" for n in section.notes] if section.notes else []
+        lines += [to_markdown(replace(section, notes=[])).rstrip("\n"), *notes, ""]
+    lines += failed_lines(runs)
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def _md_across(across: pd.DataFrame, alpha: float) -> list[str]:
-    if across.empty:
-        return ["No regularizer shares a dataset with the baseline none."]
-    lines = ["| model | regularizer | datasets | mean improvement (SE) [95% CI] | % change | wins | Wilcoxon p | "
-             "Holm p |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for row in across.itertuples(index=False):
-        lines.append(f"| {md_escape(row.model)} | {md_escape(row.regularizer)} | {row.n_datasets} | "
-                     f"{_improvement(row)} | {fmt(row.pct_change, 2, True)} | "
-                     f"{row.wins}/{row.n_datasets} | {fmt_p(row.p)} | {fmt_p(row.p_holm)} |")
-    lines += ["", _across_caption(alpha)]
-    notes = sorted({n for n in across["note"] if n})
-    return lines + ([""] + [f"- {n}" for n in notes] if notes else [])
 
 
 def _improvement(row: tuple) -> str:
@@ -308,82 +352,11 @@ def fmt_p(p: float) -> str:
     return f"{p:.2e}" if p < 1e-4 else f"{p:.4f}"
 
 
-# LaTeX ------------------------------------------------------------------------------------------------
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-# Shrinks a table wider than the text to fit, leaves narrower ones at their natural size (graphicx).
-_FIT_WIDTH = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
-
-
-def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters (``continuum_dropout`` -> ``continuum\\_dropout``)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
-
-
-def _tex_cell(cell: Cell | None) -> str:
-    if cell is None:
-        return "--"
-    text = latex_escape(cell.text).replace("–", "--")
-    text = rf"\textbf{{{text}}}" if cell.bold else text
-    if cell.marker:
-        text += "$^{" + cell.marker.replace("†", r"\dagger") + "}$"
-    text += rf" {{\scriptsize [{latex_escape(cell.note)}]}}" if cell.note else ""
-    return text + (rf" {{\scriptsize\itshape {cell.flag}}}" if cell.flag else "")
-
-
-def _label(study: str, title: str) -> str:
-    return "tab:" + re.sub(r"[^A-Za-z0-9]+", "-", f"{study}-{title}").strip("-").lower()
-
-
-def _tex_table(study: str, table: Table, alpha: float) -> list[str]:
-    k = len(table.columns)
-    groups = _model_width(table.columns)
-    group_row = [""] + [rf"\multicolumn{{{w}}}{{c}}{{{latex_escape(m)}}}" for m, w in groups]
-    rules, start = [], 2
-    for _, w in groups:
-        rules.append(rf"\cmidrule(lr){{{start}-{start + w - 1}}}")
-        start += w
-    lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{caption(table, alpha, tex=True)}}}",
-             rf"\label{{{_label(study, table.title)}}}",
-             _FIT_WIDTH, rf"\begin{{tabular}}{{l{'c' * k}}}", r"\toprule",
-             " & ".join(group_row) + r" \\", " ".join(rules),
-             " & ".join(["Regularizer"] + [latex_escape(column_title(table, d, m)) for _, d, m in table.columns])
-             + r" \\", r"\midrule"]
-    for r in table.rows:
-        lines.append(" & ".join([latex_escape(r)] + [_tex_cell(table.cells.get((r, j))) for j in range(k)]) + r" \\")
-    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
-
-
-def _tex_across(study: str, across: pd.DataFrame, alpha: float) -> list[str]:
-    if across.empty:
-        return []
-    lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{latex_escape(_across_caption(alpha))}}}", rf"\label{{{_label(study, 'across')}}}",
-             _FIT_WIDTH, r"\begin{tabular}{llrrrrrr}", r"\toprule",
-             r"Model & Regularizer & Datasets & Improvement (SE) & \% change & Wins & Wilcoxon $p$ & Holm $p$ \\",
-             r"\midrule"]
-    for row in across.itertuples(index=False):
-        lines.append(" & ".join([latex_escape(row.model), latex_escape(row.regularizer), str(row.n_datasets),
-                                 latex_escape(_improvement(row)),
-                                 fmt(row.pct_change, 2, True), f"{row.wins}/{row.n_datasets}",
-                                 fmt_p(row.p), fmt_p(row.p_holm)]) + r" \\")
-    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
-
-
 def latex(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
-    """``table.tex`` of a study: one booktabs ``table`` per table, then the across-dataset comparison."""
-    lines = [f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.", ""]
-    for table in tables:
-        lines += _tex_table(study, table, alpha)
-    lines += _tex_effects(study, tables[0]) if tables else []
-    return "\n".join(lines + _tex_across(study, across, alpha))
+    """``table.tex`` of a study: one booktabs ``table`` per section of :func:`study_sections`."""
+    return (f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.\n\n"
+            + "\n".join(to_latex(s) for s in study_sections(study, tables, across, alpha)))
 
-
-# Effect sizes ------------------------------------------------------------------------------------------
 
 def interval(low: float, high: float, digits: int = DIGITS) -> str:
     """``[low, high]`` with signs, or ``""`` when the interval is undefined."""
@@ -392,47 +365,41 @@ def interval(low: float, high: float, digits: int = DIGITS) -> str:
     return f"[{fmt(low, digits, True)}, {fmt(high, digits, True)}]"
 
 
+def _df(df: float) -> str:
+    return "n/a" if not math.isfinite(df) else (str(int(df)) if float(df).is_integer() else f"{df:.1f}")
+
+
 def effect_rows(table: Table) -> list[list[str]]:
     """Per comparison of ``table`` with ``none``: model, dataset, regularizer, n vs n_baseline, the raw
-    difference with its 95% interval and Hedges' g with its interval."""
+    difference with its 95% interval, the test's t with its degrees of freedom, its two-sided p (and the p after
+    the table's correction, when there is one) and Hedges' g with its interval."""
     rows = []
     for c in table.comparisons.sort_values(stats.CELL).itertuples(index=False):
+        adjusted = [fmt_p(c.p_adjusted)] if table.correction != "none" else []
         rows.append([c.model, c.dataset, c.regularizer, f"{c.n} vs {c.n_baseline}",
                      f"{fmt(c.difference, sign=True)} {interval(c.diff_ci_low, c.diff_ci_high)}".strip(),
+                     f"{fmt(c.t, 2, True)} ({_df(c.df)})", fmt_p(c.p), *adjusted,
                      f"{fmt(c.hedges_g, 2, True)} {interval(c.hedges_g_ci_low, c.hedges_g_ci_high, 2)}".strip()])
     return rows
 
 
+def effect_header(table: Table) -> list[str]:
+    """The columns of :func:`effect_rows`."""
+    adjusted = [f"p ({table.correction})"] if table.correction != "none" else []
+    return ["model", "dataset", "regularizer", "n", "difference [95% CI]", "t (df)", "p", *adjusted,
+            "Hedges' g [95% CI]"]
+
+
 def effects_caption(table: Table) -> str:
-    """What the effect-size table shows, naming the test its intervals match."""
-    return (f"Difference = regularizer mean minus {BASELINE} mean on the primary metric (raw: for NLL and "
-            f"ECE a negative difference is better), with the 95% confidence interval of the "
-            f"{TEST_NAMES[table.test]}. Hedges' g: the difference in standard deviations (pooled for Student, "
+    """What the test table shows, naming the test behind its p-values and intervals."""
+    metric = ("the primary metric" if table.title == "primary"
+              else " / ".join(LABELS.get(m, m) for m in table.metric_names()))
+    adjusted = (f"; p ({table.correction}): after the table's {table.correction} correction, which the markers "
+                "use" if table.correction != "none" else "")
+    return (f"Each regularizer against {BASELINE} within its model and dataset on {metric}: the two-sided "
+            f"{TEST_NAMES[table.test]}, its t (degrees of freedom) and p-value{adjusted}. "
+            f"Difference = regularizer mean minus {BASELINE} mean (raw: for NLL and "
+            f"ECE a negative difference is better), with the 95% confidence interval of the same test. "
+            "Hedges' g: the difference in standard deviations (pooled for Student, "
             "the average variance for Welch, the paired differences' for paired) times the small-sample "
             "correction, with the normal-approximation 95% interval of Hedges & Olkin (1985).")
-
-
-EFFECT_HEADER = ["model", "dataset", "regularizer", "n", "difference [95% CI]", "Hedges' g [95% CI]"]
-
-
-def effects_markdown(table: Table) -> list[str]:
-    """The Markdown effect-size section of ``table`` (nothing when it has no comparison)."""
-    rows = effect_rows(table)
-    if not rows:
-        return []
-    lines = ["## Effect sizes against none", "", "| " + " | ".join(EFFECT_HEADER) + " |",
-             "|---|---|---|---:|---:|---:|"]
-    lines += ["| " + " | ".join(md_escape(x) for x in row) + " |" for row in rows]
-    return lines + ["", effects_caption(table), ""]
-
-
-def _tex_effects(study: str, table: Table) -> list[str]:
-    rows = effect_rows(table)
-    if not rows:
-        return []
-    lines = [r"\begin{table}[htbp]", r"\centering", rf"\caption{{{latex_escape(effects_caption(table))}}}",
-             rf"\label{{{_label(study, 'effects')}}}", _FIT_WIDTH, r"\begin{tabular}{lllrrr}", r"\toprule",
-             " & ".join(latex_escape(h) for h in EFFECT_HEADER) + r" \\", r"\midrule"]
-    lines += [" & ".join(latex_escape(x) for x in row) + r" \\" for row in rows]
-    return lines + [r"\bottomrule", r"\end{tabular}}", r"\end{table}", ""]
-

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,27 +72,29 @@ def _ok_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     return ok[np.isfinite(ok[metric].astype(float))]
 
 
-def summarize_cells(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """One row per cell: ``n`` (ok runs with a finite metric), ``mean``, ``std`` (sample, ddof=1; NaN when
-    n < 2), and the counts ``n_diverged``, ``n_error`` (error or timeout), ``n_missing`` (ok runs without the
-    metric) and ``n_runs`` (all runs of the cell)."""
+def summarize_cells(runs: pd.DataFrame, metric: str, key: Sequence[str] = CELL) -> pd.DataFrame:
+    """One row per cell, a cell being the runs that share the ``key`` columns (default :data:`CELL`, e.g.
+    ``["model", "dataset", "label", "n_mc"]`` for re-evaluated runs): the key, ``n`` (ok runs with a finite
+    metric), ``mean``, ``std`` (sample, ddof=1; NaN when n < 2), and the counts ``n_diverged``, ``n_error`` (error
+    or timeout), ``n_missing`` (ok runs without the metric) and ``n_runs`` (all runs of the cell)."""
+    key = list(key)
     status = runs["status"]
     unknown = set(status) - set(COUNTED_STATUSES)
     if unknown:
         raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(COUNTED_STATUSES)}")
     values = _ok_values(runs, metric)
-    grouped = values.groupby(CELL)[metric]
+    grouped = values.groupby(key)[metric]
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
     counts = runs.assign(
         n_diverged=status == "diverged",
         n_error=status.isin(["error", "timeout"]),
         n_missing=(status == "ok") & ~np.isfinite(runs[metric].astype(float)),
         n_runs=1,
-    ).groupby(CELL)[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
+    ).groupby(key)[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
     out = counts.join(summary, how="left").reset_index()
     out["n"] = out["n"].fillna(0).astype(int)
     out.insert(0, "metric", metric)
-    return out[["metric", *CELL, "n", "mean", "std", "n_diverged", "n_error", "n_missing", "n_runs"]]
+    return out[["metric", *key, "n", "mean", "std", "n_diverged", "n_error", "n_missing", "n_runs"]]
 
 
 @dataclass(frozen=True)
@@ -185,9 +188,10 @@ def _pair(a: np.ndarray, b: np.ndarray, seeds_a, seeds_b) -> tuple[np.ndarray, n
 
 def compare_to_baseline(
     runs: pd.DataFrame, metric: str, *, test: str = "student", alpha: float = 0.05,
-    strong_alpha: float | None = None, baseline: str = BASELINE,
+    strong_alpha: float | None = None, baseline: str = BASELINE, name: str = "regularizer",
 ) -> pd.DataFrame:
-    """Test every regularizer against ``baseline`` within each (model, dataset) with :func:`two_sample_test`.
+    """Test every regularizer against ``baseline`` within each (model, dataset) with :func:`two_sample_test`; the
+    column ``name`` names the cells (e.g. ``label``, where variant cells of one regularizer are cells of their own).
 
     One row per non-baseline cell whose (model, dataset) has the baseline: ``n``, ``mean``,
     ``n_baseline``, ``mean_baseline``, ``difference`` (mean - mean_baseline), ``t``, ``p``, ``df``,
@@ -201,17 +205,18 @@ def compare_to_baseline(
     check_test(test)
     higher = higher_is_better(metric)
     values = _ok_values(runs, metric)
-    repeated = values[values.duplicated([*CELL, "seed"], keep=False)]
+    key = ["model", "dataset", name]
+    repeated = values[values.duplicated([*key, "seed"], keep=False)]
     if test == "paired" and len(repeated):
-        cells = sorted(set(repeated[[*CELL, "seed"]].itertuples(index=False, name=None)))
+        cells = sorted(set(repeated[[*key, "seed"]].itertuples(index=False, name=None)))
         raise ValueError(f"the paired test needs one ok run per seed and cell; repeated (model, dataset, "
-                         f"regularizer, seed): {cells}")
+                         f"{name}, seed): {cells}")
     # Each cell's values and seeds as arrays: slicing a frame per cell cost more than its tests.
     measured, seeds = values[metric].to_numpy(float), values["seed"].to_numpy()
-    by_cell = {key: (measured[at], seeds[at]) for key, at in values.groupby(CELL, sort=False).indices.items()}
+    by_cell = {cell: (measured[at], seeds[at]) for cell, at in values.groupby(key, sort=False).indices.items()}
     none = (measured[:0], seeds[:0])
     cells = []
-    for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)["regularizer"].unique().items():
+    for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)[name].unique().items():
         if baseline not in set(names):
             continue
         base, base_seeds = by_cell.get((model, dataset, baseline), none)
@@ -225,7 +230,7 @@ def compare_to_baseline(
     for ((model, dataset, regularizer), reg, base, _), res, effect in zip(cells, tests, effects, strict=True):
         difference = float(np.mean(reg) - np.mean(base)) if len(reg) and len(base) else math.nan
         rows.append({
-            "metric": metric, "model": model, "dataset": dataset, "regularizer": regularizer,
+            "metric": metric, "model": model, "dataset": dataset, name: regularizer,
             "baseline": baseline, "test": test,
             "n": res.n_a, "mean": float(np.mean(reg)) if len(reg) else math.nan,
             "n_baseline": res.n_b, "mean_baseline": float(np.mean(base)) if len(base) else math.nan,
@@ -235,7 +240,7 @@ def compare_to_baseline(
             **effect,
         })
     out = pd.DataFrame(rows, columns=[
-        "metric", *CELL, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline", "difference",
+        "metric", *key, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline", "difference",
         "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
     out["p_holm"] = adjust(out["p"].to_numpy(dtype=float), CORRECTION, alpha)
     return out
