@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 from ndebench.platform.report.audit import SKIPPED, selection_audit
 from ndebench.platform.report.report import build_report
 
@@ -63,6 +64,17 @@ def test_the_report_shows_the_audit_and_says_the_oracle_is_optimistic(tmp_path):
     assert "## Selection audit" in text and "so it is optimistic" in text
     assert "The tables use the validation-selected configuration" in text
     assert "selection-adjusted p" in text and "Westfall-Young" in text
+
+
+def test_the_plain_p_is_the_paired_t_test_the_permutation_test_beside_it_pairs_like():
+    runs = _study()
+    [row] = selection_audit(runs, {"uea/GunPoint": "test_accuracy"}).to_dict("records")
+    oracle = runs[runs["variant"] == "continuum_dropout[p=0.3,m=50]"].sort_values("seed")
+    none = runs[runs["regularizer"] == "none"].sort_values("seed")
+    paired = scipy.stats.ttest_rel(oracle["test_accuracy"].to_numpy(), none["test_accuracy"].to_numpy())
+    unpaired = scipy.stats.ttest_ind(oracle["test_accuracy"].to_numpy(), none["test_accuracy"].to_numpy())
+    assert row["oracle_plain_p"] == pytest.approx(paired.pvalue, rel=1e-12)
+    assert row["oracle_plain_p"] != pytest.approx(unpaired.pvalue, rel=1e-3)
 
 
 def test_without_variant_cells_the_audit_is_skipped_with_a_reason(tmp_path):

@@ -6,7 +6,7 @@ selects on the test set, as the Continuum Dropout paper's regularized rows do) c
 configurations with the baseline's single one, so it is optimistic. Where a study has the grid's
 fixed-parameter variant cells (``variants: {continuum_dropout: grid}``), the audit shows per (model, dataset,
 regularizer) both numbers and the gap on the primary metric, and the oracle's difference from ``none`` with its
-plain p-value (Student's t-test of that one cell) and its selection-adjusted p-value
+plain p-value (paired t-test of that one cell over the seeds it shares with ``none``) and its selection-adjusted p-value
 (:func:`~ndebench.platform.report.statistics.selection.selection_adjusted_p`: a max-statistic permutation test over the
 seeds
 that counts the choice among K grid points).
@@ -27,12 +27,12 @@ COLUMNS = ["model", "dataset", "regularizer", "validation_selected", "oracle", "
 OPTIMISTIC = ("The oracle is the best test mean over the grid's variant cells, the configuration chosen on the test "
               "set itself: a maximum over {k} configurations against the baseline's one, so it is optimistic. The "
               "tables use the validation-selected configuration.")
-ADJUSTED = ("Oracle - none: the oracle's mean minus none's; plain p: Student's t-test of that one cell against none, "
-            "as if it had not been chosen; selection-adjusted p: how often the best of the K grid points would beat "
-            "none by at least this much if no grid point differed from none (max-statistic permutation test over "
-            "the seeds, Westfall-Young). The permutation test pairs the runs of one seed, which share the data split "
-            "and initialisation in every cell, while the plain p is the paper's unpaired test: when the cells move "
-            "together across seeds the adjusted p can be the smaller one.")
+ADJUSTED = ("Oracle - none: the oracle's mean minus none's; plain p: paired t-test of that one cell against none "
+            "over the seeds they share, as if it had not been chosen; selection-adjusted p: how often the best of "
+            "the K grid points would beat none by at least this much if no grid point differed from none "
+            "(max-statistic permutation test over the seeds, Westfall-Young). Both pair the runs of one seed, which "
+            "share the data split and initialisation in every cell, so the two p-values differ only by the "
+            "selection.")
 SKIPPED = ("no regularizer has fixed-parameter variant cells, so there is no grid to audit; add "
            "`variants: {<regularizer>: grid}` to the config")
 
@@ -49,7 +49,8 @@ def selection_audit(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame
     that a positive gap is an optimistic oracle whatever the metric's direction.
 
     Against ``none`` (NaN without its runs): ``oracle_difference`` (oracle mean minus ``none``'s, raw),
-    ``oracle_plain_p`` (two-sided Student's t-test of the oracle cell alone, as if it had not been selected) and
+    ``oracle_plain_p`` (two-sided paired t-test of the oracle cell alone over the seeds it shares with ``none``, as
+    if it had not been selected: the design of the permutation test) and
     ``selection_adjusted_p`` (one-sided, for a best-of-K difference this good,
     :func:`~ndebench.platform.report.statistics.selection.selection_adjusted_p`)."""
     if "variant" not in runs.columns:
@@ -95,8 +96,8 @@ def _against_baseline(pair: pd.DataFrame, metric: str, labels: list[str], oracle
     grid = {label: _by_seed(pair[pair["variant"].fillna("") == label], metric) for label in labels}
     best = np.array(list(grid[oracle].values()))
     base = np.array(list(baseline.values()))
-    return {"oracle_difference": float(best.mean() - base.mean()),
-            "oracle_plain_p": stats.two_sample_test(best, base, "student").p,
+    plain = stats.two_sample_test(best, base, "paired", list(grid[oracle]), list(baseline))
+    return {"oracle_difference": float(best.mean() - base.mean()), "oracle_plain_p": plain.p,
             "selection_adjusted_p": selection.selection_adjusted_p(baseline, grid, higher_is_better=higher)}
 
 
