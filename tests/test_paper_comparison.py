@@ -142,6 +142,14 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     assert "paper_comparison" not in json.loads(plain.summary_json.read_text()) and not plain.paper
 
 
+@pytest.mark.parametrize("test", ["paired", "welch"])
+def test_the_report_passes_its_test_to_the_paper_comparison(tmp_path, test):
+    files = build_report(_study(), tmp_path, "s", paper=True, figures="none", test=test)
+    count = json.loads(files.summary_json.read_text())["paper_comparison"]["per_set_count"]
+    assert count["test"] == test
+    assert f"The report's --test is {test}" in files.table_md.read_text()
+
+
 def test_the_report_command_takes_paper():
     from ndebench.platform.cli.arguments import build_parser
 

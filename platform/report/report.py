@@ -190,11 +190,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     compare every regularizer with the ``none[n_mc=N]`` cells and say what isolates dropout from ensembling.
 
     ``protocol`` (:func:`~ndebench.platform.report.study.protocol_note`): which protocol produced the rows, a
-    line of ``table.md`` and ``summary.json``'s ``protocol``.
+    line of ``table.md`` and ``summary.json``'s ``protocol``; its ``tests``, when there, a line saying why the
+    tests are the ones they are (:func:`~ndebench.platform.report.study.design_test`).
 
-    Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper.comparison`): every cell beside the paper's
-    cells with the same names and the across-dataset improvement beside Tables 9-11, in ``table.md`` and
-    ``summary.json`` (``paper_comparison``).
+    Paper comparison (``paper=True``, :mod:`~ndebench.platform.report.paper.comparison`, its per-set counts under
+    ``test``): every cell beside the paper's cells with the same names and the across-dataset improvement beside
+    Tables 9-11, in ``table.md`` and ``summary.json`` (``paper_comparison``).
 
     ``left_out`` (:func:`~ndebench.platform.record.completeness.left_out_finished`): finished runs not counted
     (another config, a seed or cell no longer planned, a duplicate), each with why, listed in ``table.md`` and
@@ -229,7 +230,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     mode, figure_note = figure_mode(figures, pair_count(runs))
     table_md.write_text(markdown(study, everything, tables, across, alpha)
                         + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items())
-                        + f"\n{figure_note}\n" + (f"\n{protocol['rows']}\n" if protocol else ""))
+                        + f"\n{figure_note}\n" + "".join(f"\n{protocol[k]}\n" for k in ("rows", "tests")
+                                                           if protocol and k in protocol))
     table_tex = directory / "table.tex"
     table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
@@ -239,7 +241,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         if not selection.empty:
             handle.write("\n" + sections.to_markdown(audit.audit_section(selection, primary)))
         handle.write(controls.controls_markdown(control) + left_out_markdown(left_out or []))
-        compared, compared_json = paper_comparison(runs, primary) if paper else ([], {})
+        compared, compared_json = paper_comparison(runs, primary, test=test) if paper else ([], {})
         handle.write("".join("\n" + sections.to_markdown(s) for s in compared))
         machine = machines(everything)
         handle.write(f"\n{machine['note']}\n" if machine["note"] else "")

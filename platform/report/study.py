@@ -35,6 +35,10 @@ SENTENCES = {
                          "together",
 }
 VARIANTS = "variant rows (labels with [...]) fix the values in their label and take the rest from their base"
+PAIRED_BY_DESIGN = ("Tests: the paired t-test, the default under the paper protocol, whose seed fixes the data split "
+                    "and the initialisation in every cell, so a cell's runs pair with none's by seed; a cell missing "
+                    "some of none's seeds is tested on the seeds it shares with none (its pairs are its n). "
+                    "`--test student` gives the paper's unpaired test.")
 
 
 def protocol_note(params: dict[str, Any]) -> dict[str, str]:
@@ -44,6 +48,18 @@ def protocol_note(params: dict[str, Any]) -> dict[str, str]:
     scope = str(params.get("base.scope") or "shared") if protocol == "paper" else "shared"
     sentence = SENTENCES.get((protocol, scope), f"protocol {protocol}, base.scope {scope}")
     return {"protocol": protocol, "base_scope": scope, "rows": f"Rows: {sentence}; {VARIANTS}."}
+
+
+def design_test(test: str | None, protocol: dict[str, str] | None) -> tuple[str, dict[str, str] | None]:
+    """The report's test and its ``protocol`` note: ``test`` when given; else ``paired`` under the paper protocol
+    (a seed fixes the split and the initialisation in every cell, so the difference of a cell and ``none`` is
+    taken per seed, ``scipy.stats.ttest_rel`` over the seeds they share), with the note's ``tests`` saying so;
+    else Student's unpaired test (a study with no recorded protocol, e.g. a frame without a store)."""
+    if test is not None:
+        return test, protocol
+    if protocol is not None and protocol.get("protocol") == "paper":
+        return "paired", protocol | {"tests": PAIRED_BY_DESIGN}
+    return "student", protocol
 
 
 @dataclass(frozen=True)
@@ -61,7 +77,7 @@ class Report:
 
 
 def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
-           test: str = "student", alpha: float = 0.05, correction: str = "none", metric: str | None = None,
+           test: str | None = None, alpha: float = 0.05, correction: str = "none", metric: str | None = None,
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
            figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
@@ -72,7 +88,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     regularizer, seed, status`` and ``test_*``), written to ``out_dir/<study>/`` by
     :func:`~ndebench.platform.report.report.build_report` (see it for the statistics: mean (sample std) over
     seeds, two-sided ``test`` against ``none`` at ``alpha`` with ``correction``, the primary ``metric`` of each
-    dataset unless one is given; cells name the
+    dataset unless one is given; ``test`` None: :func:`design_test`, the paired test under the paper protocol, else
+    Student's); cells name the
     ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
     ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
     figures; ``figures`` (``auto``, ``all``, ``summary``, ``none``) chooses which figures are drawn,
@@ -107,6 +124,7 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
         left_out = left_out_finished(uri, study) if left_out is None else left_out
         changed = study_changes(uri, study) if changed is None else changed
         protocol = study_protocol(uri, study) if protocol is None else protocol
+    test, protocol = design_test(test, protocol)
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
                          figures=figures, paper=paper, protocol=protocol, changed=changed)
@@ -162,13 +180,13 @@ def report_ui(uri: str) -> dict[str, str]:
             "ui_note": f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)"}
 
 
-def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test: str, alpha: float,
+def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test: str | None, alpha: float,
                  correction: str, figures: str, failed: Mapping[str, str] | None = None,
                  paper: bool = False) -> Report | None:
     """``ndebench report --study``: the study's frame (:func:`~ndebench.platform.record.runs.study_frame`, with
     its times) read from ``uri`` (absolute, the study in it), reported by :func:`report` with everything the
-    command writes. ``None`` when no evaluate run finished and cells ``failed``; ``ValueError`` when the study's
-    evaluate runs are missing."""
+    command writes (``test`` None: :func:`design_test`). ``None`` when no evaluate run finished and cells
+    ``failed``; ``ValueError`` when the study's evaluate runs are missing."""
     found = recorded(uri, study)
     runs = study_frame(uri, study, histories=True, runs=found)
     if runs.empty and failed:
