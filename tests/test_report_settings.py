@@ -2,15 +2,18 @@
 (and that YAML's `--set` overrides), unless a flag says otherwise."""
 import pytest
 from ndebench.platform.cli.main import main
+from ndebench.platform.common.choices import default_test
 from ndebench.platform.record import synthetic, tracking
+from ndebench.platform.report.study import PAIRED_BY_DESIGN
 from ndebench.platform.spec.config import ConfigError, ReportConfig
 from ndebench.platform.spec.recorded import recorded_report, report_settings
 
+DESIGN = "design (paired under the paper protocol, else student)"
 RECORDED = "study: syn\nreport: {correction: holm, figures: none}\n# --set report.alpha=0.01\n"
 
 
 def test_the_recorded_report_section_with_its_overrides_and_the_defaults_elsewhere():
-    assert recorded_report(RECORDED) == ReportConfig(test="student", alpha=0.01, correction="holm", figures="none")
+    assert recorded_report(RECORDED) == ReportConfig(test=None, alpha=0.01, correction="holm", figures="none")
     assert recorded_report(None) == recorded_report("study: syn\n") == ReportConfig()
     assert report_settings(recorded_report(RECORDED), test="welch", alpha=None) == {
         "test": "welch", "alpha": 0.01, "correction": "holm", "figures": "none"}
@@ -28,14 +31,14 @@ def test_report_uses_the_studys_recorded_settings_and_flags_override_them(tmp_pa
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _study(uri, RECORDED)
     assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "a")]) == 0
-    assert "report settings: test=student alpha=0.01 correction=holm figures=none" in capsys.readouterr().out
+    assert f"report settings: test={DESIGN} alpha=0.01 correction=holm figures=none" in capsys.readouterr().out
     table = (tmp_path / "a" / "syn" / "table.md").read_text()
     assert "with p < 0.01" in table and "Holm" in table
     assert not list((tmp_path / "a" / "syn").glob("*.png"))
 
     assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "b"),
                  "--correction", "none", "--alpha", "0.05"]) == 0
-    assert "report settings: test=student alpha=0.05 correction=none figures=none" in capsys.readouterr().out
+    assert f"report settings: test={DESIGN} alpha=0.05 correction=none figures=none" in capsys.readouterr().out
     table = (tmp_path / "b" / "syn" / "table.md").read_text()
     assert "with p < 0.05" in table and "Holm" not in table.split("## Across datasets")[0]
 
@@ -45,4 +48,16 @@ def test_a_study_without_a_recorded_yaml_gets_the_defaults(tmp_path, capsys):
     _study(uri, None)
     assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "a"),
                  "--figures", "none"]) == 0
-    assert "report settings: test=student alpha=0.05 correction=none figures=none" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"report settings: test={DESIGN} alpha=0.05" in out
+    # the synthetic study run records no protocol: the paper's, whose seeds pair the cells
+    assert "paired t-test over the seeds both cells share (scipy.stats.ttest_rel) against none" in out
+    assert PAIRED_BY_DESIGN in (tmp_path / "a" / "syn" / "table.md").read_text()
+    assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "b"),
+                 "--figures", "none", "--test", "student"]) == 0
+    assert "Student's two-sample t-test (scipy.stats.ttest_ind, pooled variance) against none" in \
+        capsys.readouterr().out
+
+
+def test_the_default_test_follows_the_design():
+    assert default_test("paper") == "paired" and default_test("joint") == "student"

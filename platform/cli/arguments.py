@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
     recorded = " (default: the study's own report.{0} from the sweep YAML it recorded, else {1})"
-    report.add_argument("--test", choices=TESTS, help="t-test against 'none'" + recorded.format("test", "student"))
+    report.add_argument("--test", choices=TESTS, help="t-test against 'none'"
+                        + recorded.format("test", "paired under the paper protocol, student otherwise"))
     report.add_argument("--alpha", type=float,
                         help="significance level for the markers" + recorded.format("alpha", "0.05"))
     report.add_argument("--correction", choices=CORRECTIONS,

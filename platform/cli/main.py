@@ -158,7 +158,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     uri = tracking_uri(args)
     settings = api.study_report_settings(args.study, uri, test=args.test, alpha=args.alpha,
                                          correction=args.correction, figures=args.figures)
-    print("[ndebench] report settings: " + " ".join(f"{k}={v}" for k, v in settings.items())
+    shown = settings | {"test": settings["test"] or "design (paired under the paper protocol, else student)"}
+    print("[ndebench] report settings: " + " ".join(f"{k}={v}" for k, v in shown.items())
           + " (the study's recorded config, unless given as flags)", flush=True)
     _report(args.study, uri, Path(args.out), figures=settings.pop("figures"), paper=args.paper, **settings)
     return 0

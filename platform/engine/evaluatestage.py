@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ndebench.platform.common.choices import default_test
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stacktrainable import member_outcomes, stack_trials
 from ndebench.platform.engine.stages import StageContext, trial_dirname
@@ -161,7 +162,8 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
         runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "label", "status", "seed"])
     named = {key: (cells[key].model, cells[key].dataset, cells[key].variant or cells[key].regularizer)
              for key in parents}
-    stats = ctx.cell_statistics(runs, list(named.values()), ctx.spec.report.test) if ctx.cell_statistics else {}
+    test = ctx.spec.report.test or default_test(ctx.spec.protocol)
+    stats = ctx.cell_statistics(runs, list(named.values()), test) if ctx.cell_statistics else {}
     for key, run_id in parents.items():
         model, dataset, name = named[key]
         mine = runs[(runs.model == model) & (runs.dataset == dataset) & (runs.label == name)]

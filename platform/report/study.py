@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from ndebench.platform.common.choices import default_test
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
@@ -57,7 +58,7 @@ def design_test(test: str | None, protocol: dict[str, str] | None) -> tuple[str,
     else Student's unpaired test (a study with no recorded protocol, e.g. a frame without a store)."""
     if test is not None:
         return test, protocol
-    if protocol is not None and protocol.get("protocol") == "paper":
+    if protocol is not None and default_test(protocol["protocol"]) == "paired":
         return "paired", protocol | {"tests": PAIRED_BY_DESIGN}
     return "student", protocol
 

@@ -127,7 +127,8 @@ class Resources:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    test: str = typed.checked("student", typed.one_of(*TESTS))
+    # None: the design's test (choices.default_test), paired under the paper protocol.
+    test: str | None = typed.checked(None, typed.one_of(*TESTS))
     alpha: float = typed.checked(0.05, typed.number(0, 1, low_open=True, high_open=True))
     correction: str = typed.checked("none", typed.one_of(*CORRECTIONS))
     figures: str = typed.checked("auto", typed.one_of(*FIGURE_MODES))
