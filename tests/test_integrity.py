@@ -6,6 +6,7 @@ test_accuracy set to 0.96 by one `log_metric` per run after the sweep; `ndebench
 runs; a forged run beside the real one, hidden as a lease run; `ndebench.result_lease` rewritten)."""
 from __future__ import annotations
 
+import html
 import json
 import math
 import time
@@ -55,14 +56,24 @@ def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(tmp
 def test_a_rewritten_test_metric_is_flagged_by_the_report_and_by_verify(study, tmp_path, capsys):
     assert _verify(study, capsys)[0] == 0
     clean = api.report_study(STUDY, study, tmp_path / "clean", figures="none")
-    assert "WARNING" not in clean.markdown
-    assert json.loads((tmp_path / "clean" / STUDY / "summary.json").read_text())["changed_results"] == []
+    assert "WARNING" not in clean.markdown and "WARNING" not in clean.console
+    noted = api.verify(STUDY, study).fingerprint
+    summary = json.loads((tmp_path / "clean" / STUDY / "summary.json").read_text())
+    assert summary["changed_results"] == [] and summary["fingerprint"] == noted
+    line = (f"Study fingerprint {noted}: check it with `ndebench verify --study {STUDY} --fingerprint {noted}`"
+            " (it changes with anything a report reads); every run's results matched its digest when this report "
+            "was written.")
+    assert line in clean.markdown
+    assert html.escape(line) in (tmp_path / "clean" / STUDY / "report.html").read_text()
 
     rewritten = [r.info.run_id for r in _trials(study, "continuum_dropout")[:2]]
     for run_id in rewritten:
         client(study).log_metric(run_id, "test_accuracy", 0.96, step=0)
     report = api.report_study(STUDY, study, tmp_path / "after", figures="none")
     assert report.markdown.startswith("WARNING: 2 run(s) have results or tags that changed after the run ended")
+    assert report.console.startswith("WARNING: 2 run(s) have results or tags that changed after the run ended")
+    assert f"Study fingerprint {api.verify(STUDY, study).fingerprint}: " in report.markdown
+    assert "; 2 run(s) changed after they ended (the warning above)." in report.markdown
     assert all(run_id in report.markdown.split("## Results changed after their runs ended")[1] for run_id in rewritten)
     summary = json.loads((tmp_path / "after" / STUDY / "summary.json").read_text())
     assert sorted(f["run_id"] for f in summary["changed_results"]) == sorted(rewritten)

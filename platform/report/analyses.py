@@ -67,6 +67,7 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         written += sections.write(found, directory, stem, f"{heading}: study {study}")
         written += [p for s in found for p in s.figures]
     notes = [integrity_warning(list(files.changed))] if files.changed else []
+    notes += [files.fingerprint] if files.fingerprint else []
     notes += [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
     notes += [note] if (note := machines(runs)["note"]) else []
     # The same sections as table.md and table.tex, seed coverage and learning flags included.

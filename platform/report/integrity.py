@@ -229,6 +229,15 @@ def integrity_warning(flagged: list[dict[str, Any]]) -> str:
             "lists every one).")
 
 
+def fingerprint_line(study: str, fingerprint: str, flagged: list[dict[str, Any]]) -> str:
+    """The line of ``table.md`` and ``report.html`` that names the study's :func:`fingerprint`, how to check it
+    later, and what the report verified (each run's digest, :func:`changed_runs`)."""
+    checked = (f"{len({f['run_id'] for f in flagged})} run(s) changed after they ended (the warning above)"
+               if flagged else "every run's results matched its digest when this report was written")
+    return (f"Study fingerprint {fingerprint}: check it with `ndebench verify --study {study} --fingerprint "
+            f"{fingerprint}` (it changes with anything a report reads); {checked}.")
+
+
 def integrity_markdown(flagged: list[dict[str, Any]]) -> str:
     """A ``table.md`` section listing the flagged runs (``""`` if none)."""
     if not flagged:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
 from ndebench.platform.report import audit, controls, learning
-from ndebench.platform.report.integrity import integrity_markdown, integrity_warning
+from ndebench.platform.report.integrity import fingerprint_line, integrity_markdown, integrity_warning
 from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
@@ -57,7 +57,7 @@ class ReportFiles:
     ``tables`` are the statistics of the tables, ``shown`` the sections ``table.md`` and ``table.tex`` render (the
     tables, their effect sizes and the across-dataset comparison), for ``report.html`` to render too, and
     ``paper`` the sections comparing the study with the paper's numbers (``paper=True``); ``changed`` the runs whose
-    results changed after they ended (:mod:`~ndebench.platform.report.integrity`)."""
+    results changed after they ended and ``fingerprint`` the line naming the study's fingerprint (``""`` if none)."""
 
     directory: Path
     results_csv: Path
@@ -69,6 +69,7 @@ class ReportFiles:
     shown: tuple[sections.Section, ...] = ()
     paper: tuple[sections.Section, ...] = ()
     changed: tuple[dict[str, Any], ...] = ()
+    fingerprint: str = ""
 
     @property
     def paths(self) -> tuple[Path, ...]:
@@ -155,7 +156,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
                  paper: bool = False, protocol: dict[str, str] | None = None,
-                 changed: list[dict[str, Any]] | None = None) -> ReportFiles:
+                 changed: list[dict[str, Any]] | None = None, fingerprint: str | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths; rows are named by each
     run's ``label`` (:func:`~ndebench.platform.report.render.tables.table_rows`).
 
@@ -163,18 +164,16 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     :func:`primary_metrics`), then NLL and ECE where reported. Cells are the mean (sample std, ddof=1) of
     the ``ok`` runs; ``*`` (better) or ``†`` (worse) marks p < ``alpha`` and ``**``/``††`` p < ``alpha / 5``
     in a two-sided ``test`` (``student``, ``welch`` or ``paired``) against ``none``, the p-values adjusted
-    by ``correction`` (:mod:`~ndebench.platform.report.statistics.significance`); the best mean per column is bold; a
-    cell
-    whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
+    by ``correction`` (:mod:`~ndebench.platform.report.statistics.significance`); the best mean per column is bold;
+    a cell whose n differs from the table's usual n, or that lost runs to divergence or errors, says so.
     ``summary.json`` holds every statistic with its p-value, the across-dataset comparison
-    (:func:`~ndebench.platform.report.statistics.stats.compare_across_datasets`, Wilcoxon with Holm) and the run counts.
+    (:func:`~ndebench.platform.report.statistics.stats.compare_across_datasets`, Wilcoxon with Holm), run counts.
     Figures (:mod:`~ndebench.platform.report.render.studyfigures`), as ``figures`` (``auto``, ``all``, ``summary`` or
     ``none``, :func:`~ndebench.platform.report.render.drawing.figure_mode`) says, named in ``table.md`` and
     ``summary.json`` (``figures``): a reliability diagram per (model, dataset) when runs carry calibration bins,
     a per-seed box/strip plot of the primary metric per (model, dataset), and a critical-difference diagram
-    per model that passes :func:`~ndebench.platform.report.statistics.significance.friedman_gate` (else ``table.md``
-    says
-    why not).
+    per model that passes :func:`~ndebench.platform.report.statistics.significance.friedman_gate` (else
+    ``table.md`` says why not).
 
     Selection audit (:mod:`~ndebench.platform.report.audit`): where a regularizer's grid was run as variant cells,
     ``table.md`` and ``summary.json`` (``selection_audit``) set the validation-selected result beside the
@@ -201,7 +200,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     (another config, a seed or cell no longer planned, a duplicate), each with why, listed in ``table.md`` and
     ``summary.json`` (``left_out_runs``), with or without results. ``changed``
     (:func:`~ndebench.platform.report.integrity.changed_runs`): runs whose results changed after they ended, a
-    warning atop ``table.md`` and a list at its end, and ``summary.json`` (``changed_results``).
+    warning atop ``table.md`` and a list at its end, and ``summary.json`` (``changed_results``). ``fingerprint``
+    (:func:`~ndebench.platform.report.integrity.fingerprint`): ``summary.json``'s and a line of ``table.md``.
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
@@ -244,18 +244,19 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         compared, compared_json = paper_comparison(runs, primary, test=test) if paper else ([], {})
         handle.write("".join("\n" + sections.to_markdown(s) for s in compared))
         machine = machines(everything)
-        handle.write(f"\n{machine['note']}\n" if machine["note"] else "")
+        noted = fingerprint_line(study, fingerprint, changed or []) if fingerprint else ""
+        handle.write("".join(f"\n{line}\n" for line in (machine["note"], noted) if line))
     summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
                | {"left_out_runs": left_out or [], "changed_results": changed or []} | compared_json
-               | ({"protocol": protocol} if protocol else {})
+               | ({"protocol": protocol} if protocol else {}) | ({"fingerprint": fingerprint} if fingerprint else {})
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}, "machines": machine})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
     return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
                                      tuple(tables), tuple(study_sections(study, tables, across, alpha)),
-                                     tuple(compared)), changed or [])
+                                     tuple(compared), fingerprint=noted), changed or [])
 
 
 def _flag_changed(files: ReportFiles, changed: list[dict[str, Any]]) -> ReportFiles:

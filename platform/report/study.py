@@ -18,8 +18,9 @@ from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
 from ndebench.platform.record.runs import recorded, runs_frame, study_frame
+from ndebench.platform.record.tracking import search
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.integrity import changed_runs, study_changes
+from ndebench.platform.report.integrity import changed_runs, fingerprint, integrity_warning
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.sections import Cell, Section, to_latex, to_markdown
@@ -82,7 +83,8 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
            planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
            frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
            figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
-           protocol: dict[str, str] | None = None, changed: list[dict[str, Any]] | None = None) -> Report:
+           protocol: dict[str, str] | None = None, changed: list[dict[str, Any]] | None = None,
+           noted: str | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
     (:func:`~ndebench.platform.record.runs.study_frame`, as ``api.results`` returns it, its rows named by ``label``
     (:func:`~ndebench.platform.report.analyses.table_rows`); or any frame with the columns ``model, dataset,
@@ -104,7 +106,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
     with its times, :func:`~ndebench.platform.record.runs.study_frame`), and every file logged as an artifact of
     the study's MLflow run; ``left_out``
     (:func:`~ndebench.platform.record.completeness.left_out_finished`) and
-    ``changed`` (:func:`~ndebench.platform.report.integrity.changed_runs`) spare reading the study's runs again.
+    ``changed`` (:func:`~ndebench.platform.report.integrity.changed_runs`) and ``noted`` (the study's
+    :func:`~ndebench.platform.report.integrity.fingerprint`, named in ``table.md`` and ``report.html``) spare
+    reading the study's runs again; the ``console`` opens with the warning of ``table.md`` when runs changed.
     ``paper``: the study beside the Continuum Dropout paper's reported numbers
     (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
     ``protocol`` (:func:`protocol_note`, read from the study run with ``uri``)
@@ -123,15 +127,19 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             chosen = curve_runs(named, learning_check(named), flagged_only=mode == "summary")
             curves = read_curves(tracking.client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
-        changed = study_changes(uri, study) if changed is None else changed
+        if changed is None or noted is None:
+            found = search(uri, study)
+            changed = changed_runs(found) if changed is None else changed
+            noted = fingerprint(found) if noted is None else noted
         protocol = study_protocol(uri, study) if protocol is None else protocol
     test, protocol = design_test(test, protocol)
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
                          correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures, paper=paper, protocol=protocol, changed=changed)
+                         figures=figures, paper=paper, protocol=protocol, changed=changed, fingerprint=noted)
     mine = named[named["study"] == study] if "study" in named.columns else named
     console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
                                    table=files.tables[0] if files.tables else None)
+    console = f"{integrity_warning(list(files.changed))}\n{console}" if files.changed else console
     if failed:
         section = failed_section(failed)
         for path, text in ((files.table_md, "\n" + to_markdown(section)), (files.table_tex, "\n" + to_latex(section))):
@@ -194,8 +202,8 @@ def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    left_out, changed = left_out_finished(uri, study, found), changed_runs(found)
+    left_out, changed, noted = left_out_finished(uri, study, found), changed_runs(found), fingerprint(found)
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
     del found
     return report(runs, out_dir, study, test=test, alpha=alpha, correction=correction, uri=uri, frame=runs,
-                  failed=failed, figures=figures, left_out=left_out, paper=paper, changed=changed)
+                  failed=failed, figures=figures, left_out=left_out, paper=paper, changed=changed, noted=noted)
