@@ -1,5 +1,6 @@
 """The notebook API without Ray: load and validate a spec, read a study's results frame from MLflow, report it;
 ``run`` refuses to overwrite a recorded study before a cluster starts."""
+import pandas as pd
 import pytest
 import yaml
 from fakes import study_frame
@@ -204,5 +205,9 @@ def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_pa
     rep = api.report_study("syn", uri, tmp_path / "reports", figures="none")
     page = next(p for p in rep.paths if p.name == "report.html").read_text()
     run_id = api.results("syn", uri)["run_id"].iloc[0]
-    assert f'<a href="http://127.0.0.1:5000/#/experiments/1/runs/{run_id}">' in page
+    assert f'<a href="http://127.0.0.1:5000/#/experiments/1/runs/{run_id}?workflowType=machine_learning">' in page
     assert f"start that UI with `ndebench ui --tracking-uri {uri}` (its default address)" in page
+    # results.csv is the study frame: the regularizers' hyperparameters and every run's config beside the results
+    written = pd.read_csv(tmp_path / "reports" / "syn" / "results.csv")
+    assert {"p", "m", "rate", "params.training.lr", "params.regularizer.p"} <= set(written.columns)
+    assert written["p"].notna().any() and written["params.training.lr"].notna().all()

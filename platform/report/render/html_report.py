@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
+from ndebench.platform.record.uiview import MODEL_TRAINING
 from ndebench.platform.report.render import sections
 from ndebench.platform.report.render.sections import Section
 
@@ -78,11 +79,12 @@ def figures_section(figures: list[Path], images: dict[Path, str]) -> str:
 
 
 def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | None, ui_note: str = "") -> str:
-    """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known;
-    ``ui_note`` says how to serve that UI)."""
+    """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known, to the
+    UI's model-training pages, not MLflow 3.17's default GenAI ones; ``ui_note`` says how to serve that UI)."""
     def link(run_id: str) -> str:
         if ui_url and experiment_id:
-            return (f'<a href="{html.escape(ui_url)}/#/experiments/{experiment_id}/runs/{run_id}">'
+            return (f'<a href="{html.escape(ui_url)}/#/experiments/{experiment_id}/runs/{run_id}'
+                    f'?workflowType={MODEL_TRAINING}">'
                     f'<code>{run_id}</code></a>')
         return f"<code>{html.escape(run_id)}</code>"
 
