@@ -202,6 +202,19 @@ def test_console_table_has_a_p_value_for_every_regularizer():
     assert "Student's two-sample t-test" in text
 
 
+def test_the_console_says_better_or_worse_only_where_the_test_found_it():
+    runs = _frame().query("study == 'demo'")
+    text = format_console_table(runs, alpha=1e-6)  # no marker at this alpha: each difference is only a sign
+    lines = {line.split()[2]: line for line in text.splitlines()[1:] if line.startswith("neural_cde")}
+    assert lines["continuum_dropout"].rstrip().endswith("higher (n.s.)")
+    assert not any("better" in line or "worse" in line for line in lines.values())
+    lower = runs.assign(test_accuracy=runs["test_accuracy"].where(runs["regularizer"] == "none",
+                                                                  1 - runs["test_accuracy"]))
+    lines = {line.split()[2]: line for line in format_console_table(lower).splitlines()[1:]
+             if line.startswith("neural_cde")}
+    assert lines["continuum_dropout"].rstrip().endswith("worse") and "††" in lines["continuum_dropout"]
+
+
 def test_model_column_groups_and_critical_difference_figure(tmp_path):
     rows = []
     for model in ("neural_cde", "neural_ode"):

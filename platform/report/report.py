@@ -434,7 +434,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             "p": "" if c is None else fmt_p(c["p"]) + ("" if correction != "none" else c["marker"]),
             **({} if correction == "none" else
                {f"p {correction}": "" if c is None else fmt_p(c["p_adjusted"]) + c["marker"]}),
-            "note": " ".join(x for x in ("" if c is None else c["direction"], "" if c is None else c["flag"],
+            "note": " ".join(x for x in ("" if c is None else stats.note(c), "" if c is None else c["flag"],
                                          learning.FLAG if key in table.flagged else "") if x),
         })
     body = pd.DataFrame(rows).to_string(index=False)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -244,6 +245,17 @@ def compare_to_baseline(
         "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
     out["p_holm"] = adjust(out["p"].to_numpy(dtype=float), CORRECTION, alpha)
     return out
+
+
+def note(comparison: Mapping[str, Any]) -> str:
+    """The console's word for one row of :func:`compare_to_baseline` (after any correction): ``better`` or
+    ``worse`` only where its ``marker`` says the test found it, else the raw sign, ``higher (n.s.)`` or
+    ``lower (n.s.)`` (``(untested)`` where there is no p-value); ``equal`` and ``""`` as they are."""
+    direction = comparison["direction"]
+    if direction not in ("better", "worse") or comparison["marker"]:
+        return direction
+    sign = "higher" if comparison["difference"] > 0 else "lower"
+    return f"{sign} ({'n.s.' if math.isfinite(comparison['p']) else 'untested'})"
 
 
 def _direction(difference: float, higher: bool) -> str:
