@@ -8,6 +8,7 @@ import pytest
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.report.learning import MARGIN, chance_loss, class_counts, flags, learning_check, mean_curves
+from ndebench.platform.report.render.studyfigures import curve_title
 
 STUDY = "learning"
 
@@ -122,3 +123,7 @@ def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_
     learning.learning_curve_figure(mean_curves(two, pd.concat([runs, runs.assign(run_id="b")])), ["none"],
                                    tmp_path / "two.png", "t")
     assert labels == ["loss (one seed per regularizer)", "loss (mean over up to 2 seeds)"]
+    assert curve_title("m", "d", mean_curves(curves, runs)) == \
+        "m on d: loss per epoch of one seed per regularizer (its lowest ok seed)"
+    assert curve_title("m", "d", mean_curves(two, pd.concat([runs, runs.assign(run_id="b")]))) == \
+        "m on d: mean loss per epoch over up to 2 seeds"

@@ -96,10 +96,18 @@ def learning_jobs(runs: pd.DataFrame, curves: pd.DataFrame, check: pd.DataFrame,
     flagged = {k: set(g["regularizer"]) for k, g in check[check["learned"].eq(False)].groupby(["model", "dataset"])}
     order = regularizer_order(runs)
     return [(learning.learning_curve_figure,
-             (part, order, directory / f"learning_{slug(model, dataset)}.png",
-              f"{model} on {dataset}: mean loss per epoch over the seeds read",
+             (part, order, directory / f"learning_{slug(model, dataset)}.png", curve_title(model, dataset, part),
               float(chance.get((model, dataset), math.nan)), flagged.get((model, dataset), set())))
             for (model, dataset), part in mean.groupby(["model", "dataset"], sort=True)]
+
+
+def curve_title(model: str, dataset: str, mean: pd.DataFrame) -> str:
+    """The learning figure's title, true to the ``n`` runs :func:`~ndebench.platform.report.learning.mean_curves`
+    averaged per (regularizer, epoch): one seed per regularizer (the report reads the lowest ``ok`` seed's curves,
+    :func:`~ndebench.platform.report.learning.curve_runs`), else the mean over up to that many seeds."""
+    most = int(mean["n"].max()) if len(mean) else 1
+    return (f"{model} on {dataset}: loss per epoch of one seed per regularizer (its lowest ok seed)" if most == 1
+            else f"{model} on {dataset}: mean loss per epoch over up to {most} seeds")
 
 
 def study_figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha: float,
