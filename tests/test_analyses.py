@@ -283,6 +283,12 @@ def test_rates_plot_command_writes_png_and_pdf(tmp_path, capsys):
     assert "--plot-m '5,y' must be comma-separated numbers" in capsys.readouterr().err
 
 
+def test_a_rates_plot_written_as_pdf_embeds_truetype_fonts_like_the_reports(tmp_path):
+    assert main(["rates", "--p", "0.1", "--m", "5", "--plot", str(tmp_path / "paths.pdf"), "--plot-m", "5"]) == 0
+    written = (tmp_path / "paths.pdf").read_bytes()
+    assert written[:4] == PDF and b"/FontFile2" in written and b"/Subtype /Type3" not in written  # Type 42
+
+
 def test_the_extended_summary_of_one_dataset_and_one_seed_shows_no_nan():
     from ndebench.platform.report.render.sections import to_html, to_markdown
     from ndebench.platform.report.summary import summary_sections

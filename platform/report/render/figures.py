@@ -25,8 +25,15 @@ def save_png_pdf(fig: Figure, path: Path, **kwargs: Any) -> Path:
     """Save ``path`` (PNG, for reports) and a PDF copy beside it (vector with TrueType fonts, for papers);
     return ``path``."""
     fig.savefig(path, dpi=120, **kwargs)
+    save_pdf(fig, Path(path).with_suffix(".pdf"), **kwargs)
+    return path
+
+
+def save_pdf(fig: Figure, path: Path, **kwargs: Any) -> Path:
+    """Save ``fig`` as the PDF ``path`` with TrueType (Type 42) fonts, which journals accept and Type 3 they do not;
+    return ``path``."""
     with matplotlib.rc_context(PAPER_FONTS):
-        fig.savefig(Path(path).with_suffix(".pdf"), **kwargs)
+        fig.savefig(path, **kwargs)
     return path
 
 

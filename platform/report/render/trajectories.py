@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from ndebench.platform.report.render.figures import save_pdf
 from ndebench.platform.report.render.sections import save_figure
 from ndebench.regularizers.continuum_dropout import sample_renewal_paths
 from ndebench.regularizers.rates import solve_rates
@@ -80,6 +81,5 @@ def trajectory_figure(pairs: list[tuple[float, float]], path: Path, T: float = 1
     fig.tight_layout()
     path = Path(path)
     if path.suffix.lower() == ".pdf":
-        fig.savefig(path, bbox_inches="tight")
-        return [path]
+        return [save_pdf(fig, path, bbox_inches="tight")]
     return save_figure(fig, path)
