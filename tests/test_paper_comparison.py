@@ -142,6 +142,23 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     assert "paper_comparison" not in json.loads(plain.summary_json.read_text()) and not plain.paper
 
 
+def test_a_study_of_no_cell_the_paper_reports_gets_a_line_not_an_empty_table(tmp_path):
+    from ndebench.platform.report.render.sections import to_html, to_latex
+
+    runs = _study()
+    runs = runs[runs["dataset"] == "uea/ItalyPowerDemand"]
+    files = build_report(runs, tmp_path, "s", paper=True, figures="none")
+    assert all(s.rows or not s.header for s in files.paper)
+    assert "Agreement with the paper per cell" not in [s.title for s in files.paper]
+    text = files.table_md.read_text()
+    line = "The paper reports none of the study's cells per dataset, so there is no table of them."
+    assert f"## The paper's cells beside the study\n\n{line}\n- Not reported by the paper" in text
+    assert "| table | model |" not in text
+    first = files.paper[0]
+    assert "<table>" not in to_html(first, {}) and line.replace("'", "&#x27;") in to_html(first, {})
+    assert to_latex(first).startswith("\\paragraph{The paper's cells beside the study} The paper reports none")
+
+
 @pytest.mark.parametrize("test", ["paired", "welch"])
 def test_the_report_passes_its_test_to_the_paper_comparison(tmp_path, test):
     files = build_report(_study(), tmp_path, "s", paper=True, figures="none", test=test)

@@ -226,9 +226,10 @@ def paper_sections(cells: pd.DataFrame, missing: list[dict[str, str]], across: p
                     cell_rows, "Each study cell beside every cell the paper reports for the same model, dataset, "
                                "regularizer (or variant) and metric; difference = study minus paper; the interval is "
                                "the Student-t 95% interval of the study's mean over its seeds.",
-                    notes=([] if cell_rows else ["The paper reports none of the study's cells per dataset."])
-                    + missing_notes(missing),
-                    flag_legend="the paper's mean lies outside the study's 95% interval")
+                    notes=missing_notes(missing), flag_legend="the paper's mean lies outside the study's 95% interval")
+    if not cell_rows:
+        first = Section(first.title, [], [], "The paper reports none of the study's cells per dataset, so there is "
+                                             "no table of them.", notes=first.notes)
     across_rows = [[Cell(r.model), Cell(f"{r.split} (Table {r.table}, {r.paper_n_datasets} sets)"),
                     Cell(f"{r.paper_baseline:.3f} -> {r.paper_proposed:.3f}"),
                     Cell(_pm(r.paper_improvement, r.paper_improvement_se)),
@@ -293,12 +294,14 @@ def paper_comparison(runs: pd.DataFrame, primary: dict[str, str], channels: dict
                                      "agreement_without_ceiling": agree_free.to_dict(orient="records"),
                                      "sets_needed": needed.to_dict(orient="records")}
                                   | evidence.evidence_json(chance, maxima))
-    return (paper_sections(cells, missing, across, notes)
-            + [agreement.across_section(agree_across),
-               agreement.across_section(agree_free, "Agreement with the paper without the sets near ceiling",
-                                        ["Each row over its sets not near ceiling only (the first table's 'near "
-                                         "ceiling' column), a Holm family of its own."]),
-               pairing.set_section(tests, test)]
-            + agreement.agreement_sections(agree_across, agree_cells, powers, count)
-            + [needs.needs_section(needed, PAPER_SEEDS)]
-            + evidence.evidence_sections(chance, maxima)), found
+    shown = (paper_sections(cells, missing, across, notes)
+             + [agreement.across_section(agree_across),
+                agreement.across_section(agree_free, "Agreement with the paper without the sets near ceiling",
+                                         ["Each row over its sets not near ceiling only (the first table's 'near "
+                                          "ceiling' column), a Holm family of its own."]),
+                pairing.set_section(tests, test)]
+             + agreement.agreement_sections(agree_across, agree_cells, powers, count)
+             + [needs.needs_section(needed, PAPER_SEEDS)]
+             + evidence.evidence_sections(chance, maxima))
+    # A table without rows says nothing its one-line section (no header) does not.
+    return [s for s in shown if s.rows or not s.header], found

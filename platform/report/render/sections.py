@@ -91,7 +91,8 @@ def save_figure(fig: Figure, path: Path) -> list[Path]:
 
 
 def to_markdown(section: Section) -> str:
-    """``## title``, a pipe table (bold as ``**x**``, flagged cells suffixed ``▼``), caption, notes, figures."""
+    """``## title``, a pipe table (bold as ``**x**``, flagged cells suffixed ``▼``), caption, notes, figures; a
+    section without a header is its caption and notes alone."""
     def cell(c: Cell) -> str:
         text = md_escape(c.text)
         text = (f"**{text}**" if c.bold else text) + md_escape(c.marker)
@@ -99,11 +100,12 @@ def to_markdown(section: Section) -> str:
         return text + (" ▼" if c.flag else "")
 
     align = section.align or "l" * len(section.header)
-    lines = [f"## {section.title}", "", "| " + " | ".join(map(md_escape, section.titles())) + " |",
-             "|" + "".join("---:|" if a == "r" else "---|" for a in align)]
+    lines = [f"## {section.title}", ""]
+    lines += ["| " + " | ".join(map(md_escape, section.titles())) + " |",
+              "|" + "".join("---:|" if a == "r" else "---|" for a in align)] if section.header else []
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in section.rows]
     legend = f" ▼: {section.flag_legend}." if any(c.flag for row in section.rows for c in row) else ""
-    lines += ["", (section.md_caption or section.caption) + legend]
+    lines += ([""] if section.header else []) + [(section.md_caption or section.caption) + legend]
     lines += [f"- {note}" for note in section.notes]
     lines += [f"![{p.stem}]({p.name})" for p in section.figures if p.suffix == ".png"]
     return "\n".join(lines) + "\n"
@@ -111,7 +113,8 @@ def to_markdown(section: Section) -> str:
 
 def to_latex(section: Section) -> str:
     """A booktabs table; flagged cells in ``\\textcolor{red}`` (needs ``xcolor``), bold ones ``\\textbf``,
-    markers as superscripts, notes and warnings small; ``fit`` wraps it in a ``\\resizebox`` (``graphicx``)."""
+    markers as superscripts, notes and warnings small; ``fit`` wraps it in a ``\\resizebox`` (``graphicx``); a
+    section without a header is a ``\\paragraph`` of its caption and notes."""
     def cell(c: Cell) -> str:
         text = latex_escape(c.text).replace("–", "--")
         text = rf"\textbf{{{text}}}" if c.bold else text
@@ -120,6 +123,9 @@ def to_latex(section: Section) -> str:
         text += rf" {{\scriptsize [{latex_escape(c.note)}]}}" if c.note else ""
         return text + (rf" {{\scriptsize\itshape {latex_escape(c.warning)}}}" if c.warning else "")
 
+    if not section.header:
+        notes = "".join(rf" {latex_escape(note)}" for note in section.notes)
+        return rf"\paragraph{{{latex_escape(section.title)}}} {latex_escape(section.caption)}{notes}" + "\n"
     k = len(section.header)
     columns = section.align or f"l{'c' * (k - 1)}"
     lines = [r"\begin{table}[htbp]", r"\centering",
@@ -154,7 +160,8 @@ def to_html(section: Section, images: dict[Path, str]) -> str:
     legend = f" Red: {section.flag_legend}." if any(c.flag for row in section.rows for c in row) else ""
     parts = [f"<section><h2>{html.escape(section.title)}</h2>",
              f"<table><caption>{html.escape(section.caption + legend)}</caption>"
-             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if section.header
+             else f"<p>{html.escape(section.caption)}</p>"]
     if section.notes:
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in section.notes) + "</ul>")
     for path in section.figures:
