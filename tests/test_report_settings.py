@@ -61,3 +61,22 @@ def test_a_study_without_a_recorded_yaml_gets_the_defaults(tmp_path, capsys):
 
 def test_the_default_test_follows_the_design():
     assert default_test("paper") == "paired" and default_test("joint") == "student"
+
+
+@pytest.mark.parametrize(("given", "protocol", "expected"), [(None, "paper", "paired"), (None, "joint", "student"),
+                                                             ("welch", "paper", "welch")])
+def test_the_sweeps_cell_runs_use_the_reports_test(monkeypatch, given, protocol, expected):
+    import dataclasses
+    from types import SimpleNamespace
+
+    import pandas as pd
+    from ndebench.platform.engine import evaluatestage
+
+    monkeypatch.setattr(evaluatestage, "evaluate_runs", lambda *a, **k: pd.DataFrame())
+    used = []
+    spec = SimpleNamespace(study="s", protocol=protocol,
+                           report=dataclasses.replace(ReportConfig(), test=given))
+    ctx = SimpleNamespace(tracking_uri="sqlite://", spec=spec,
+                          cell_statistics=lambda runs, cells, test: used.append(test) or {})
+    evaluatestage._aggregate(ctx, {}, {}, {})
+    assert used == [expected]
