@@ -385,6 +385,24 @@ def test_a_renamed_study_fences_its_driver_naming_the_new_name_and_the_next_take
     again.release()
 
 
+def test_a_trial_of_a_renamed_study_checks_its_fence_in_the_take_experiment_before_it_makes_anything(uri,
+                                                                                                    monkeypatch):
+    """A trial that starts after the study's experiment was renamed under its driver stops at its fence (read in
+    the experiment of the take), naming the new name, and creates no experiment of the old name."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.experiment_id == ensure_experiment(uri, STUDY)
+    client(uri).rename_experiment(lease.experiment_id, "s-old")
+    tags = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic", "regularizer": "none",
+            "seed": "0", "cell": "c", "lease": "1", "lease_id": lease.lease_id,
+            "lease_experiment": lease.experiment_id}
+    with pytest.raises(LeaseLostError, match=rf"\(id {lease.experiment_id}\) was renamed to 's-old'"):
+        TrialRecorder(uri, STUDY, {"x": 1}, "h", tags)
+    assert client(uri).get_experiment_by_name(STUDY) is None
+    assert client(uri).search_runs([lease.experiment_id], f"tags.`{TAG}kind` = 'trial'") == []
+    lease.release()
+
+
 def test_the_stale_limit_is_checked(monkeypatch):
     monkeypatch.setenv(heartbeat.STALE_ENV, "soon")
     with pytest.raises(ValueError, match=r"\$NDEBENCH_LEASE_STALE_S='soon': expected a positive number"):
