@@ -80,7 +80,7 @@ class ImageBundle(_Splits):
     ``train``, ``val``, ``test`` are ``torch.utils.data.Dataset``s yielding ``(image (C, H, W) float32,
     label int)``, already augmented (train) and normalized; the trial loop wraps them in DataLoaders, so a
     whole image set is never held as one tensor. ``image_size`` is ``(H, W)``; ``extra["batch_size"]`` is the
-    paper's batch size for the set (App. E.3).
+    paper's batch size for the set (App. D.3).
     """
 
     name: str

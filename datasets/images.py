@@ -24,7 +24,7 @@ class ImageSpec:
     """How to open one torchvision dataset: its class, how to ask for a split, and its statistics.
 
     ``sizes`` are the archive's (train, test) image counts; ``mean``/``std`` the usual per-channel
-    statistics of the training images on ``[0, 1]``; ``batch_size`` the paper's (App. E.3: 128, STL-10 64).
+    statistics of the training images on ``[0, 1]``; ``batch_size`` the paper's (App. D.3: 128, STL-10 64).
     """
 
     name: str
@@ -148,7 +148,7 @@ CROP_PADDING = 4
 def transforms(spec: ImageSpec, augment: bool) -> tuple[Callable, Callable]:
     """``(train, eval)`` transforms. Training: the standard CIFAR recipe, ``RandomCrop`` at the original size
     after zero-padding ``CROP_PADDING`` = 4 pixels per side, plus a horizontal flip except on SVHN (digits are
-    not mirror-symmetric); App. E.3's "random resizing, cropping and flipping" does not give scales, and
+    not mirror-symmetric); App. D.3's "random resizing, cropping and flipping" does not give scales, and
     ``RandomResizedCrop``'s default 0.08-1 area range is an ImageNet recipe far harsher on 32 px images.
     Both then apply ``ToTensor`` and per-dataset mean/std normalization; images keep their native size.
     """

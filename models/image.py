@@ -1,4 +1,4 @@
-"""Image classifiers of the paper (Appendix E.3): conv features -> NDE over depth [0, 10] -> classifier."""
+"""Image classifiers of the paper (Appendix D.3): conv features -> NDE over depth [0, 10] -> classifier."""
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -91,7 +91,7 @@ class ImageNDE(NDEClassifier):
     ``data.image_size`` (``prepare`` checks the shape and returns them unchanged). Default solver: Euler
     (Euler-Maruyama for SDEs) with ``dt = 0.1`` over depth ``T = 10``, backpropagation through the solver.
     The head is the platform's classifier head without the gradient scaling of the time-series pipeline and
-    without dropout (``head_dropout = 0``: App. E.3 has no dropout in the unregularized image classifier;
+    without dropout (``head_dropout = 0``: App. D.3 has no dropout in the unregularized image classifier;
     ``naive_dropout_head`` sets its own rate).
     ``hidden_size`` (1024 in the paper) is the NDE width, ``width`` the extractor's first channel count.
     Parameters: 10.62M / 10.71M (NODE, 10 / 100 classes) and 12.72M / 12.81M (NSDEs) with ``width = 64``,

@@ -34,7 +34,7 @@ class NeuralCDE(TimeSeriesNDE):
     """``z(0) = Linear(X(t0))``, ``z(t) = z(0) + int_0^t f(z(s)) dX(s)``, logits = head(z(T)).
 
     ``X`` interpolates ``[t, x]`` (``C + 1`` channels) with a natural cubic spline by default, as the paper
-    states (App. E.2) and Kidger's Speech/Sepsis pipelines do; ``interpolation="hermite"`` (Hermite cubic
+    states (App. D.2) and Kidger's Speech/Sepsis pipelines do; ``interpolation="hermite"`` (Hermite cubic
     with backward differences) is what torch-ists' UEA runs effectively gave the NCDE (its natural-spline
     list names ``'ncde'``, the model is ``'neuralcde'``). Inputs: coefficients ``(N, L - 1, 4 (C + 1))``,
     or with ``S = data.static_channels`` the tuple ``(coefficients, static (N, S))`` whose MLP is added to

@@ -143,9 +143,11 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
     tabulates: :func:`~ndebench.platform.record.runs.study_frame`, one row per evaluate-phase trial run with the cell
     key as columns (``model, dataset, regularizer, variant, label, n_mc``), ``seed, status`` (``ok``,
     ``diverged``, ``error``, ``running``, ``stopped``), ``message, config_hash, test_protocol, metric`` (the
-    dataset's primary metric), ``p, m, rate`` (the regularizer's parameters, NaN where absent), the ``test_*``
-    metrics, ``calibration`` (reliability bins of ``ok`` runs), ``parent_run_id`` and ``params.<key>`` (the run's
-    flat config, e.g. ``params.training.lr``, values parsed back from strings). Raises ``ValueError`` when the
+    dataset's primary metric), every numeric hyperparameter a registered regularizer declares, plugins included
+    (:func:`~ndebench.platform.record.runs.regularizer_params`; ``p, m, rate, size, b, bins, decay`` for the
+    built-ins; NaN where a run's regularizer has none), the ``test_*`` metrics, ``calibration`` (reliability
+    bins of ``ok`` runs), ``parent_run_id`` and ``params.<key>`` (the run's flat config, e.g.
+    ``params.training.lr``, values parsed back from strings). Raises ``ValueError`` when the
     study is not in the tracking store."""
     from ndebench.platform.record.runs import study_frame
     from ndebench.platform.record.tracking import require_study

@@ -95,7 +95,7 @@ class JumpDiffusion(Regularizer):
     (for ``f = 0`` the factor ``1 + J`` becomes a truncated ``exp(J)``); Euler reproduces the original.
     Off in eval mode (deterministic test protocol); see ``jump_diffusion_ttn`` for test-time noise.
 
-    How the paper's dropout rate maps here: App. E.1 tunes "p" over ``1e-5 ... 0.5`` for a pipeline built
+    How the paper's dropout rate maps here: App. D.1 tunes "p" over ``1e-5 ... 0.5`` for a pipeline built
     from Liu et al.'s repository; in that code the tuned knob is ``drop_rate`` (the Poisson rate), so the
     grid is applied to ``rate``, with ``size = 1`` (the repo's default) fixed. This is NOT the model the
     paper writes down in App. G.1, ``dz = 1/2 gamma dt + 1/2 gamma o Xi dN`` with ``P(Xi = -1) = p``: there

@@ -33,8 +33,9 @@ LONGEST = ("test_interruptions.py", "test_lease.py", "test_outages.py", "test_st
 # Where pytest's temporary folders go unless --basetemp is given: a fresh folder in RAM, removed at the end. SQLite
 # syncs every commit to the disk, and every MLflow store, Ray results folder and sweep of a test lives there: on the
 # project's 2-core VM a new MLflow store took 4.3 s on disk and 0.7 s in RAM, five store-heavy files run in one
-# process half as long and the sweeps of two system files 23% less (docs/development.md). Only where the RAM disk
-# can hold a whole run (about 1.1 GB, the wheel test's venv most of it) and may run programs; else pytest's default.
+# process half as long and the sweeps of two system files 23% less (docs/investigations/test-timings.md). Only
+# where the RAM disk can hold a whole run (about 1.1 GB, the wheel test's venv most of it) and may run programs;
+# else pytest's default.
 RAM_DISK = Path("/dev/shm")
 RAM_DISK_FREE = 4 * 1024**3
 _IN_RAM = pytest.StashKey[str]()

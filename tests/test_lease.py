@@ -30,6 +30,7 @@ from ndebench.platform.record.lease.ledger import (
     beat_tag,
     claim,
     claims,
+    every_run,
     lease_runs,
     new_lease_run,
     released_tag,
@@ -37,9 +38,10 @@ from ndebench.platform.record.lease.ledger import (
 )
 from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs
-from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.schema import PARENT, TAG
 from ndebench.platform.record.system_metrics import system_metrics
-from ndebench.platform.record.tracking import client, ensure_experiment, run_status, search, study_names
+from ndebench.platform.record.tracking import client, ensure_experiment, run_status, search, study_names, study_run
+from ndebench.platform.report.integrity import ledger_flags
 
 STUDY = "s"
 
@@ -382,6 +384,47 @@ def test_a_renamed_study_fences_its_driver_naming_the_new_name_and_the_next_take
         f"study 's' was recorded before in experiment 's-old' (id {experiment_id}), renamed away from 's': this "
         f"driver starts the study over in experiment {ensure_experiment(uri, STUDY)}; to continue that record "
         f"instead, stop it, delete experiment {ensure_experiment(uri, STUDY)} and rename 's-old' back"]
+    again.release()
+
+
+def test_a_trial_of_a_renamed_study_checks_its_fence_in_the_take_experiment_before_it_makes_anything(uri,
+                                                                                                    monkeypatch):
+    """A trial that starts after the study's experiment was renamed under its driver stops at its fence (read in
+    the experiment of the take), naming the new name, and creates no experiment of the old name."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.experiment_id == ensure_experiment(uri, STUDY)
+    client(uri).rename_experiment(lease.experiment_id, "s-old")
+    tags = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic", "regularizer": "none",
+            "seed": "0", "cell": "c", "lease": "1", "lease_id": lease.lease_id,
+            "lease_experiment": lease.experiment_id}
+    with pytest.raises(LeaseLostError, match=rf"\(id {lease.experiment_id}\) was renamed to 's-old'"):
+        TrialRecorder(uri, STUDY, {"x": 1}, "h", tags)
+    assert client(uri).get_experiment_by_name(STUDY) is None
+    assert client(uri).search_runs([lease.experiment_id], f"tags.`{TAG}kind` = 'trial'") == []
+    lease.release()
+
+
+def test_the_lease_run_folds_under_the_study_run_and_every_reader_of_lease_records_still_finds_it(uri, monkeypatch):
+    """MLflow's runs table lists a lease run beside the study run unless it is the study run's child: the study
+    run adopts the study's lease runs when it is made and at each resume (one made after a deleted one too), and
+    the ledger, the fence, ``verify``'s lease listing and the study's readers see them as before."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    study_id = study_run(uri, STUDY, description="d", params={}, yaml_text=None)
+    first, = lease_runs(client(uri), lease.experiment_id)
+    assert first.data.tags[PARENT] == study_id
+    assert [c.epoch for c in claims([first]) if c.held] == [1]
+    lease.check()
+    assert [r.info.run_id for r in search(uri, STUDY)] == [study_id]
+    assert ledger_flags(every_run(client(uri), lease.experiment_id), []) == []
+    lease.release()
+    client(uri).delete_run(first.info.run_id)
+    again, _ = Lease.take(uri, STUDY, print)
+    assert study_run(uri, STUDY, description="d", params={}, yaml_text=None) == study_id
+    nested = {r.info.run_id: r.data.tags.get(PARENT) for r in lease_runs(client(uri), lease.experiment_id)}
+    assert len(nested) == 2 and set(nested.values()) == {study_id}
+    again.check()
     again.release()
 
 

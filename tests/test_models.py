@@ -372,7 +372,7 @@ def test_trains_above_chance_on_basic_motions(name, basic_motions):
 
 # ---------------------------------------------------------------- image models
 
-PAPER_SIZES = {  # Appendix E.3, millions of parameters for 10 and 100 classes
+PAPER_SIZES = {  # Appendix D.3, millions of parameters for 10 and 100 classes
     "image_node": {10: 10.49e6, 100: 10.59e6},
     "image_nsde_additive": {10: 12.59e6, 100: 12.69e6},
     "image_nsde_multiplicative": {10: 12.59e6, 100: 12.69e6},
@@ -386,7 +386,7 @@ def parameter_count(name: str, classes: int, **kwargs) -> int:
 
 @pytest.mark.parametrize("name", IMAGE)
 def test_image_models_have_the_paper_sizes(name):
-    """Default extractor (width 64): +1.2% over App. E.3's counts (docs/differences.md); width 63: within 0.5%."""
+    """Default extractor (width 64): +1.2% over App. D.3's counts (docs/differences.md); width 63: within 0.5%."""
     for classes, size in PAPER_SIZES[name].items():
         count = parameter_count(name, classes)
         assert 0.005 < count / size - 1 < 0.013, f"{count} parameters for {classes} classes vs {size:.0f}"

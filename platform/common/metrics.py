@@ -7,7 +7,7 @@ Inputs are numpy arrays or torch tensors. Two predictors of one model enter, as 
   from it; all three depend only on the ranking of the scores, so logits and their softmax/sigmoid agree.
 - the **MC predictive distribution** (``probs``): the mean over passes of the per-pass probabilities,
   ``(N, K)`` or ``(N,)`` / ``(N, 1)`` holding P(class 1). NLL, ECE and the reliability bins come from it
-  (App. E.4 applies the head per sample).
+  (App. D.4 applies the head per sample).
 """
 from __future__ import annotations
 

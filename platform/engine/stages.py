@@ -106,9 +106,12 @@ class StageContext:
         return tune.with_resources(fn, {"cpu": self.spec.resources.cpu, "gpu": self.gpu})
 
     def lease_tag(self) -> dict[str, str]:
-        """``lease`` and ``lease_id``: the epoch and claim id of this driver's lease, on every trial run it writes
-        (its fencing token)."""
-        return {"lease": str(self.lease.epoch), "lease_id": self.lease.lease_id} if self.lease is not None else {}
+        """``lease``, ``lease_id`` and ``lease_experiment``: the epoch, claim id and experiment id of this driver's
+        lease, on every trial run it writes (its fencing token; a trial checks it in that experiment)."""
+        if self.lease is None:
+            return {}
+        return {"lease": str(self.lease.epoch), "lease_id": self.lease.lease_id,
+                "lease_experiment": str(self.lease.experiment_id)}
 
     def node_check(self) -> tuple[str | None, str | None] | None:
         """What a trial checks on its node before it starts: on a joined cluster, nodes may join after the

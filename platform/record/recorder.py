@@ -28,8 +28,9 @@ class TrialRecorder:
     An evaluate trial re-run after a crash (same study and config hash, run still ``running``), or a search
     trial retried by Ray (same trial folder), continues the same MLflow run instead of adding a duplicate, as
     does any trial given the ``run_id`` of its checkpoint (``reattached``; ``previous_tags`` are that run's
-    tags before this attempt). A trial of a driver holding a lease (tag ``lease``, its epoch) checks before
-    each write that the lease is still the newest (:attr:`check`), and never continues a run of a newer driver.
+    tags before this attempt). A trial of a driver holding a lease (tag ``lease``, its epoch; ``lease_experiment``,
+    the experiment of its take) checks that the lease is still the newest (:attr:`check`) before it makes anything
+    and before each write, and never continues a run of a newer driver.
     """
 
     def __init__(self, uri: str, study: str, config: dict[str, Any], config_hash: str, tags: dict[str, str],
@@ -38,11 +39,15 @@ class TrialRecorder:
 
         lease = int(tags.get("lease") or 0)
         self.lease = lease
+        taken_in = tags.get("lease_experiment")
         self.check: Callable[..., None] = (Fence(client(uri), study, lease, tags.get("lease_id", ""),
-                                                 max_age_s=interval_s(stale_s())).check
+                                                 max_age_s=interval_s(stale_s()), experiment_id=taken_in).check
                                            if lease else lambda fresh=False: None)
         self.client = fenced(client(uri), self.check if lease else None)
-        experiment_id = ensure_experiment(uri, study)
+        # Before anything is made: a trial of a driver whose study's experiment was renamed must not create an
+        # empty experiment of the old name.
+        self.check(fresh=True)
+        experiment_id = taken_in or ensure_experiment(uri, study)
         all_tags = trial_run_tags(tags, config_hash, parent_run_id)
         # An evaluate trial (one per cell and seed) is unique by its config, even across drivers; a search
         # stage may try a config twice, so its trial is found by its Ray trial folder (a retry after its

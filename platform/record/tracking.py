@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ndebench.platform.record.lease.fence import fenced, is_lease
+from ndebench.platform.record.lease.ledger import nest_lease_runs
 from ndebench.platform.record.schema import (
     PARENT,
     PLANNED_SEEDS,
@@ -310,7 +311,8 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
               tags: dict[str, str] | None = None) -> str:
     """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
     description as its note, the protocol settings as params, ``tags`` (provenance) with the ``ndebench.``
-    prefix. Created once; a resumed sweep reuses it."""
+    prefix, and the parent of the study's lease runs (:func:`~ndebench.platform.record.lease.ledger.nest_lease_runs`).
+    Created once; a resumed sweep reuses it."""
     from mlflow.entities import Param, RunTag
 
     existing = _tagged(uri, study, {"kind": "study"})
@@ -320,6 +322,7 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
         # Params are immutable, so what a resumed sweep plans now (e.g. added seeds) goes to a tag.
         planned = [RunTag(PLANNED_SEEDS, params["evaluate.seeds"])] if "evaluate.seeds" in params else []
         retry(lambda: client(uri).log_batch(run_id, tags=[RunTag(f"{TAG}status", "running"), *planned]))
+        retry(lambda: nest_lease_runs(client(uri), existing[0].info.experiment_id, run_id))
         return run_id
     mlflow_client = client(uri)
     tags = {f"{TAG}kind": "study", f"{TAG}study": study, "mlflow.note.content": description or study,
@@ -332,6 +335,7 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
     if yaml_text is not None:
         mlflow_client.log_text(run_id, yaml_text, "sweep.yaml")
+    retry(lambda: nest_lease_runs(mlflow_client, experiment_id, run_id))
     return run_id
 
 

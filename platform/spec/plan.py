@@ -1,6 +1,6 @@
 """The stages of a sweep and the cells each one searches, derived from a :class:`SweepSpec` alone.
 
-``protocol: paper`` (the paper's Section 4 / App. E): stage ``base`` searches the ``model.*`` and
+``protocol: paper`` (the paper's Section 4 / App. D): stage ``base`` searches the ``model.*`` and
 ``training.*`` hyperparameters per (model, dataset) on the unregularized model (``base.scope: shared``, the
 paper's frozen base), or per (model, dataset, regularizer) with that regularizer on at its grid's middle point
 (``base.scope: per_regularizer``, :func:`middle_point`); stage ``tune`` (the

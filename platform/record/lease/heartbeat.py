@@ -183,13 +183,13 @@ def conflict(study: str, holder: Holder, stale: float) -> DriverConflictError:
 
 class Lease:
     """Epoch :attr:`epoch` of a study's lease, claimed by this process with id :attr:`lease_id` in the lease runs
-    :attr:`run_ids`, its counter incremented from a daemon thread until :meth:`release`. :attr:`fence` checks
-    that it still holds the study."""
+    :attr:`run_ids` of experiment :attr:`experiment_id` (the study's at the take), its counter incremented from a
+    daemon thread until :meth:`release`. :attr:`fence` checks that it still holds the study."""
 
     def __init__(self, uri: str, study: str, epoch: int, lease_id: str, run_ids: list[str], interval: float,
                  legacy_id: str | None = None, experiment_id: str | None = None):
         self.uri, self.study, self.epoch, self.lease_id, self.run_ids = uri, study, epoch, lease_id, run_ids
-        self.interval, self.legacy_id = interval, legacy_id
+        self.interval, self.legacy_id, self.experiment_id = interval, legacy_id, experiment_id
         # The heartbeat reads the lease every interval, so the driver's own writes can rest on its last verdict.
         self.fence = Fence(raw_client(uri), study, epoch, lease_id, max_age_s=interval, experiment_id=experiment_id)
         self._stopped = threading.Event()

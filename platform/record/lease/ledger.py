@@ -8,8 +8,9 @@ its SQL store, used directly or behind a tracking server), so of two drivers cla
 run exactly one succeeds: the compare-and-set. A driver claims its epoch in every lease run it sees, and again
 in any that appears meanwhile, so two drivers that each made a lease run of a new study still meet in one of
 them. Every write needs ``EDIT`` on the study's experiment (``ndebench server --auth``), and a lease run is no
-experiment: nothing shows in the experiment list, and readers of the study skip it
-(:func:`~ndebench.platform.record.tracking.search`). A record without a holder, machine, id and counter is
+experiment: nothing shows in the experiment list, readers of the study skip it
+(:func:`~ndebench.platform.record.tracking.search`), and once the study's run exists it is that run's child
+(:func:`nest_lease_runs`), folded under it in MLflow's runs table. A record without a holder, machine, id and counter is
 ignored; its number still counts, so no epoch is ever claimed twice. An epoch is 1 to :data:`EPOCH_DIGITS` ASCII
 digits without a leading zero (:func:`epoch_of`): a record ``ndebench.lease.<anything else>`` names no epoch and
 is ignored, so that no writer's record can push the next claim's key past MLflow's limit.
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.schema import PARENT, TAG
 
 KIND = "lease"
 PREFIX = f"{TAG}lease."
@@ -137,6 +138,15 @@ def new_lease_run(mlflow_client: Any, experiment_id: str, study: str) -> str:
                                "each driver that held it; not a trial, no results"})
     mlflow_client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
+
+
+def nest_lease_runs(mlflow_client: Any, experiment_id: str, parent_run_id: str) -> None:
+    """Make every active lease run of the experiment a child of the study's run ``parent_run_id`` (MLflow's tag
+    ``mlflow.parentRunId``): the UI's runs table then folds it under the study run instead of listing it beside
+    it. Readers find lease runs by their kind, never by their parent."""
+    for run in lease_runs(mlflow_client, experiment_id):
+        if run.info.lifecycle_stage == "active" and run.data.tags.get(PARENT) != parent_run_id:
+            mlflow_client.set_tag(run.info.run_id, PARENT, parent_run_id)
 
 
 def claim(mlflow_client: Any, run_id: str, epoch: int, value: str) -> str | None:
