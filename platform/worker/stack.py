@@ -367,7 +367,7 @@ def run_stack(
             return fallback(why)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
         evaluate: Evaluator = stack.evaluate
-        if specs[0].solver.cuda_graph == "stack":
+        if specs[0].solver is not None and specs[0].solver.cuda_graph == "stack":
             region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
             if region is None:
                 epochs = regions = RegionEpochs(stack, epochs, note)
