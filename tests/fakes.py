@@ -23,6 +23,12 @@ import scipy.io
 from scipy.io import wavfile
 
 
+def without_fingerprint(table_md: str) -> str:
+    """``table_md`` less its study-fingerprint line: the fingerprint hashes the record (run ids, lease epochs), so
+    two recordings of the same results differ there and nowhere else."""
+    return "\n".join(line for line in table_md.split("\n") if not line.startswith("Study fingerprint "))
+
+
 def local_ray_arguments(num_cpus: int, **extra) -> dict:
     """``ray.init``'s arguments for an in-process test Ray: the driver's own local Ray (``init_arguments``) with
     ``num_cpus`` CPUs and a smaller object store, plus ``extra`` (a ``runtime_env``)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import cli, count_rows, epochs_logged
+from fakes import cli, count_rows, epochs_logged, without_fingerprint
 from ndebench.platform.failures.leftovers import DRIVER_LOG
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import TAG
@@ -105,7 +105,7 @@ def _trials(uri: str, study: str, phase: str) -> list:
 
 
 def _table(folder: Path, study: str) -> str:
-    return (folder / "reports" / study / "table.md").read_text()
+    return without_fingerprint((folder / "reports" / study / "table.md").read_text())
 
 
 def _metrics(uri: str, study: str) -> dict:

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from fakes import cli, count_rows
+from fakes import cli, count_rows, without_fingerprint
 from ndebench.platform.record.lease import fence, heartbeat
 from ndebench.platform.record.lease.fence import Fence, LeaseLostError, fence_writes, raise_if_driver_lost
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
@@ -515,7 +515,7 @@ def _trained_under(db: Path, epoch: int) -> int:
 
 
 def _table(folder: Path) -> str:
-    return (folder / "reports" / "lease" / "table.md").read_text()
+    return without_fingerprint((folder / "reports" / "lease" / "table.md").read_text())
 
 
 @pytest.fixture(scope="module")

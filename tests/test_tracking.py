@@ -63,7 +63,8 @@ def test_report_while_running_then_orphans_closed_as_error_with_the_reason(craft
     text = table_md.read_text()
     assert "6 evaluate-phase runs: 4 ok, 1 diverged, 0 error, 1 running." in text
     assert "[1 running (seed 2); no run for seed 3]" in text
-    assert "[1 diverged; no run for seed 3]" in text
+    # The paired differences of seeds 0 and 1 are both 0.1: the paired test flags the cell's zero variance.
+    assert "[1 diverged; no run for seed 3; zero variance]" in text
 
     # The end of the phase: the dead worker's run is closed with what Ray said about the trial.
     reason = RuntimeError("The actor died unexpectedly before finishing this task.\n(more detail)")
