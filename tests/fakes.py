@@ -23,6 +23,20 @@ import scipy.io
 from scipy.io import wavfile
 
 
+def poison_training_set(monkeypatch, seed: int) -> None:
+    """Trials built with ``seed`` get a training split whose 4th time step is infinite, so their loss diverges."""
+    import ndebench.platform.worker.build as build_module
+    from ndebench.datasets.registry import create_dataset
+
+    def poisoned(name, **kwargs):
+        bundle = create_dataset(name, **kwargs)
+        if kwargs["seed"] == seed:
+            bundle.train.values[:, 3, :] = np.inf
+        return bundle
+
+    monkeypatch.setattr(build_module, "create_dataset", poisoned)
+
+
 def without_fingerprint(table_md: str) -> str:
     """``table_md`` less its study-fingerprint line: the fingerprint hashes the record (run ids, lease epochs), so
     two recordings of the same results differ there and nowhere else."""

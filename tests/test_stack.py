@@ -3,12 +3,10 @@ kernels on the same rows, the same generators), also when members stop early, di
 or differ only in the regularizer's hyperparameters; a model that cannot be stacked trains its members one after
 another, and says so."""
 import dataclasses
-import math
 
-import ndebench.platform.worker.build as build_module
 import pytest
 import torch
-from ndebench.datasets.registry import create_dataset
+from fakes import poison_training_set
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.worker.build import build_trial
@@ -63,13 +61,7 @@ def test_grid_points_of_a_tune_stage_stack_as_well():
 
 
 def test_a_diverging_member_leaves_the_stack_and_the_others_go_on(monkeypatch):
-    def poisoned(name, **kwargs):
-        bundle = create_dataset(name, **kwargs)
-        if kwargs["seed"] == 1:
-            bundle.train.values[:, 3, :] = math.inf
-        return bundle
-
-    monkeypatch.setattr(build_module, "create_dataset", poisoned)
+    poison_training_set(monkeypatch, seed=1)
     specs = [_spec(0), _spec(1), _spec(2)]
     alone = [run_trial(s) for s in specs]
     assert alone[1].status == "diverged" and alone[0].status == alone[2].status == "ok"

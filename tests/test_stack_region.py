@@ -4,12 +4,10 @@ step is each member's own (float64, to 1e-12) and leaves a masked member bit for
 training step passes the host-synchronisation guard; members of a model the region cannot hold fall back to
 the batched eager stack and say why. The capture itself is checked on a GPU (``test_gpu.py``)."""
 import dataclasses
-import math
 
-import ndebench.platform.worker.build as build_module
 import pytest
 import torch
-from ndebench.datasets.registry import create_dataset
+from fakes import poison_training_set
 from ndebench.models.base import repeat_batch
 from ndebench.models.graphs import host_sync_guard
 from ndebench.models.integrate import SolverConfig
@@ -68,13 +66,7 @@ def test_a_region_stack_resumed_from_its_members_checkpoints_ends_as_an_uninterr
 
 
 def test_a_diverging_member_is_masked_and_the_others_end_as_alone(monkeypatch):
-    def poisoned(name, **kwargs):
-        bundle = create_dataset(name, **kwargs)
-        if kwargs["seed"] == 1:
-            bundle.train.values[:, 3, :] = math.inf
-        return bundle
-
-    monkeypatch.setattr(build_module, "create_dataset", poisoned)
+    poison_training_set(monkeypatch, seed=1)
     training = dataclasses.replace(TRAINING, epochs=2, min_epochs=2)
     specs = [_spec(seed, solver=REGION, training=training) for seed in (0, 1, 2)]
     alone = [run_trial(s) for s in specs]
