@@ -307,6 +307,33 @@ def test_the_chance_of_so_few_significant_sets_is_the_poisson_binomial():
     assert agreement_stats.at_most(0, []) == 1.0
 
 
+def test_the_count_reads_the_free_sets_under_the_papers_student_t_beside_the_design_test():
+    """Three free sets, none significant: at paired power 0.9 each the chance of none is 0.1^3 = 0.001 (differs);
+    at the Student t's power 0.4 on the same arms it is 0.6^3 = 0.216 (inconclusive), and the note says the verdict
+    turns on the test. A ceiling set is left out of both readings."""
+    sets = ["uea/A", "uea/B", "uea/C", "uea/D"]
+    powers = pd.DataFrame([{"model": "neural_cde", "split": "univariate", "paper_d": 1.35, "power": 0.9,
+                            "power_independent": 0.5, "study_sets": 4, "study_significant": 0,
+                            "expected_significant": 3.6, "ceiling_sets": ["uea/D"], "significant_sets": [],
+                            "sets": sets, "power_student": 0.4, "significant_sets_student": []}],
+                          columns=agreement.POWER_COLUMNS)
+    count = agreement.count_summary(powers, "paired", 0.7)
+    assert count["free_sets"] == 3 and count["free_chance"] == pytest.approx(0.1 ** 3, rel=1e-12)
+    assert count["verdict"] == "differs"
+    assert count["student"] == pytest.approx({"free_significant": 0, "free_expected": 1.2,
+                                              "free_chance": 0.6 ** 3, "verdict": "inconclusive"})
+    cells = pd.DataFrame(columns=agreement.CELL_COLUMNS)
+    note = agreement.agreement_sections(pd.DataFrame(), cells, powers, count)[1].notes[0]
+    assert note.endswith("Under the paper's unpaired Student t on the same arms: 0 of the 3 sets not near ceiling "
+                         "significant, expected 1.20, chance of at most 0: 0.216, inconclusive (the verdict turns on "
+                         "the test).")
+    # one set significant under Student's t only: its count and chance follow its own hits
+    student = agreement.count_summary(powers.assign(significant_sets_student=[["uea/A"]]), "paired", 0.7)["student"]
+    assert student["free_significant"] == 1
+    assert student["free_chance"] == pytest.approx(0.6 ** 3 + 3 * 0.4 * 0.6 ** 2, rel=1e-12)
+    assert agreement.count_summary(powers.assign(power_student=0.9), "student", 0.7)["student"] is None
+
+
 def test_a_row_whose_sets_are_all_near_ceiling_is_inconclusive_ceiling():
     """8 univariate sets at none 0.97 and no gain: the Welch test alone would differ from the paper's +0.098, but
     every set leaves 0.03 < 0.098 to 1, so the row counts 8 of 8 near ceiling and reads 'inconclusive (ceiling)'."""

@@ -48,7 +48,8 @@ CELL_COLUMNS = ["table", "model", "dataset", "regularizer", "metric", "study_mea
                 "diff_df", "diff_ci_low", "diff_ci_high", "p_difference", "p_difference_holm", "margin", "p_tost",
                 "p_tost_holm", "mde", "verdict"]
 POWER_COLUMNS = ["model", "split", "paper_d", "power", "power_independent", "study_sets", "study_significant",
-                 "expected_significant", "ceiling_sets", "significant_sets", "sets"]
+                 "expected_significant", "ceiling_sets", "significant_sets", "sets", "power_student",
+                 "significant_sets_student"]
 CEILING = "inconclusive (ceiling)"
 CEILING_TOLERANCE = 5e-4
 """Half the last digit of the paper's improvements (3 decimals): room to 1 within it of the gain is no room."""
@@ -151,7 +152,8 @@ def per_set_power(runs: pd.DataFrame, primary: dict[str, str], across: pd.DataFr
     arms correlated at the study's median r where seeds pair the cells
     (:func:`~ndebench.platform.report.paper.pairing.median_correlation`; ``power_independent``: with independent
     arms, as the paper's unpaired design assumes), and the observed (``test``'s p < alpha in ``tests``, better)
-    and expected counts of significant sets (module docstring; columns :data:`POWER_COLUMNS`)."""
+    and expected counts of significant sets (module docstring; columns :data:`POWER_COLUMNS`); ``power_student`` and
+    ``significant_sets_student``: the same under the paper's unpaired Student t on the same arms."""
     paper = paper_summary().set_index(["split", "model"])
     r_arms = pairing.median_correlation(tests)
     found = tests.set_index(["model", "dataset"])
@@ -160,8 +162,8 @@ def per_set_power(runs: pd.DataFrame, primary: dict[str, str], across: pd.DataFr
         ref = paper.loc[(r.split, r.model)]
         d = float(ref["improvement"]) / math.sqrt((ref["baseline_std"] ** 2 + ref["proposed_std"] ** 2) / 2)
         q = pw.per_set_power(d, r_arms, test, PAPER_SEEDS)
-        hits = [ds for ds in r.study_datasets
-                if found.loc[(r.model, ds), "p_test"] < agr.ALPHA and found.loc[(r.model, ds), "difference"] > 0]
+        hits, student_hits = ([ds for ds in r.study_datasets if found.loc[(r.model, ds), column] < agr.ALPHA
+                               and found.loc[(r.model, ds), "difference"] > 0] for column in ("p_test", "p_unpaired"))
         ok = runs[(runs["status"] == "ok") & (runs["model"] == r.model) & (runs["regularizer"] == baseline)]
         ceiling = [ds for ds in r.study_datasets
                    if near_ceiling(ok[ok["dataset"] == ds][primary[ds]].astype(float).mean(),
@@ -170,7 +172,9 @@ def per_set_power(runs: pd.DataFrame, primary: dict[str, str], across: pd.DataFr
                      "power_independent": pw.per_set_power(d, 0.0, "student", PAPER_SEEDS),
                      "study_sets": r.study_n_datasets, "study_significant": len(hits), "significant_sets": hits,
                      "sets": list(r.study_datasets), "expected_significant": q * r.study_n_datasets,
-                     "ceiling_sets": ceiling})
+                     "ceiling_sets": ceiling,
+                     "power_student": q if test == "student" else pw.per_set_power(d, r_arms, "student", PAPER_SEEDS),
+                     "significant_sets_student": student_hits})
     return pd.DataFrame(rows, columns=POWER_COLUMNS)
 
 
@@ -190,13 +194,20 @@ def count_summary(powers: pd.DataFrame, test: str, r_arms: float) -> dict[str, A
     """The univariate and multivariate rows' significant sets against the count the paper's effects give, and the
     chance of so few (:func:`~ndebench.platform.report.statistics.agreement.at_most`) over all their sets and over
     those not near ceiling, at the study's design (``test``, arms correlated at ``r_arms``) and with independent
-    arms (the paper's unpaired assumption): ``summary.json``'s ``per_set_count``."""
+    arms (the paper's unpaired assumption): ``summary.json``'s ``per_set_count``. Where ``test`` is not Student's,
+    ``student`` reads the sets not near ceiling under the paper's Student t on the same arms (its significant sets,
+    its power at ``r_arms``, the chance and the verdict), as the verdict can turn on the test."""
     rows = powers[powers["split"] != "all"]
-    sets = [(r.power, r.power_independent, d in r.significant_sets, d in r.ceiling_sets)
-            for r in rows.itertuples(index=False) for d in r.sets]
+    sets = [(r.power, r.power_independent, d in r.significant_sets, d in r.ceiling_sets, r.power_student,
+             d in r.significant_sets_student) for r in rows.itertuples(index=False) for d in r.sets]
     free = [s for s in sets if not s[3]]
     hits, free_hits = sum(s[2] for s in sets), sum(s[2] for s in free)
     chance = agr.at_most(free_hits, [s[0] for s in free])
+    student_hits = sum(s[5] for s in free)
+    student_chance = agr.at_most(student_hits, [s[4] for s in free])
+    student = None if test == "student" else {
+        "free_significant": student_hits, "free_expected": sum(s[4] for s in free), "free_chance": student_chance,
+        "verdict": "differs" if student_chance < agr.ALPHA else "inconclusive"}
     return {"test": test, "r": r_arms, "sets": len(sets), "significant": hits,
             "expected": sum(s[0] for s in sets), "expected_independent": sum(s[1] for s in sets),
             "power_min": min((s[0] for s in sets), default=math.nan),
@@ -204,7 +215,7 @@ def count_summary(powers: pd.DataFrame, test: str, r_arms: float) -> dict[str, A
             "chance": agr.at_most(hits, [s[0] for s in sets]), "free_sets": len(free), "free_significant": free_hits,
             "free_expected": sum(s[0] for s in free), "free_chance": chance,
             "free_chance_independent": agr.at_most(free_hits, [s[1] for s in free]),
-            "verdict": "differs" if chance < agr.ALPHA else "inconclusive"}
+            "verdict": "differs" if chance < agr.ALPHA else "inconclusive", "student": student}
 
 
 def _count_note(count: dict[str, Any]) -> str:
@@ -221,7 +232,18 @@ def _count_note(count: dict[str, Any]) -> str:
             f"significant, chance of at most {count['free_significant']}: {count['free_chance']:.3f} "
             f"({count['free_chance_independent']:.3f} if the arms were independent, the paper's unpaired "
             f"assumption). Read as 'differs' from the paper when that chance is below {agr.ALPHA:g}, else "
-            f"'inconclusive': here {count['verdict']}.")
+            f"'inconclusive': here {count['verdict']}." + _student_note(count))
+
+
+def _student_note(count: dict[str, Any]) -> str:
+    student = count.get("student")
+    if not student:
+        return ""
+    turns = "the verdict turns on the test" if student["verdict"] != count["verdict"] else "the same verdict"
+    return (f" Under the paper's unpaired Student t on the same arms: {student['free_significant']} of the "
+            f"{count['free_sets']} sets not near ceiling significant, expected {student['free_expected']:.2f}, "
+            f"chance of at most {student['free_significant']}: {student['free_chance']:.3f}, {student['verdict']} "
+            f"({turns}).")
 
 
 def _study_text(r: Any) -> str:
