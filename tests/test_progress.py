@@ -20,6 +20,40 @@ def test_eta_counts_pending_running_and_later_trials():
     assert eta_seconds([8.0], [], pending=0, later=0, concurrency=0) == (0.0, 0.0)
 
 
+STACKED = """
+study: eta
+protocol: paper
+models: [neural_cde]
+datasets: [synthetic]
+regularizers:
+  none: {}
+  continuum_dropout: {p: [0.1, 0.5], m: [5, 50]}
+variants:
+  continuum_dropout: grid
+model: {hidden_size: [16, 64]}
+training: {lr: [0.001, 0.005], epochs: 2}
+base: {sampler: grid}
+tune: {sampler: grid}
+evaluate: {seeds: [0, 1, 2, 3, 4]}
+resources: {cpu: 1, gpu: 0, stack: 5}
+"""
+
+
+@pytest.mark.parametrize(("stack", "after_base", "after_tune"), [(5, 1 + 6, 6), (1, 4 + 30, 30)])
+def test_the_sweep_eta_counts_later_stages_in_tune_trials_as_they_stack(tmp_path, stack, after_base, after_tune):
+    """The base stage searches hidden size x lr on none (4 unstacked trials); the tune stage the 2 x 2 grid of
+    Continuum Dropout, one stack of 4 points at stack 5; the evaluate stage 6 cells x 5 seeds: none's 5 seeds are
+    one stack, the tuned cell and its 4 grid variants (25 trials) 5 stacks. Unstacked, every point and seed is a
+    Tune trial."""
+    from ndebench.platform import api
+
+    path = tmp_path / "eta.yaml"
+    path.write_text(STACKED.replace("stack: 5", f"stack: {stack}"))
+    spec = api.load(path)
+    assert progress.later_trials(spec, "base") == after_base
+    assert progress.later_trials(spec, "tune") == after_tune
+
+
 def test_a_trial_is_named_by_its_cell_and_its_seed_or_sampled_values():
     assert sampled_values({"trial": "k1#3"}) == "seed 3"
     assert sampled_values({"cell": "k1", "regularizer.p": 0.3, "training.lr": 0.00512345, "regularizer.mask": "on",
