@@ -46,12 +46,13 @@ def test_the_sweep_eta_counts_later_stages_in_tune_trials_as_they_stack(tmp_path
     one stack, the tuned cell and its 4 grid variants (25 trials) 5 stacks. Unstacked, every point and seed is a
     Tune trial."""
     from ndebench.platform import api
+    from ndebench.platform.engine.searchstage import later_trials
 
     path = tmp_path / "eta.yaml"
     path.write_text(STACKED.replace("stack: 5", f"stack: {stack}"))
     spec = api.load(path)
-    assert progress.later_trials(spec, "base") == after_base
-    assert progress.later_trials(spec, "tune") == after_tune
+    assert later_trials(spec, "base") == after_base
+    assert later_trials(spec, "tune") == after_tune
 
 
 def test_a_trial_is_named_by_its_cell_and_its_seed_or_sampled_values():

@@ -9,7 +9,6 @@ import os
 import re
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,28 +71,6 @@ def quiet_libraries() -> None:
     for handler in logging.getLogger("ray").handlers:
         if not isinstance(handler, logging.FileHandler):
             handler.setLevel(logging.WARNING)
-
-
-def later_trials(spec: Any, stage: str) -> int:
-    """Tune trials the plan holds after search stage ``stage``: the later search stages' and the evaluate stage's,
-    with ``resources.stack`` as the stages stack them (a stacked search cell's budget in stacks of up to ``stack``;
-    the evaluate trials of a (model, dataset, regularizer) and its variants that fix only regularizer
-    hyperparameters, seeds included, likewise), as the stage's ETA costs each Tune trial. What a resume skips is
-    still counted: the sweep ETA errs long."""
-    from ndebench.platform.engine.searchstage import stack_sizes
-    from ndebench.platform.spec.plan import fixed_key, plan_stages, sweep_cells
-
-    size = spec.resources.stack
-    stages = plan_stages(spec)
-    search = 0
-    for later in stages[[s.name for s in stages].index(stage) + 1:]:
-        stacks, _ = stack_sizes(later, size)
-        search += sum(-(-c.budget // stacks[c.key]) if c.key in stacks else c.budget for c in later.cells)
-    seeds = len(spec.evaluate.seeds)
-    groups = Counter((c.model, c.dataset, c.regularizer,
-                      tuple((k, v) for k, v in c.fixed if not fixed_key(k).startswith("regularizer.")))
-                     for c in sweep_cells(spec))
-    return search + sum(-(-n * seeds // max(size, 1)) for n in groups.values())
 
 
 def sampled_values(config: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ ones continue their runs) and starts failed ones over.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,15 @@ from ndebench.platform.record.schema import RESUMABLE_STATUSES, SPENT_STATUSES
 from ndebench.platform.record.searchtrials import SearchTrial, finish_search_cell, retire, search_trials
 from ndebench.platform.record.tracking import TAG, cell_run, cell_states
 from ndebench.platform.spec.config import ENVIRONMENT_KEYS, Space, config_hash
-from ndebench.platform.spec.plan import CellSearch, Stage, pick_best, stage_for_cells
+from ndebench.platform.spec.plan import (
+    CellSearch,
+    Stage,
+    fixed_key,
+    pick_best,
+    plan_stages,
+    stage_for_cells,
+    sweep_cells,
+)
 from optuna.trial import TrialState
 
 
@@ -110,6 +119,25 @@ def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
     return cells, f"; up to {size} points per Tune trial, stacked, in {len(cells)} of {len(stage.cells)} cell(s)"
 
 
+def later_trials(spec: Any, stage: str) -> int:
+    """Tune trials the plan holds after search stage ``stage``: the later search stages' and the evaluate stage's,
+    with ``resources.stack`` as the stages stack them (a stacked search cell's budget in stacks of up to ``stack``;
+    the evaluate trials of a (model, dataset, regularizer) and its variants that fix only regularizer
+    hyperparameters, seeds included, likewise), as the stage's ETA costs each Tune trial. What a resume skips is
+    still counted: the sweep ETA errs long."""
+    size = spec.resources.stack
+    stages = plan_stages(spec)
+    search = 0
+    for later in stages[[s.name for s in stages].index(stage) + 1:]:
+        stacks, _ = stack_sizes(later, size)
+        search += sum(-(-c.budget // stacks[c.key]) if c.key in stacks else c.budget for c in later.cells)
+    seeds = len(spec.evaluate.seeds)
+    groups = Counter((c.model, c.dataset, c.regularizer,
+                      tuple((k, v) for k, v in c.fixed if not fixed_key(k).startswith("regularizer.")))
+                     for c in sweep_cells(spec))
+    return search + sum(-(-n * seeds // max(size, 1)) for n in groups.values())
+
+
 def live_bound(wanted: int) -> int:
     """The trials a search stage keeps suggested and unfinished at once: ``wanted`` (the searcher's own limit), at
     most Ray's allowance of pending trials for a grid (200, or 1.1 per CPU of a larger cluster). The cluster stays
@@ -124,7 +152,7 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     (searched keys only). A resumed cell continues its search: its trials that ended count against its
     budget, its unfinished ones continue their runs from their checkpoints. A cell is ``done`` only once its
     budget is spent; failed cells go to ``ctx.failed``; finished ones are read from MLflow."""
-    from ndebench.platform.engine.progress import MarkStopped, StageProgress, later_trials
+    from ndebench.platform.engine.progress import MarkStopped, StageProgress
     from ndebench.platform.engine.searcher import CellSearcher, LiveFIFOScheduler, PerCellASHA
     from ray import tune
 
