@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ndebench.platform.engine.searchspace import Past, contains
-from ndebench.platform.engine.stacktrainable import member_outcomes
+from ndebench.platform.engine.stacktrainable import member_outcomes, stack_group
 from ndebench.platform.engine.stages import StageContext, trial_dirname
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.schema import RESUMABLE_STATUSES, SPENT_STATUSES
@@ -24,7 +24,7 @@ from ndebench.platform.spec.config import ENVIRONMENT_KEYS, Space, config_hash
 from ndebench.platform.spec.plan import (
     CellSearch,
     Stage,
-    fixed_key,
+    cell_template,
     pick_best,
     plan_stages,
     stage_for_cells,
@@ -122,8 +122,8 @@ def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
 def later_trials(spec: Any, stage: str) -> int:
     """Tune trials the plan holds after search stage ``stage``: the later search stages' and the evaluate stage's,
     with ``resources.stack`` as the stages stack them (a stacked search cell's budget in stacks of up to ``stack``;
-    the evaluate trials of a (model, dataset, regularizer) and its variants that fix only regularizer
-    hyperparameters, seeds included, likewise), as the stage's ETA costs each Tune trial. What a resume skips is
+    the evaluate trials of each :func:`~ndebench.platform.engine.stacktrainable.stack_group`, seeds included,
+    likewise, grouped by the cells' templates), as the stage's ETA costs each Tune trial. What a resume skips is
     still counted: the sweep ETA errs long."""
     size = spec.resources.stack
     stages = plan_stages(spec)
@@ -132,9 +132,7 @@ def later_trials(spec: Any, stage: str) -> int:
         stacks, _ = stack_sizes(later, size)
         search += sum(-(-c.budget // stacks[c.key]) if c.key in stacks else c.budget for c in later.cells)
     seeds = len(spec.evaluate.seeds)
-    groups = Counter((c.model, c.dataset, c.regularizer,
-                      tuple((k, v) for k, v in c.fixed if not fixed_key(k).startswith("regularizer.")))
-                     for c in sweep_cells(spec))
+    groups = Counter(stack_group(cell_template(spec, c)) for c in sweep_cells(spec))
     return search + sum(-(-n * seeds // max(size, 1)) for n in groups.values())
 
 
