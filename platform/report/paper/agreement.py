@@ -28,7 +28,7 @@ size, so it reproduces the claim; a difference of half the claimed gain or more 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 from ndebench.platform.report.paper import pairing
@@ -190,6 +190,18 @@ def _num(x: float, fmt: str = "+.3f") -> str:
     return "–" if not math.isfinite(x) else format(x, fmt)
 
 
+class _Set(NamedTuple):
+    """One set of a split row in the per-set count: its powers and whether it is significant under the report's
+    test and under Student's t, and whether it is near ceiling."""
+
+    power: float
+    independent: float
+    hit: bool
+    ceiling: bool
+    student_power: float
+    student_hit: bool
+
+
 def count_summary(powers: pd.DataFrame, test: str, r_arms: float) -> dict[str, Any]:
     """The univariate and multivariate rows' significant sets against the count the paper's effects give, and the
     chance of so few (:func:`~ndebench.platform.report.statistics.agreement.at_most`) over all their sets and over
@@ -198,23 +210,23 @@ def count_summary(powers: pd.DataFrame, test: str, r_arms: float) -> dict[str, A
     ``student`` reads the sets not near ceiling under the paper's Student t on the same arms (its significant sets,
     its power at ``r_arms``, the chance and the verdict), as the verdict can turn on the test."""
     rows = powers[powers["split"] != "all"]
-    sets = [(r.power, r.power_independent, d in r.significant_sets, d in r.ceiling_sets, r.power_student,
-             d in r.significant_sets_student) for r in rows.itertuples(index=False) for d in r.sets]
-    free = [s for s in sets if not s[3]]
-    hits, free_hits = sum(s[2] for s in sets), sum(s[2] for s in free)
-    chance = agr.at_most(free_hits, [s[0] for s in free])
-    student_hits = sum(s[5] for s in free)
-    student_chance = agr.at_most(student_hits, [s[4] for s in free])
+    sets = [_Set(r.power, r.power_independent, d in r.significant_sets, d in r.ceiling_sets, r.power_student,
+                 d in r.significant_sets_student) for r in rows.itertuples(index=False) for d in r.sets]
+    free = [s for s in sets if not s.ceiling]
+    hits, free_hits = sum(s.hit for s in sets), sum(s.hit for s in free)
+    chance = agr.at_most(free_hits, [s.power for s in free])
+    student_hits = sum(s.student_hit for s in free)
+    student_chance = agr.at_most(student_hits, [s.student_power for s in free])
     student = None if test == "student" else {
-        "free_significant": student_hits, "free_expected": sum(s[4] for s in free), "free_chance": student_chance,
-        "verdict": "differs" if student_chance < agr.ALPHA else "inconclusive"}
+        "free_significant": student_hits, "free_expected": sum(s.student_power for s in free),
+        "free_chance": student_chance, "verdict": "differs" if student_chance < agr.ALPHA else "inconclusive"}
     return {"test": test, "r": r_arms, "sets": len(sets), "significant": hits,
-            "expected": sum(s[0] for s in sets), "expected_independent": sum(s[1] for s in sets),
-            "power_min": min((s[0] for s in sets), default=math.nan),
-            "power_max": max((s[0] for s in sets), default=math.nan),
-            "chance": agr.at_most(hits, [s[0] for s in sets]), "free_sets": len(free), "free_significant": free_hits,
-            "free_expected": sum(s[0] for s in free), "free_chance": chance,
-            "free_chance_independent": agr.at_most(free_hits, [s[1] for s in free]),
+            "expected": sum(s.power for s in sets), "expected_independent": sum(s.independent for s in sets),
+            "power_min": min((s.power for s in sets), default=math.nan),
+            "power_max": max((s.power for s in sets), default=math.nan),
+            "chance": agr.at_most(hits, [s.power for s in sets]), "free_sets": len(free), "free_significant": free_hits,
+            "free_expected": sum(s.power for s in free), "free_chance": chance,
+            "free_chance_independent": agr.at_most(free_hits, [s.independent for s in free]),
             "verdict": "differs" if chance < agr.ALPHA else "inconclusive", "student": student}
 
 
