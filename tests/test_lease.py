@@ -248,7 +248,7 @@ TAKER = """
 import sys, time
 from pathlib import Path
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
-from ndebench.platform.record.tracking import raw_client
+from ndebench.platform.record.store import raw_client
 raw_client(sys.argv[1])  # the database's schema, before the start
 Path(sys.argv[2] + ".ready" + sys.argv[3]).touch()
 while not Path(sys.argv[2]).exists():

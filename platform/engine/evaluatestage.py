@@ -29,14 +29,8 @@ from ndebench.platform.record.schema import (
     SUPERSEDED,
     TAG,
 )
-from ndebench.platform.record.tracking import (
-    cell_run,
-    cell_states,
-    client,
-    finish_cell,
-    run_status,
-    search,
-)
+from ndebench.platform.record.store import client
+from ndebench.platform.record.tracking import cell_run, cell_states, finish_cell, run_status, search
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.spec.plan import Cell, chosen_keys
 

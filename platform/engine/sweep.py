@@ -33,13 +33,8 @@ from ndebench.platform.record.deletions import check_not_deleted, deleted_error
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.lease.fence import LeaseLostError, fence_writes
 from ndebench.platform.record.lease.heartbeat import Lease
-from ndebench.platform.record.tracking import (
-    ensure_experiment,
-    finish_cell,
-    search,
-    sqlite_path,
-    study_run,
-)
+from ndebench.platform.record.store import ensure_experiment, sqlite_path
+from ndebench.platform.record.tracking import finish_cell, search, study_run
 from ndebench.platform.spec.config import SweepSpec
 from ndebench.platform.spec.plan import base_key, base_stage, stage_for_cells, sweep_cells, tune_stage
 

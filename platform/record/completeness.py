@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ndebench.platform.record.schema import FINISHED_STATUSES, PLANNED_HASHES, SUPERSEDED, TAG
-from ndebench.platform.record.tracking import client, finish_cell, retry, run_status, search
+from ndebench.platform.record.store import client, retry
+from ndebench.platform.record.tracking import finish_cell, run_status, search
 
 # cell key -> seed -> the config hash the latest sweep planned (None: the cell has no evaluated config).
 Plan = dict[str, dict[int, str | None]]

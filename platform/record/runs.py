@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from ndebench.platform.record import tracking
+from ndebench.platform.record import store, tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
@@ -93,7 +93,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
     when already read), columns as in the module docstring; of the evaluate trial runs only those a report counts
     (:func:`~ndebench.platform.record.completeness.counted_runs`). ``histories`` adds the time columns (one
     request per run and metric only for older runs)."""
-    client = tracking.client(uri)
+    client = store.client(uri)
     rows, declared = [], regularizer_params()
     runs = recorded(uri, study, phase) if runs is None else runs
     for run in counted_runs(runs) if phase == "evaluate" else runs:
@@ -151,7 +151,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
-    mlflow_client = tracking.client(uri)
+    mlflow_client = store.client(uri)
     runs = recorded(uri, study) if runs is None else runs
     for run in counted_runs(runs):
         tags = run.data.tags

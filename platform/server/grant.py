@@ -68,7 +68,7 @@ def grant_worker(uri: str, study: str, username: str, credentials_file: Path) ->
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
     from mlflow.server.auth.client import AuthServiceClient
-    from ndebench.platform.record.tracking import ensure_experiment
+    from ndebench.platform.record.store import ensure_experiment
 
     if not uri.startswith(("http://", "https://")):
         raise AuthError(f"--tracking-uri {uri!r}: users exist on a tracking server run with `ndebench server "

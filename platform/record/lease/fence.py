@@ -128,7 +128,7 @@ class FencedClient:
 
 
 def fence_writes(fence: Fence | None) -> None:
-    """From now on :func:`fenced` clients (every :func:`~ndebench.platform.record.tracking.client`) check
+    """From now on :func:`fenced` clients (every :func:`~ndebench.platform.record.store.client`) check
     ``fence`` (the driver's) before each write; ``None`` ends that."""
     _DRIVER[:] = [fence] if fence else []
 

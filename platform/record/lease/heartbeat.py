@@ -44,7 +44,7 @@ from ndebench.platform.record.lease.ledger import (
 )
 from ndebench.platform.record.lease.legacy import beat_old_lease, end_old_lease, keep_old_lease
 from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.tracking import ensure_experiment, raw_client, retry
+from ndebench.platform.record.store import ensure_experiment, raw_client, retry
 
 STALE_ENV = "NDEBENCH_LEASE_STALE_S"
 STALE_S = 60.0
