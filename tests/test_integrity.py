@@ -25,8 +25,7 @@ STUDY = "t"
 
 
 @pytest.fixture
-def study(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def study(uri):
     write_study(uri, STUDY, 10)  # model-a on dataset-000: none and continuum_dropout, 5 seeds each
     return uri
 
@@ -40,8 +39,7 @@ def _verify(uri: str, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(uri):
     tags = {"study": STUDY, "phase": "evaluate", "model": "m", "dataset": "d", "regularizer": "none", "seed": "0",
             "cell": "c", "trial_dir": "t/evaluate-1/a"}
     recorder = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags)

@@ -47,9 +47,9 @@ STUDY = "s"
 
 
 @pytest.fixture
-def uri(tmp_path, monkeypatch):
+def uri(uri, monkeypatch):
     monkeypatch.setenv(heartbeat.STALE_ENV, "1")
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri
 
 
 def _ledger(uri: str) -> str:
