@@ -147,7 +147,9 @@ def test_the_decision_rule_reads_each_probability_against_095():
 def test_sections_bold_the_best_mark_against_none_and_draw_the_diagram(comparison, tmp_path):
     frame, c = comparison
     sections = methods_sections(crafted(), PRIMARY, "paired", 0.05, tmp_path)
-    per_set, tests, ranks, bayesian = sections
+    per_set, tests, ranks, bayesian, claims = sections
+    assert [row[0].text for row in claims.rows] == ["continuum_dropout is better than every baseline",
+                                                    "the paper's ranking of the 4 methods"]
     assert per_set.header == ["dataset", *c.methods]
     for row, dataset in zip(per_set.rows, DATASETS, strict=False):
         bold = [h for h, cell in zip(per_set.header[1:], row[1:], strict=True) if cell.bold]
@@ -179,3 +181,37 @@ def test_the_report_writes_methods_files_and_a_two_method_study_gets_none(tmp_pa
     written = analyses.write_analyses(two, two, files, "many", alpha=0.05)
     assert "methods.md" not in {p.name for p in written}
     assert "Many methods over many sets: not in this report" in (tmp_path / "two" / "many" / "report.html").read_text()
+
+
+def test_the_papers_table2_ranks_are_the_transcribed_means_ranked_per_set():
+    from ndebench.platform.report.methods.claims import paper_ranks
+    from ndebench.platform.report.paper.data import paper_cells
+
+    cells = paper_cells()
+    cells = cells[(cells["table"] == 2) & (cells["setting"] == "")]
+    means = cells.pivot(index="regularizer", columns="dataset", values="mean").astype(float)
+    expected = np.mean([stats.rankdata(-means[d].to_numpy()) for d in means.columns], axis=0)
+    ranks = paper_ranks()
+    assert len(ranks) == 8 and ranks.index[0] == "continuum_dropout" and ranks.iloc[0] == 1.0
+    assert ranks[means.index].to_numpy() == pytest.approx(expected, abs=1e-15)
+
+
+def test_table2_claims_hold_fail_or_stay_open_by_their_stated_rules(comparison):
+    from ndebench.platform.report.methods.claims import paper_ranks, ranking, superiority
+
+    _, c = comparison
+    assert superiority(c).verdict == ("holds" if all(r.decision == "better" for r in c.bayes.values())
+                                      else "inconclusive")
+    frame = crafted()
+    tied = frame[frame["regularizer"] == "continuum_dropout"].assign(regularizer="naive_dropout_drift")
+    tied = tied.assign(label=tied["regularizer"], test_accuracy=tied["test_accuracy"] - 0.001)
+    frame = pd.concat([frame[frame["regularizer"] != "naive_dropout_drift"], tied[tied["variant"] == ""]])
+    (equal,) = compare_models(frame, PRIMARY, "paired", 0.05)
+    assert equal.bayes["naive_dropout_drift"].decision == "equivalent"
+    assert superiority(equal).verdict == "fails" and "naive_dropout_drift" in superiority(equal).study
+    claim = ranking(c, 0.05)
+    common = [m for m in c.ranks.index if m in paper_ranks().index]
+    expected = stats.kendalltau(paper_ranks()[common].to_numpy(), c.ranks[common].to_numpy())
+    assert f"tau = {expected.statistic:+.3f}" in claim.study
+    assert claim.verdict == ("agrees" if expected.pvalue < 0.05 and expected.statistic > 0 else
+                             "reversed" if expected.pvalue < 0.05 else "inconclusive")

@@ -4,12 +4,14 @@ ranks with the Friedman test and the critical-difference diagram, and the Bayesi
 with each other method; ``methods.json`` holds every number."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from ndebench.platform.report.methods.claims import table2_claims
 from ndebench.platform.report.methods.comparison import FOCUS, REFERENCES, ROPE, ModelComparison, compare_models
 from ndebench.platform.report.render import figures
 from ndebench.platform.report.render.sections import Cell, Section, mean_std
@@ -37,9 +39,12 @@ def methods_sections(runs: pd.DataFrame, primary: dict[str, str], test: str, alp
 
 def model_sections(c: ModelComparison, primary: dict[str, str], test: str, alpha: float,
                    directory: Path) -> list[Section]:
-    """The four sections of one model's comparison (per-set table, paired tests, ranks, Bayesian)."""
+    """The sections of one model's comparison: per-set table, paired tests, ranks, the Bayesian comparison and the
+    paper's Table 2 claims, the last two where the study has Continuum Dropout and the paper's methods."""
     sections = [_per_set(c, primary, alpha), _tests(c, test, alpha), _ranks(c, alpha, directory)]
-    return sections + ([_bayes(c)] if c.bayes else [])
+    claims = table2_claims(c, alpha)
+    return (sections + ([_bayes(c)] if c.bayes else [])
+            + ([_claims(c, claims)] if claims else []))
 
 
 def _metric_names(c: ModelComparison, primary: dict[str, str]) -> str:
@@ -122,6 +127,14 @@ def _bayes(c: ModelComparison) -> Section:
                    rows, caption, align="lrrrrl")
 
 
+def _claims(c: ModelComparison, claims: list) -> Section:
+    rows = [[Cell(k.claim), Cell(k.paper), Cell(k.study), Cell(k.verdict, bold=True)] for k in claims]
+    caption = (f"{c.model}: the paper's Table 2 claims (Neural ODE, four UEA sets) against this study's sets. Rules: "
+               + " ".join(f"{k.claim}: {k.rule}." for k in claims))
+    return Section(f"{c.model}: the paper's Table 2 claims", ["claim", "the paper", "this study", "verdict"], rows,
+                   caption, align="llll")
+
+
 def methods_json(compared: list[ModelComparison], test: str, alpha: float) -> dict[str, Any]:
     """Every number of the comparison, per model (NaN as None)."""
     def clean(value: Any) -> Any:
@@ -143,4 +156,5 @@ def methods_json(compared: list[ModelComparison], test: str, alpha: float) -> di
                 "pairwise_wilcoxon": records(c.pairs, ["a", "b", "n_datasets", "p", "p_holm"]),
                 "bayes": {other: {"n": r.n, "better": r.better, "equivalent": r.equivalent, "worse": r.worse,
                                   "decision": r.decision} for other, r in c.bayes.items()},
+                "table2_claims": [dataclasses.asdict(k) for k in table2_claims(c, alpha)],
             } for c in compared}}
