@@ -253,7 +253,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}, "machines": machine})
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
-    paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
+    mean = learning.mean_curves(curves, runs) if curves is not None and not curves.empty else None
+    paths = study_figures(runs, primary, directory, alpha, gates, mode, mean, check)
     return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
                                      tuple(tables), tuple(study_sections(study, tables, across, alpha)),
                                      tuple(compared), fingerprint=noted), changed or [])
