@@ -40,7 +40,7 @@ def test_the_report_compares_each_regularizer_with_the_mc_control_and_says_what_
     assert "against none[n_mc=5] isolates the regularizer from ensembling" in control["sentence"]
     text = files.table_md.read_text()
     assert "## Dropout vs ensembling: against the Monte-Carlo control" in text and control["sentence"] in text
-    write_analyses(_frame(_runs()), _runs(), files, "s", alpha=0.05)
+    write_analyses(_frame(_runs()), files, "s", alpha=0.05)
     page = (files.directory / "report.html").read_text()
     assert "Dropout vs ensembling: against the Monte-Carlo control" in page and html.escape(control["sentence"]) in page
     # The control is a row of the main table, tested against none there: the ensembling alone.
@@ -55,6 +55,6 @@ def test_without_a_control_the_report_says_why_the_sde_difference_mixes_two_effe
     summary = json.loads(files.summary_json.read_text())
     assert summary["mc_control"] is None and "variants: {none: {n_mc: [5]}}" in summary["mc_control_skipped"]
     assert "Dropout vs ensembling" not in files.table_md.read_text()
-    write_analyses(_frame(_runs(False)), _runs(False), files, "s", alpha=0.05)
+    write_analyses(_frame(_runs(False)), files, "s", alpha=0.05)
     assert "Dropout vs ensembling: not in this report (no none[n_mc=N] control cell" in (
         files.directory / "report.html").read_text()
