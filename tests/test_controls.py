@@ -58,3 +58,25 @@ def test_without_a_control_the_report_says_why_the_sde_difference_mixes_two_effe
     write_analyses(_frame(_runs(False)), files, "s", alpha=0.05)
     assert "Dropout vs ensembling: not in this report (no none[n_mc=N] control cell" in (
         files.directory / "report.html").read_text()
+
+
+def test_a_report_computes_the_selection_audit_and_the_mc_control_once(tmp_path, monkeypatch):
+    """``ndebench report`` shows the selection audit and the MC control in table.md, summary.json, their own files and
+    report.html: each is computed once per report and handed to every file that shows it."""
+    from collections import Counter
+
+    from ndebench.platform import api
+    from ndebench.platform.record import synthetic
+    from ndebench.platform.report import audit, controls
+
+    calls: Counter[str] = Counter()
+    for module, name in ((audit, "selection_audit"), (controls, "control_comparisons")):
+        def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    synthetic.write_study(uri, "syn", 10)
+    written = api.report_study("syn", uri, tmp_path / "reports", figures="none")
+    assert {p.name for p in written.paths} >= {"table.md", "summary.json", "report.html"}
+    assert calls == {"selection_audit": 1, "control_comparisons": 1}

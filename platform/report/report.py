@@ -11,7 +11,6 @@ the runs, picks the metrics and computes each analysis once; the table model is
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from ndebench.platform.report.render.tables import (
     table_rows,
 )
 from ndebench.platform.report.statistics import significance, stats
+from ndebench.platform.report.statistics.coverage import seed_coverage
 from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
@@ -292,39 +292,6 @@ def cd_gates(runs: pd.DataFrame, primary: dict[str, str], alpha: float) -> dict[
     """Per model: whether its critical-difference diagram is drawn, and the sentence saying why (not)."""
     return {model: significance.friedman_gate(stats.signed_means(group, primary, model), alpha)
             for model, group in runs.groupby("model", sort=True)}
-
-
-def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) -> pd.DataFrame:
-    """Per cell (every model x dataset x regularizer combination seen in ``runs``): the planned seeds without
-    any run (``missing_seeds``), the seeds still ``running`` or ``stopped``, and a one-line ``note``.
-
-    ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
-    seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
-    models, datasets, regularizers = (sorted(set(runs[c])) for c in stats.CELL)
-    recorded: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-    for model, dataset, regularizer, status, seed in runs[[*stats.CELL, "status", "seed"]].itertuples(
-            index=False, name=None):
-        recorded.setdefault((model, dataset, regularizer), []).append((status, int(seed)))
-    pairs = set(runs[["model", "dataset"]].itertuples(index=False, name=None))
-    with_reg = set(runs[["model", "regularizer"]].itertuples(index=False, name=None))
-    rows = []
-    for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
-        cell = recorded.get((model, dataset, regularizer), [])
-        # A sweep crosses models, datasets and regularizers: a combination without runs is planned when each
-        # of its parts has runs with the others' (the model on the dataset, the regularizer on the model).
-        if not cell and not ((model, dataset) in pairs and (model, regularizer) in with_reg):
-            continue
-        by_status: dict[str, list[int]] = {}
-        for status, seed in sorted(cell):
-            by_status.setdefault(status, []).append(seed)
-        missing = [seed for seed in seeds if seed not in {s for _, s in cell}]
-        notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
-                 if k not in COUNTED_STATUSES]
-        notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
-        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "missing_seeds": missing,
-                     "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
-                     "note": "; ".join(notes)})
-    return pd.DataFrame(rows, columns=[*stats.CELL, "missing_seeds", "running_seeds", "stopped_seeds", "note"])
 
 
 def _learning_json(check: pd.DataFrame) -> dict[str, Any]:

@@ -61,10 +61,10 @@ class Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
         :data:`~ndebench.platform.record.schema.COUNTED_STATUSES`: cell means and stds
         (:func:`~ndebench.platform.report.statistics.stats.summarize_cells`), ``test`` against ``none`` marked at
-        ``alpha``
-        after ``correction``, the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)
-        and the cells in ``flagged`` (``(model, dataset, regularizer)`` -> why,
-        :func:`~ndebench.platform.report.learning.flags`) marked "did not learn"."""
+        ``alpha`` after ``correction``, the notes of ``coverage``
+        (:func:`~ndebench.platform.report.statistics.coverage.seed_coverage`) and the cells in ``flagged``
+        (``(model, dataset, regularizer)`` -> why, :func:`~ndebench.platform.report.learning.flags`) marked "did not
+        learn"."""
         flagged = flagged or {}
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
