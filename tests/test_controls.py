@@ -70,11 +70,15 @@ def test_a_report_computes_the_selection_audit_and_the_mc_control_once(tmp_path,
     from ndebench.platform.report import audit, controls
 
     calls: Counter[str] = Counter()
+
+    def counting(name, real):
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return counted
+
     for module, name in ((audit, "selection_audit"), (controls, "control_comparisons")):
-        def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
-            calls[_name] += 1
-            return _real(*args, **kwargs)
-        monkeypatch.setattr(module, name, counted)
+        monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     synthetic.write_study(uri, "syn", 10)
     written = api.report_study("syn", uri, tmp_path / "reports", figures="none")

@@ -116,9 +116,9 @@ def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
     names = runs["label"] if "label" in runs else runs["variant"] if "variant" in runs else None
     if names is None:
         return runs
-    names = names.where(names.fillna("") != "", runs["regularizer"])
     scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
-    return runs.assign(regularizer=[cell_label(n, None, s) for n, s in zip(names, scopes, strict=True)])
+    return runs.assign(regularizer=[cell_label(r, n if isinstance(n, str) else None, s)
+                                    for r, n, s in zip(runs["regularizer"], names, scopes, strict=True)])
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
