@@ -1,4 +1,4 @@
-"""A cell's name is made and read by one grammar: the plan's variant labels, the record's labels and the report's rows."""
+"""A cell's name is made and read by one grammar: the plan's variant labels, the record's, the report's rows."""
 import pytest
 from ndebench.platform import api
 from ndebench.platform.common.labels import cell_label, is_extension, parse_label, variant_label

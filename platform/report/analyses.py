@@ -14,6 +14,7 @@ import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import architectures, audit, controls, mc_samples, report, sensitivity, summary, timing
 from ndebench.platform.report.integrity import integrity_warning
+from ndebench.platform.report.methods import sections as methods
 from ndebench.platform.report.render import html_report, sections
 from ndebench.platform.report.render.tables import table_rows
 
@@ -45,6 +46,9 @@ def write_analyses(frame: pd.DataFrame, files: report.ReportFiles, study: str, *
         "Compute time": ("timing", "no continuum_dropout runs with timings", timing.time_sections(frame)),
         "Extended summary over datasets": ("summary_extended", "no regularizer shares datasets with none",
                                            summary.summary_sections(runs, primary, alpha, channels)),
+        "Many methods over many sets": ("methods", methods.SKIPPED,
+                                        methods.methods_sections(runs, primary, files.tables[0].test, alpha, directory)
+                                        if files.tables else []),
         "Selection audit": ("selection_audit", audit.SKIPPED, list(files.audit)),
         "Dropout vs ensembling": ("mc_control", controls.SKIPPED, list(files.control)),
         "Against none of the same architecture": ("architectures", architectures.SKIPPED,
