@@ -298,14 +298,17 @@ def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_
     return run_again(tracking_uri(uri), study, n_mc, log=log, data_dir=data_dir)
 
 
-def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None,
-           **options: Any) -> Report:
+def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
+           uri: str | None = None, failed: Mapping[str, str] | None = None, **settings: Any) -> Report:
     """The report of a results frame (:func:`results`) written to ``out_dir/<study>/``: tables as text and files
-    (:func:`~ndebench.platform.report.study.report`, whose keyword ``options`` it takes: ``test``, ``alpha``,
-    ``correction``, ``metric``, ``figures``, ``uri`` for everything ``ndebench report`` writes, ...)."""
+    (:func:`~ndebench.platform.report.study.report`); ``settings`` are those of
+    :class:`~ndebench.platform.report.study.ReportSettings` (``test``, ``alpha``, ``correction``, ``metric``,
+    ``figures``, ``paper``, ``protocol``), ``uri`` gives everything ``ndebench report`` writes and ``failed`` (cell
+    label -> first error) the failed cells' section."""
+    from ndebench.platform.report.study import ReportSettings
     from ndebench.platform.report.study import report as write
 
-    return write(runs, out_dir, study, **options)
+    return write(runs, out_dir, study, ReportSettings(**settings), uri=uri, failed=failed)
 
 
 def study_report_settings(study: str, uri: str | None = None, **given: Any) -> dict[str, Any]:

@@ -177,9 +177,6 @@ SUBWINGS = {
 }
 # (importer, imported) arrows that still break a sub-wing's rule, each with what would remove it.
 BREACHES = {
-    ("report.render.tables", "report.learning"): "FLAG and MARGIN, until they move to statistics/",
-    ("report.render.studyfigures", "report.learning"): "the learning curves' figure reads learning's frame",
-    ("report.paper.comparison", "report.summary"): "the comparison reuses the extended summary's cells",
 }
 
 

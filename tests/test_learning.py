@@ -94,6 +94,7 @@ def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_
                                                                                                 monkeypatch):
     from ndebench.platform.record.tracking import client
     from ndebench.platform.report import learning
+    from ndebench.platform.report.render import figures
 
     identity = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "uea/GunPoint",
                 "regularizer": "none", "seed": "0", "metric": "accuracy"}
@@ -113,11 +114,11 @@ def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_
     assert curves["epoch"].tolist() == [1, 2, 3] and curves["val_loss"].tolist() == pytest.approx([0.95, 0.55, 0.75])
 
     labels = []
-    monkeypatch.setattr(learning, "save_png_pdf", lambda fig, path: labels.append(fig.axes[0].get_ylabel()))
+    monkeypatch.setattr(figures, "save_png_pdf", lambda fig, path: labels.append(fig.axes[0].get_ylabel()))
     runs = pd.DataFrame({"run_id": [run_id], "model": "m", "dataset": "d", "regularizer": "none", "status": "ok"})
-    learning.learning_curve_figure(mean_curves(curves, runs), ["none"], tmp_path / "one.png", "t")
+    figures.learning_curve_figure(mean_curves(curves, runs), ["none"], tmp_path / "one.png", "t")
     two = pd.concat([curves, curves.assign(run_id="b")])
-    learning.learning_curve_figure(mean_curves(two, pd.concat([runs, runs.assign(run_id="b")])), ["none"],
+    figures.learning_curve_figure(mean_curves(two, pd.concat([runs, runs.assign(run_id="b")])), ["none"],
                                    tmp_path / "two.png", "t")
     assert labels == ["loss (one seed per regularizer)", "loss (mean over up to 2 seeds)"]
     assert curve_title("m", "d", mean_curves(curves, runs)) == \

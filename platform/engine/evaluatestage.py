@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ndebench.platform.common.choices import default_test
+from ndebench.platform.common.labels import cell_label
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stacktrainable import member_outcomes, stack_trials
 from ndebench.platform.engine.stages import StageContext, trial_dirname
@@ -154,7 +155,9 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
     runs = evaluate_runs(ctx.tracking_uri, ctx.spec.study, with_calibration=False, variants=True)
     if runs.empty:
         runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "label", "status", "seed"])
-    named = {key: (cells[key].model, cells[key].dataset, cells[key].variant or cells[key].regularizer)
+    named = {key: (cells[key].model, cells[key].dataset,
+                   cell_label(cells[key].regularizer, cells[key].variant,
+                              ctx.evaluated.get(key, {}).get("regularizer.scope")))
              for key in parents}
     test = ctx.spec.report.test or default_test(ctx.spec.protocol)
     stats = ctx.cell_statistics(runs, list(named.values()), test) if ctx.cell_statistics else {}
