@@ -17,10 +17,11 @@ from ndebench.platform.common.choices import default_test
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
-from ndebench.platform.record.runs import recorded, runs_frame, study_frame
+from ndebench.platform.record.runs import runs_frame, study_frame
+from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import search
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.integrity import changed_runs, fingerprint, integrity_warning
+from ndebench.platform.report.integrity import changed_runs, fingerprint, integrity_warning, sweep_flags
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.sections import Cell, Section, to_latex, to_markdown
@@ -128,9 +129,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             curves = read_curves(tracking.client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
         if changed is None or noted is None:
-            found = search(uri, study)
-            changed = changed_runs(found) if changed is None else changed
-            noted = fingerprint(found) if noted is None else noted
+            found, sweep = search(uri, study), tracking.study_yaml(uri, study, bound=False)
+            changed = changed_runs(found) + sweep_flags(found, sweep) if changed is None else changed
+            noted = fingerprint(found, sweep) if noted is None else noted
         protocol = study_protocol(uri, study) if protocol is None else protocol
     test, protocol = design_test(test, protocol)
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
@@ -196,14 +197,19 @@ def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test:
     its times) read from ``uri`` (absolute, the study in it), reported by :func:`report` with everything the
     command writes (``test`` None: :func:`design_test`). ``None`` when no evaluate run finished and cells
     ``failed``; ``ValueError`` when the study's evaluate runs are missing."""
-    found = recorded(uri, study)
+    # Every run of the study, read once: the report counts its evaluate runs and checks all of them (a run whose
+    # phase and kind were removed is named, not lost).
+    everything = search(uri, study)
+    found = [r for r in everything if r.data.tags.get(f"{TAG}phase") == "evaluate"]
     runs = study_frame(uri, study, histories=True, runs=found)
     if runs.empty and failed:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    left_out, changed, noted = left_out_finished(uri, study, found), changed_runs(found), fingerprint(found)
+    sweep = tracking.study_yaml(uri, study, bound=False)
+    left_out = left_out_finished(uri, study, found)
+    changed, noted = changed_runs(everything) + sweep_flags(everything, sweep), fingerprint(everything, sweep)
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
-    del found
+    del found, everything
     return report(runs, out_dir, study, test=test, alpha=alpha, correction=correction, uri=uri, frame=runs,
                   failed=failed, figures=figures, left_out=left_out, paper=paper, changed=changed, noted=noted)
