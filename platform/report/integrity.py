@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ndebench.platform.record.completeness import counting
-from ndebench.platform.record.lease.ledger import KIND, claims, every_run
+from ndebench.platform.record.lease.ledger import KIND, PREFIX, claims, every_run, is_lease_run
 from ndebench.platform.record.schema import FINISHED_STATUSES, PLAN_DIGEST, SWEEP_SHA, TAG
 from ndebench.platform.record.summaries import (
     DIGEST_VERSION,
@@ -208,13 +208,16 @@ def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
 
 def ledger_flags(recorded: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
     """Against the lease records in ``recorded`` (every run of the study's experiment): runs tagged
-    ``ndebench.kind=lease`` that hold no claim or carry a result, and trial runs of ``runs`` whose lease epoch and
-    id are no claim's."""
+    ``ndebench.kind=lease`` that hold no claim or carry a result, lease records in runs that are no lease run (the
+    study run's, say: no driver's), and trial runs of ``runs`` whose lease epoch and id are no claim's."""
     found = claims(recorded)
     flagged = [_flag(r, _results(r), "tagged as a lease run, but it holds no lease claim or carries results: a run "
                                      "hidden from every reader")
                for r in recorded if r.data.tags.get(f"{TAG}kind") == KIND
                and (_results(r) or not any(c.run_id == r.info.run_id for c in found))]
+    flagged += [_flag(r, [], f"it holds a lease record ({next(k for k in r.data.params if k.startswith(PREFIX))}) "
+                             "but is no lease run: no driver wrote it there")
+                for r in recorded if not is_lease_run(r) and any(k.startswith(PREFIX) for k in r.data.params)]
     held = {(str(c.epoch), c.id) for c in found}
     for run in _trials(runs):
         epoch, lease_id = (run.data.tags.get(f"{TAG}{k}") for k in ("lease", "lease_id"))
