@@ -22,6 +22,7 @@ FORMATS = (".ts", ".arff", ".tsv")
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 Series = list[list[np.ndarray]]
+INFINITE = "an infinite value, which no model trains on"
 GAP = "a missing value (NaN) inside a series; the archive marks only the end of a shorter series so"
 
 
@@ -87,8 +88,9 @@ def read_tsv(path: Path) -> tuple[Series, np.ndarray]:
     mark of a shorter series) is dropped, a ``NaN`` before the last value raises, naming its line."""
     series, labels = [], []
     try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                line = _decoded(raw, number)
                 if not line.strip():
                     continue
                 label, *fields = line.rstrip("\n").split("\t")
@@ -99,13 +101,20 @@ def read_tsv(path: Path) -> tuple[Series, np.ndarray]:
                 finite = np.flatnonzero(~np.isnan(values))
                 if not label.strip() or not len(finite):
                     raise ValueError(f"line {number}: expected a label and tab-separated values")
-                if _gap(values):
-                    raise ValueError(f"line {number}: {GAP}")
+                if _gap(values) or np.isinf(values).any():
+                    raise ValueError(f"line {number}: {GAP if _gap(values) else INFINITE}")
                 series.append([values[:finite[-1] + 1]])
                 labels.append(label.strip())
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise corrupt_file(path, error) from error
     return series, np.asarray(labels)
+
+
+def _decoded(raw: bytes, number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"line {number}: not UTF-8 text (byte {error.start + 1} of the line)") from None
 
 
 def _gap(values: np.ndarray) -> bool:
@@ -142,6 +151,8 @@ def _ts_values(text: str, number: int, channel: int, missing: bool) -> None:
     except ValueError:
         bad = next(t for t in tokens if t != "?" and not _number(t))
         raise ValueError(f"line {number}: value {bad[:40]!r} of channel {channel} is no number") from None
+    if np.isinf(values).any():
+        raise ValueError(f"line {number}: channel {channel}: {INFINITE}")
     if not missing and _gap(values):
         raise ValueError(f"line {number}: channel {channel}: {GAP} (the header has no @missing true)")
 
@@ -162,9 +173,9 @@ def ts_labels(path: Path) -> tuple[int, list[tuple[int, str]]]:
     samples: list[tuple[int, str]] = []
     channels, in_data, header = None, False, {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                line = line.strip()
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                line = _decoded(raw, number).strip()
                 if not in_data or not line or line.startswith(("#", "%")):
                     if not in_data and line.startswith("@"):
                         _ts_header(header, line)

@@ -210,6 +210,9 @@ CAR_TRAIN = TS + "1.0,2.0,3.0:1\n3.0,4.0,5.0:2\n"
     ("unseen", {"Car_TRAIN.ts": "@problemName Car\n@classLabel true 1 2 3\n@data\n1.0:1\n2.0:2\n",
                 "Car_TEST.ts": "@problemName Car\n@classLabel true 1 2 3\n@data\n1.0:1\n2.0:3\n"},
      "Car_TEST.ts: ValueError: line 5: label '3' has no training sample in Car_TRAIN.ts"),
+    ("inf", {"Car_TEST.ts": TS + "1.0,inf,3.0:1\n"}, "line 5: channel 1: an infinite value"),
+    ("tsv latin", {"Car_TRAIN.tsv": "1\t1.0\t2.0\n2\t1.0\t\xe9\n", "Car_TEST.tsv": "1\t1.0\t2.0\n"},
+     "Car_TRAIN.tsv: ValueError: line 2: not UTF-8 text"),
     ("tsv nan inside", {"Car_TRAIN.tsv": "1\t1.0\t2.0\t3.0\n2\t1.0\tNaN\t3.0\n", "Car_TEST.tsv": "1\t1.0\t2.0\n"},
      "Car_TRAIN.tsv: ValueError: line 2: a missing value (NaN) inside a series"),
 ])
@@ -221,7 +224,7 @@ def test_preflight_refuses_bad_data_naming_file_and_line(tmp_path, name, files, 
     base = {f"Car_TRAIN{suffix}": CAR_TRAIN if suffix == ".ts" else "1\t1.0\t2.0\n2\t3.0\t4.0\n",
             f"Car_TEST{suffix}": CAR_TRAIN if suffix == ".ts" else "1\t1.0\t2.0\n"}
     for file, text in (base | files).items():
-        (folder / file).write_text(text)
+        (folder / file).write_text(text, encoding="latin-1")
     problems = preflight_problems("uea/Car", tmp_path)
     assert len(problems) == 1 and needle in problems[0], problems
 
