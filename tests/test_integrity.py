@@ -210,19 +210,24 @@ def _study_run(uri: str):
     return run
 
 
-@pytest.mark.parametrize("digest", [False, True])
-def test_a_run_with_phase_and_kind_removed_is_named_by_the_report_and_by_verify(study, tmp_path, capsys, digest):
+@pytest.mark.parametrize("how", ["tags", "digest", "lease"])
+def test_a_run_with_phase_and_kind_removed_is_named_by_the_report_and_by_verify(study, tmp_path, capsys, how):
     """The writer's hiding move: both tags that place a run removed (and its digest, which took it out of verify's
-    view): the report has no place for it, so it names it instead of losing it."""
+    view), or its kind made ``lease`` and its phase removed: the report has no place for it, so it names it instead
+    of losing it."""
     hidden = _trials(study, "continuum_dropout")[0].info.run_id
-    for tag in ("phase", "kind") + ((RESULTS_DIGEST,) if digest else ()):
+    for tag in ("phase", "kind") + ((RESULTS_DIGEST,) if how == "digest" else ()):
         client(study).delete_tag(hidden, f"{TAG}{tag}")
+    if how == "lease":
+        client(study).set_tag(hidden, f"{TAG}kind", "lease")
     report = api.report_study(STUDY, study, tmp_path / "r", figures="none")
     assert report.console.startswith("WARNING: 1 run(s)") and report.markdown.startswith("WARNING: 1 run(s)")
     listed = report.markdown.split("## Results changed after their runs ended")[1]
-    assert hidden in listed and "it carries no ndebench.kind and ndebench.phase a reader places" in listed
+    why = ("tagged as a lease run, but it holds no lease claim" if how == "lease"
+           else "it carries no ndebench.kind and ndebench.phase a reader places")
+    assert hidden in listed and why in listed
     code, out = _verify(study, capsys)
-    assert code == 1 and f"run {hidden} (" in out and "no table counts it" in out
+    assert code == 1 and f"run {hidden} (" in out and why in out
 
 
 @pytest.mark.parametrize("how", ["deleted", "older"])

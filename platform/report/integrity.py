@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ndebench.platform.record.completeness import counting
-from ndebench.platform.record.lease.ledger import KIND, PREFIX, claims, every_run, is_lease_run
+from ndebench.platform.record.lease.ledger import KIND, PREFIX, claims, every_run, is_lease_run, lease_runs
 from ndebench.platform.record.schema import FINISHED_STATUSES, PLAN_DIGEST, SWEEP_SHA, TAG
 from ndebench.platform.record.summaries import (
     DIGEST_VERSION,
@@ -106,10 +106,12 @@ def _digest_flag(run: Any, since: float = math.inf) -> dict[str, Any] | None:
 
 
 def _placed(run: Any) -> bool:
-    """Whether a reader has a place for the run: the study run, a cell or trial run of a stage, the report run."""
+    """Whether a reader has a place for the run: the study run, a cell or trial run of a stage, the report run, a
+    re-evaluation run."""
     tags = run.data.tags
     kind, phase = tags.get(f"{TAG}kind"), tags.get(f"{TAG}phase")
-    return kind == "study" or (kind in ("cell", "trial") and bool(phase)) or (kind is None and phase == "report")
+    return kind == "study" or (kind in ("cell", "trial") and bool(phase)) or (
+        kind is None and phase in ("report", "reevaluate"))
 
 
 def unplaced(runs: list[Any]) -> list[dict[str, Any]]:
@@ -206,15 +208,33 @@ def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
     return flagged
 
 
+def hidden_as_lease(recorded: list[Any]) -> list[dict[str, Any]]:
+    """Runs of ``recorded`` tagged ``ndebench.kind=lease`` that hold no lease claim or carry a result: a run
+    retagged to hide it from every reader (which skip lease runs)."""
+    found = {c.run_id for c in claims(recorded)}
+    return [_flag(r, _results(r), "tagged as a lease run, but it holds no lease claim or carries results: a run "
+                                  "hidden from every reader")
+            for r in recorded if r.data.tags.get(f"{TAG}kind") == KIND and (_results(r) or r.info.run_id not in found)]
+
+
+def report_check(uri: str, study: str, runs: list[Any]) -> tuple[list[dict[str, Any]], str]:
+    """What a report of ``study`` flags and its fingerprint, given every run of the study (``runs``, one paged
+    search): :func:`changed_runs`, :func:`sweep_flags` and :func:`hidden_as_lease` of its active lease runs (one
+    filtered search and one artifact download)."""
+    experiment = client(uri).get_experiment_by_name(study)
+    leases = [r for r in lease_runs(client(uri), experiment.experiment_id)
+              if r.info.lifecycle_stage == "active"] if experiment is not None else []
+    sweep = study_yaml(uri, study, bound=False)
+    flagged = changed_runs(runs) + sweep_flags(runs, sweep) + hidden_as_lease(leases)
+    return sorted(flagged, key=lambda f: (f["run_id"], f["why"])), fingerprint(runs, sweep)
+
+
 def ledger_flags(recorded: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
     """Against the lease records in ``recorded`` (every run of the study's experiment): runs tagged
     ``ndebench.kind=lease`` that hold no claim or carry a result, lease records in runs that are no lease run (the
     study run's, say: no driver's), and trial runs of ``runs`` whose lease epoch and id are no claim's."""
     found = claims(recorded)
-    flagged = [_flag(r, _results(r), "tagged as a lease run, but it holds no lease claim or carries results: a run "
-                                     "hidden from every reader")
-               for r in recorded if r.data.tags.get(f"{TAG}kind") == KIND
-               and (_results(r) or not any(c.run_id == r.info.run_id for c in found))]
+    flagged = hidden_as_lease(recorded)
     flagged += [_flag(r, [], f"it holds a lease record ({next(k for k in r.data.params if k.startswith(PREFIX))}) "
                              "but is no lease run: no driver wrote it there")
                 for r in recorded if not is_lease_run(r) and any(k.startswith(PREFIX) for k in r.data.params)]

@@ -21,7 +21,7 @@ from ndebench.platform.record.runs import runs_frame, study_frame
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import search
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.integrity import changed_runs, fingerprint, integrity_warning, sweep_flags
+from ndebench.platform.report.integrity import integrity_warning, report_check
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.sections import Cell, Section, to_latex, to_markdown
@@ -129,9 +129,9 @@ def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | Non
             curves = read_curves(tracking.client(uri), chosen)
         left_out = left_out_finished(uri, study) if left_out is None else left_out
         if changed is None or noted is None:
-            found, sweep = search(uri, study), tracking.study_yaml(uri, study, bound=False)
-            changed = changed_runs(found) + sweep_flags(found, sweep) if changed is None else changed
-            noted = fingerprint(found, sweep) if noted is None else noted
+            flagged, fingerprint = report_check(uri, study, search(uri, study))
+            changed = flagged if changed is None else changed
+            noted = fingerprint if noted is None else noted
         protocol = study_protocol(uri, study) if protocol is None else protocol
     test, protocol = design_test(test, protocol)
     files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
@@ -206,9 +206,8 @@ def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    sweep = tracking.study_yaml(uri, study, bound=False)
     left_out = left_out_finished(uri, study, found)
-    changed, noted = changed_runs(everything) + sweep_flags(everything, sweep), fingerprint(everything, sweep)
+    changed, noted = report_check(uri, study, everything)
     # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
     del found, everything
     return report(runs, out_dir, study, test=test, alpha=alpha, correction=correction, uri=uri, frame=runs,
