@@ -21,6 +21,7 @@ from ndebench.platform.record.completeness import (
     mark_superseded,
     read_plan,
     record_plan,
+    seal_plan,
 )
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import (
@@ -104,6 +105,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         else:
             parents[cell.key] = run_id
     record_plan(ctx.tracking_uri, plan)
+    seal_plan(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id)
     ctx.say(f"stage evaluate: {len(trials)} trial(s) over {len(rerun_cells)} cell(s), seeds "
              f"{list(ctx.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
     if ctx.resume:

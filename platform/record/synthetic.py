@@ -22,6 +22,7 @@ import numpy as np
 from ndebench.platform.common.metrics import calibration_bins, classification_metrics
 from ndebench.platform.record import store, tracking
 from ndebench.platform.record.bulk import write_trial
+from ndebench.platform.record.completeness import seal_plan
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 
 MODELS = ("model-a", "model-b", "model-c", "model-d")
@@ -98,8 +99,11 @@ def write_study(uri: str, study: str, runs: int, *, workers: int = 1) -> int:
                                 params={"evaluate.seeds": json.dumps(list(range(SEEDS)))}, yaml_text=None)
     plan = cells(runs)
     if workers <= 1:
-        return _write_cells(uri, study, parent, plan)
-    parts = [plan[i::workers] for i in range(workers)]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return sum(pool.map(_write_cells, [uri] * workers, [study] * workers, [parent] * workers, parts))
+        written = _write_cells(uri, study, parent, plan)
+    else:
+        parts = [plan[i::workers] for i in range(workers)]
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            written = sum(pool.map(_write_cells, [uri] * workers, [study] * workers, [parent] * workers, parts))
+    seal_plan(uri, study, parent)
+    return written
 

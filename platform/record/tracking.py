@@ -15,10 +15,12 @@ from ndebench.platform.record.schema import (
     PARENT,
     PLANNED_SEEDS,
     RESULT_LEASE,
+    SWEEP_SHA,
     TAG,
 )
 from ndebench.platform.record.standard_tags import standard_tags
 from ndebench.platform.record.store import client, ensure_experiment, retry, sqlite_path
+from ndebench.platform.record.summaries import text_sha
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
@@ -193,8 +195,9 @@ def _tagged(uri: str, study: str, tags: dict[str, str]) -> list[Any]:
 def study_run(uri: str, study: str, *, description: str, params: dict[str, Any], yaml_text: str | None,
               tags: dict[str, str] | None = None) -> str:
     """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
-    description as its note, the protocol settings as params, ``tags`` (provenance) with the ``ndebench.``
-    prefix, and the parent of the study's lease runs (:func:`~ndebench.platform.record.lease.ledger.nest_lease_runs`).
+    description as its note, the protocol settings and the YAML's SHA-256 (:data:`SWEEP_SHA`) as params, ``tags``
+    (provenance) with the ``ndebench.`` prefix, and the parent of the study's lease runs
+    (:func:`~ndebench.platform.record.lease.ledger.nest_lease_runs`).
     Created once; a resumed sweep reuses it."""
     from mlflow.entities import Param, RunTag
 
@@ -215,6 +218,7 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     if description:
         retry(lambda: mlflow_client.set_experiment_tag(experiment_id, "mlflow.note.content", description))
     run_id = retry(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=study)).info.run_id
+    params = params | {SWEEP_SHA: text_sha(yaml_text)}
     retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
     if yaml_text is not None:
         mlflow_client.log_text(run_id, yaml_text, "sweep.yaml")
@@ -222,8 +226,10 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     return run_id
 
 
-def study_yaml(uri: str, study: str) -> str | None:
-    """The sweep YAML the study's run recorded (:func:`study_run`), ``None`` when it has none."""
+def study_yaml(uri: str, study: str, *, bound: bool = True) -> str | None:
+    """The sweep YAML the study's run recorded (:func:`study_run`), ``None`` when it has none or (``bound``) when
+    it differs from the SHA-256 the run recorded as it began (:data:`SWEEP_SHA`: overwritten since, which
+    ``report.integrity`` flags)."""
     import tempfile
 
     found = _tagged(uri, study, {"kind": "study"})
@@ -234,7 +240,9 @@ def study_yaml(uri: str, study: str) -> str | None:
             path = client(uri).download_artifacts(found[0].info.run_id, "sweep.yaml", tmp)
         except Exception:  # noqa: BLE001 - a study written through the API records no YAML
             return None
-        return Path(path).read_text()
+        text = Path(path).read_text()
+    recorded = found[0].data.params.get(SWEEP_SHA)
+    return None if bound and recorded is not None and recorded != text_sha(text) else text
 
 
 def cell_run_name(phase: str, key: str) -> str:

@@ -18,10 +18,12 @@ from ndebench.platform.common.choices import default_test
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
-from ndebench.platform.record.runs import recorded, runs_frame, study_frame
+from ndebench.platform.record.runs import runs_frame, study_frame
+from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.summaries import TIME_METRICS
+from ndebench.platform.record.tracking import search
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.integrity import changed_runs, fingerprint, integrity_warning
+from ndebench.platform.report.integrity import integrity_warning, report_check
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.tables import table_rows
@@ -110,26 +112,33 @@ class StudyRecord:
     reevaluated: pd.DataFrame | None = None
 
 
+def evaluate_runs(everything: list[Any]) -> list[Any]:
+    """The evaluate-phase runs (trial and cell runs) among ``everything``, the study's runs."""
+    return [r for r in everything if r.data.tags.get(f"{TAG}phase") == "evaluate"]
+
+
 def read_record(uri: str, study: str, frame: pd.DataFrame, settings: ReportSettings,
-                found: list[Any] | None = None) -> StudyRecord:
-    """:class:`StudyRecord` of ``study`` at ``uri``, for a report of ``frame`` with ``settings``; ``found``: the
-    study's evaluate runs (:func:`~ndebench.platform.record.runs.recorded`) when already read. The learning curves
-    are read for one seed per cell of the pairs whose figures are drawn
+                everything: list[Any] | None = None) -> StudyRecord:
+    """:class:`StudyRecord` of ``study`` at ``uri``, for a report of ``frame`` with ``settings``; ``everything``:
+    every run of the study (``tracking.search``) when already read, all of them checked
+    (:func:`~ndebench.platform.report.integrity.report_check`). The learning curves are read for one seed per cell
+    of the pairs whose figures are drawn
     (:func:`~ndebench.platform.report.learning.curve_runs`)."""
-    found = recorded(uri, study) if found is None else found
+    everything = search(uri, study) if everything is None else everything
+    found = evaluate_runs(everything)
     named = table_rows(frame)
     mode, _ = figure_mode(settings.figures, pair_count(named))
     curves = None
     if mode != "none":
         curves = read_curves(tracking.client(uri), curve_runs(named, learning_check(named),
                                                               flagged_only=mode == "summary"))
-    return StudyRecord(recorded_seeds(uri, study), curves, left_out_finished(uri, study, found), changed_runs(found),
-                       fingerprint(found), settings.protocol or study_protocol(uri, study),
+    return StudyRecord(recorded_seeds(uri, study), curves, left_out_finished(uri, study, found),
+                       *report_check(uri, study, everything), settings.protocol or study_protocol(uri, study),
                        runs_frame(uri, study, "reevaluate", histories=False))
 
 
 def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None,
-           settings: ReportSettings | None = None, *, uri: str | None = None, found: list[Any] | None = None,
+           settings: ReportSettings | None = None, *, uri: str | None = None, everything: list[Any] | None = None,
            failed: Mapping[str, str] | None = None) -> Report:
     """The report of ``study`` (default: the one study in ``frame["study"]``) from its study frame
     (:func:`~ndebench.platform.record.runs.study_frame`, as ``api.results`` returns it, its rows named by their
@@ -140,7 +149,7 @@ def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | No
     section of ``table.md`` and ``table.tex``.
 
     With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: what the report
-    reads beside the frame (:func:`read_record`; ``found``, the study's evaluate runs when already read), the
+    reads beside the frame (:func:`read_record`; ``everything``, the study's runs when already read), the
     paper's further analyses and ``report.html`` (:func:`~ndebench.platform.report.analyses.write_analyses`; from
     the study frame with its times, read again when ``frame`` lacks them), and every file logged as an artifact of
     the study's MLflow run; the ``console`` opens with the warning of ``table.md`` when runs changed."""
@@ -151,8 +160,9 @@ def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | No
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
     if uri is not None and not set(TIME_METRICS) <= set(frame.columns):
-        frame = study_frame(uri, study, histories=True, runs=found)
-    record = read_record(uri, study, frame, settings, found) if uri is not None else StudyRecord()
+        runs = None if everything is None else evaluate_runs(everything)
+        frame = study_frame(uri, study, histories=True, runs=runs)
+    record = read_record(uri, study, frame, settings, everything) if uri is not None else StudyRecord()
     test, protocol = design_test(settings.test, record.protocol or settings.protocol)
     files = build_report(frame, Path(out_dir), study, metric=settings.metric, test=test, alpha=settings.alpha,
                          correction=settings.correction, planned_seeds=record.planned_seeds, curves=record.curves,
@@ -204,11 +214,13 @@ def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test:
     its times) read from ``uri`` (absolute, the study in it), reported by :func:`report` with everything the
     command writes (``test`` None: :func:`design_test`). ``None`` when no evaluate run finished and cells
     ``failed``; ``ValueError`` when the study's evaluate runs are missing."""
-    found = recorded(uri, study)
-    runs = study_frame(uri, study, histories=True, runs=found)
+    # Every run of the study, read once: the report counts its evaluate runs and checks all of them (a run whose
+    # phase and kind were removed is named, not lost).
+    everything = search(uri, study)
+    runs = study_frame(uri, study, histories=True, runs=evaluate_runs(everything))
     if runs.empty and failed:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     settings = ReportSettings(test=test, alpha=alpha, correction=correction, figures=figures, paper=paper)
-    return report(runs, out_dir, study, settings, uri=uri, found=found, failed=failed)
+    return report(runs, out_dir, study, settings, uri=uri, everything=everything, failed=failed)
