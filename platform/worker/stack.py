@@ -90,9 +90,11 @@ class StackedRegularizer(Regularizer):
 def unstackable(model: NDEClassifier) -> str | None:
     """Why ``model``'s latent solve cannot be stacked (``None``: it can): every module outside the head and the
     regularizer must be an ``nn.Linear`` or ``nn.GRUCell``, hold only scalar parameters, or hold no parameters or
-    buffers of its own (the root's ``times`` aside), and an SDE's Brownian motion must be torchsde's (a captured
+    buffers of its own (the root's ``times`` aside), an SDE's Brownian motion must be torchsde's (a captured
     solve draws its increments from a device generator as one tensor, which no stack can split into the
-    members')."""
+    members'), and the regularizer must act through its draws alone (its ``stack_blocker``)."""
+    if model.regularizer.stack_blocker is not None:
+        return f"regularizer {type(model.regularizer).__name__}: {model.regularizer.stack_blocker}"
     device = next(model.parameters()).device
     if model.stochastic_latent and model.graph_note(device) == CAPTURED:
         return (f"{type(model).__name__} alone draws its Brownian increments in a captured solve on {device.type}, "
