@@ -27,7 +27,7 @@ from ndebench.platform.report.integrity import fingerprint_line, integrity_markd
 from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
-from ndebench.platform.report.render import sections
+from ndebench.platform.report.render import papertex, sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.sections import md_escape
 from ndebench.platform.report.render.studyfigures import pooled_calibration, study_figures
@@ -38,7 +38,6 @@ from ndebench.platform.report.render.tables import (
     failed_lines,
     fmt,
     fmt_p,
-    latex,
     markdown,
     status_line,
     study_sections,
@@ -73,7 +72,8 @@ class ReportFiles:
 
     @property
     def paths(self) -> tuple[Path, ...]:
-        return (self.results_csv, self.table_md, self.table_tex, self.summary_json, *self.figures)
+        full = self.table_tex.parent.glob("table_full.tex")
+        return (self.results_csv, self.table_md, self.table_tex, *full, self.summary_json, *self.figures)
 
 
 def primary_metrics(runs: pd.DataFrame) -> dict[str, str]:
@@ -232,8 +232,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                         + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items())
                         + f"\n{figure_note}\n" + "".join(f"\n{protocol[k]}\n" for k in ("rows", "tests")
                                                            if protocol and k in protocol))
-    table_tex = directory / "table.tex"
-    table_tex.write_text(latex(study, tables, across, alpha))
+    table_tex = papertex.write(directory, study, tables, across, alpha)
     check = learning.learning_check(runs)
     selection = audit.selection_audit(with_primary_metrics(cells, metric)[0], primary)
     control = controls.control_comparisons(runs, primary, test, alpha)

@@ -87,7 +87,9 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
         sections.append(Section(f"Extended summary: {key} ({len(datasets)} datasets)",
                                 ["model", "regularizer", "datasets", BASELINE,
                                  "regularizer mean", "improvement", "% change", "wins"],
-                                table, caption))
+                                table, caption, align="llrrrrrr",
+                                short_caption=f"Summary over {len(datasets)} {key} set(s): improvement "
+                                              r"$\pm$ SEM vs.\ None"))
     return sections
 
 
