@@ -27,7 +27,7 @@ from ndebench.platform.report.integrity import fingerprint_line, integrity_markd
 from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
-from ndebench.platform.report.render import papertex, sections
+from ndebench.platform.report.render import forest, papertex, sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.sections import md_escape
 from ndebench.platform.report.render.studyfigures import pooled_calibration, study_figures
@@ -253,6 +253,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     summary_json = directory / "summary.json"
     summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
     paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
+    paths += forest.forest_figures(tables, directory) if mode != "none" else []
     return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
                                      tuple(tables), tuple(study_sections(study, tables, across, alpha)),
                                      tuple(compared), fingerprint=noted), changed or [])

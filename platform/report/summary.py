@@ -88,7 +88,8 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
                                 ["model", "regularizer", "datasets", BASELINE,
                                  "regularizer mean", "improvement", "% change", "wins"],
                                 table, caption, align="llrrrrrr",
-                                short_caption=f"Summary over {len(datasets)} {key} set(s): improvement "
+                                short_caption=f"Summary over {len(datasets)} " + ("" if key == "all" else f"{key} ")
+                                              + "set(s): improvement "
                                               r"$\pm$ SEM vs.\ None"))
     return sections
 

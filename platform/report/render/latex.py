@@ -6,10 +6,11 @@ as in most two-column classes, is narrower, so the estimate errs wide): ``w = su
 2 tabcolsep)``. :meth:`Grid.fits` then picks the first layout whose width fits: a ``table`` at ``\\normalsize`` when
 ``w <= 229.5 pt`` (the column of a two-column 10 pt article), else a ``table*`` (the page width, 345 pt in a
 one-column article, 469 pt in a two-column one) at ``\\normalsize``, ``\\small`` (9 pt), then ``\\footnotesize``
-(8 pt, the smallest); a table still too wide is split into column chunks that repeat its label columns. Nothing
-is scaled (no ``\\resizebox``) and no text is set below 8 pt; significance markers are superscripts, as in the
-paper's Tables 2-6. Each caption is one or two lines naming the test, correction and alpha; the rest of what a
-reader needs (the test's full name, notes on cells) follows the tabular in ``\\footnotesize``.
+(8 pt, the smallest), then at 8 pt with 3 pt column gaps; a table still too wide is split into column chunks that
+repeat its label columns. Nothing is scaled (no ``\\resizebox``) and no text is set below 8 pt; significance
+markers are superscripts, as in the paper's Tables 2-6. Each caption is one or two lines naming the test,
+correction and alpha; the rest of what a reader needs (the test's full name, notes on cells) follows the tabular
+in ``\\footnotesize``.
 """
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ TABCOLSEP = 6.0
 # (environment, the width it must fit): a column of a two-column article, the text of a one-column one.
 COLUMN, PAGE = 229.5, 345.0
 SIZES = (("", 1.0), ("\\small", 0.9), ("\\footnotesize", 0.8))
-LAYOUTS = (("table", COLUMN, SIZES[0]), *(("table*", PAGE, size) for size in SIZES))
+# (environment, space, (size command, scale), tabcolsep): the last tier closes the column gaps to 3 pt.
+LAYOUTS = (("table", COLUMN, SIZES[0], TABCOLSEP), *(("table*", PAGE, size, TABCOLSEP) for size in SIZES),
+           ("table*", PAGE, SIZES[-1], 3.0))
 # Slack for the estimate's error: a layout is taken only when the estimate is this much narrower than the space.
 MARGIN = 0.97
 SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -134,12 +137,12 @@ class Grid:
             start += span
         return sum(widths)
 
-    def fits(self) -> tuple[str, str] | None:
-        """``(environment, size command)`` of the first layout of :data:`LAYOUTS` whose space holds the tabular,
-        ``natural() * scale + 2 tabcolsep * columns``; None when none does."""
-        for env, space, (size, scale) in LAYOUTS:
-            if self.natural() * scale + 2 * TABCOLSEP * len(self.header) <= space * MARGIN:
-                return env, size
+    def fits(self) -> tuple[str, str, float] | None:
+        """``(environment, size command, tabcolsep)`` of the first layout of :data:`LAYOUTS` whose space holds the
+        tabular, ``natural() * scale + 2 tabcolsep * columns``; None when none does."""
+        for env, space, (size, scale), gap in LAYOUTS:
+            if self.natural() * scale + 2 * gap * len(self.header) <= space * MARGIN:
+                return env, size, gap
         return None
 
 
@@ -163,7 +166,7 @@ def render(grid: Grid) -> str:
         part.caption = f"{grid.caption} ({i + 1}/{len(parts)})"
         part.label = f"{grid.label}-{i + 1}" if grid.label and i else grid.label
         part.note = grid.note if i == len(parts) - 1 else ""
-        out.append(_float(part, *(part.fits() or ("table*", SIZES[-1][0]))))
+        out.append(_float(part, *(part.fits() or (LAYOUTS[-1][0], LAYOUTS[-1][2][0], LAYOUTS[-1][3]))))
     return "\n".join(out)
 
 
@@ -189,8 +192,10 @@ def _runs(items: list[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _float(grid: Grid, env: str, size: str) -> str:
-    lines = [rf"\begin{{{env}}}[htbp]", r"\centering" + (f"{size}" if size else "")]
+def _float(grid: Grid, env: str, size: str, gap: float = TABCOLSEP) -> str:
+    # A caption above a booktabs rule needs the gap article's \belowcaptionskip (0 pt) leaves out.
+    lines = [rf"\begin{{{env}}}[htbp]", r"\centering\setlength{\belowcaptionskip}{4pt}" + (f"{size}" if size else "")
+             + (rf"\setlength{{\tabcolsep}}{{{gap:g}pt}}" if gap != TABCOLSEP else "")]
     lines += [rf"\caption{{{grid.caption}}}"] + ([rf"\label{{{grid.label}}}"] if grid.label else [])
     lines += [rf"\begin{{tabular}}{{{grid.align}}}", r"\toprule"]
     if grid.groups:
@@ -218,14 +223,15 @@ def notes_marked(notes: Sequence[str]) -> tuple[dict[str, str], str]:
 
 def section_grid(section: Any) -> Grid:
     """A report :class:`~ndebench.platform.report.render.sections.Section` as a :class:`Grid`: display names for
-    registered identifiers, a label column that holds one value in every row (the model of a one-model study)
-    moved into the note, long headers on two lines, cell notes as lettered superscripts explained in the note, the
+    registered identifiers, a label column or a count that holds one value in every row (the model of a one-model
+    study, the number of datasets) moved into the note, long headers on two lines, cell notes as lettered
+    superscripts explained in the note, the
     caption's first line (``short_caption``, else the title) as the caption and the full caption in the note."""
     keys = max(1, len(section.align) - len(section.align.lstrip("l"))) if section.align else 1
     header, rows = list(section.header), [list(r) for r in section.rows]
-    constant = [j for j in range(keys) if len(rows) > 1 and len({r[j].text for r in rows}) == 1
-                and len(header) > 2 and not section.groups]
-    fixed = [f"{display(header[j])}: {display(rows[0][j].text)}." for j in constant]
+    constant = [j for j in range(len(header)) if len(rows) > 1 and len({r[j].text for r in rows}) == 1
+                and len(header) > 2 and not section.groups and (j < keys or rows[0][j].text.isdigit())]
+    fixed = [f"{display(header[j]).capitalize()}: {display(rows[0][j].text)}." for j in constant]
     keep = [j for j in range(len(header)) if j not in constant]
     marks, explained = notes_marked([c.note or c.warning for r in rows for c in r])
     body = [[tex_cell(r[j].text, r[j].bold, r[j].marker, marks.get(r[j].note or r[j].warning, ""), r[j].flag)
@@ -238,7 +244,7 @@ def section_grid(section: Any) -> Grid:
                                 " ".join(escape(n) for n in section.notes), explained) if x)
     short = section.short_caption or escape(re.sub(r"[a-z][a-z0-9_]*(?:/\S+|_\S+)", lambda m: display(m[0]),
                                                    section.title))
-    return Grid(heads, body, align, short, note, section.label, max(1, keys - len(constant)),
+    return Grid(heads, body, align, short, note, section.label, max(1, keys - sum(j < keys for j in constant)),
                 section.groups or None)
 
 
