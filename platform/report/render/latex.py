@@ -14,6 +14,7 @@ in ``\\footnotesize``.
 """
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,16 +149,18 @@ class Grid:
 
 def render(grid: Grid) -> str:
     """``grid`` as one float (:meth:`Grid.fits`), or as several that split its columns after its ``keys`` when it is
-    wider than a page at 8 pt, each repeating the label columns."""
+    wider than a page at 8 pt, each repeating the label columns and breaking between groups where it can."""
     layout = grid.fits()
     if layout is not None:
         return _float(grid, *layout)
+    edges = set(itertools.accumulate(w for _, w in grid.groups or [])) if grid.groups else set()
     parts, chunk = [], []
     for j in range(grid.keys, len(grid.header)):
-        trial = _columns(grid, [*chunk, j])
-        if chunk and trial.fits() is None:
-            parts.append(chunk)
-            chunk = []
+        if chunk and _columns(grid, [*chunk, j]).fits() is None:
+            # Break after the last whole group (a model's datasets stay together) where the chunk has one.
+            cut = max((i + 1 for i, c in enumerate(chunk) if c - grid.keys + 1 in edges), default=len(chunk))
+            parts.append(chunk[:cut])
+            chunk = chunk[cut:]
         chunk.append(j)
     parts.append(chunk)
     out = []
@@ -221,6 +224,13 @@ def notes_marked(notes: Sequence[str]) -> tuple[dict[str, str], str]:
     return marks, " ".join(f"$^{{\\mathrm{{{m}}}}}$ {escape(n)}." for n, m in marks.items())
 
 
+def named(tex: str) -> str:
+    """LaTeX text with each escaped identifier in it (``continuum\\_dropout``, ``uea/GunPoint``) as its
+    :func:`display` name."""
+    return re.sub(r"\b[a-z][a-z0-9]*(?:\\_[a-z0-9]+)+|\b[a-z][a-z0-9_]*/[A-Za-z0-9]+",
+                  lambda m: escape(display(m[0].replace("\\_", "_"))), tex)
+
+
 def section_grid(section: Any) -> Grid:
     """A report :class:`~ndebench.platform.report.render.sections.Section` as a :class:`Grid`: display names for
     registered identifiers, a label column or a count that holds one value in every row (the model of a one-model
@@ -240,7 +250,8 @@ def section_grid(section: Any) -> Grid:
         explained += rf" $^{{\downarrow}}$ {escape(section.flag_legend)}."
     heads = [header_cell(header[j], max((row[i].pt for row in body), default=0.0)) for i, j in enumerate(keep)]
     align = "".join((section.align or "l" + "c" * (len(header) - 1))[j] for j in keep)
-    note = " ".join(x for x in (" ".join(escape(f) for f in fixed), section.tex_caption or escape(section.caption),
+    note = " ".join(x for x in (" ".join(escape(f) for f in fixed),
+                                named(section.tex_caption or escape(section.caption)),
                                 " ".join(escape(n) for n in section.notes), explained) if x)
     short = section.short_caption or escape(re.sub(r"[a-z][a-z0-9_]*(?:/\S+|_\S+)", lambda m: display(m[0]),
                                                    section.title))

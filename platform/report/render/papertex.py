@@ -42,6 +42,9 @@ def paper_grid(study: str, table: Table, alpha: float) -> latex.Grid:
             + (r" $^{\dagger}$/$^{\dagger\dagger}$: worse than " + latex.display(BASELINE) + " at the same levels."
                if worse else "")
             + f" Each cell's difference, 95\\% CI and p: table\\_full.tex (``{latex.escape(tests_title(table))}'')."
+            + (" Test-time protocol: " + "; ".join(f"{latex.escape(latex.display(r))}: {latex.escape(p)}"
+                                                   for r, p in table.protocols.items()) + "."
+               if table.protocols else "")
             + (f" {explained}" if explained else ""))
     return latex.Grid(header, body, "l" + "c" * len(table.columns),
                       latex.significance_caption(table.metric_label(), table.usual_n, table.test, table.correction,
