@@ -107,7 +107,7 @@ def header_cell(text: str, under: float) -> TexCell:
     words = shown.split(" ")
     cut = min(range(1, len(words)), key=lambda k: max(width(" ".join(words[:k])), width(" ".join(words[k:]))))
     top, bottom = " ".join(words[:cut]), " ".join(words[cut:])
-    return TexCell(rf"\begin{{tabular}}[b]{{@{{}}c@{{}}}}{escape(top)}\\{{}}{escape(bottom)}\end{{tabular}}",
+    return TexCell(rf"\begin{{tabular}}[b]{{@{{}}c@{{}}}}{escape(top)}\\\relax {escape(bottom)}\end{{tabular}}",
                    max(width(top), width(bottom)))
 
 
