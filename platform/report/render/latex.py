@@ -224,6 +224,11 @@ def notes_marked(notes: Sequence[str]) -> tuple[dict[str, str], str]:
     return marks, " ".join(f"$^{{\\mathrm{{{m}}}}}$ {escape(n)}." for n, m in marks.items())
 
 
+def cell_note(cell: Any) -> str:
+    """What a cell's lettered mark explains: its note and its warning (``n=4; did not learn``)."""
+    return "; ".join(x for x in (cell.note, cell.warning) if x)
+
+
 def named(tex: str) -> str:
     """LaTeX text with each escaped identifier in it (``continuum\\_dropout``, ``uea/GunPoint``) as its
     :func:`display` name."""
@@ -234,17 +239,17 @@ def named(tex: str) -> str:
 def section_grid(section: Any) -> Grid:
     """A report :class:`~ndebench.platform.report.render.sections.Section` as a :class:`Grid`: display names for
     registered identifiers, a label column or a count that holds one value in every row (the model of a one-model
-    study, the number of datasets) moved into the note, long headers on two lines, cell notes as lettered
-    superscripts explained in the note, the
-    caption's first line (``short_caption``, else the title) as the caption and the full caption in the note."""
+    study, the number of datasets) moved into the note, long headers on two lines, cell notes and warnings as
+    lettered superscripts explained in the note, ``short_caption`` (else the title) as the caption and the full
+    caption in the note."""
     keys = max(1, len(section.align) - len(section.align.lstrip("l"))) if section.align else 1
     header, rows = list(section.header), [list(r) for r in section.rows]
     constant = [j for j in range(len(header)) if len(rows) > 1 and len({r[j].text for r in rows}) == 1
                 and len(header) > 2 and not section.groups and (j < keys or rows[0][j].text.isdigit())]
     fixed = [f"{display(header[j]).capitalize()}: {display(rows[0][j].text)}." for j in constant]
     keep = [j for j in range(len(header)) if j not in constant]
-    marks, explained = notes_marked([c.note or c.warning for r in rows for c in r])
-    body = [[tex_cell(r[j].text, r[j].bold, r[j].marker, marks.get(r[j].note or r[j].warning, ""), r[j].flag)
+    marks, explained = notes_marked([cell_note(c) for r in rows for c in r])
+    body = [[tex_cell(r[j].text, r[j].bold, r[j].marker, marks.get(cell_note(r[j]), ""), r[j].flag)
              for j in keep] for r in rows]
     if any(c.flag for r in rows for c in r):
         explained += rf" $^{{\downarrow}}$ {escape(section.flag_legend)}."

@@ -20,8 +20,8 @@ from ndebench.regularizers.none import BASELINE
 def paper_grid(study: str, table: Table, alpha: float) -> latex.Grid:
     """One table of the study as a :class:`~ndebench.platform.report.render.latex.Grid` in the paper's style."""
     cells = [[table.cells.get((r, j)) for j in range(len(table.columns))] for r in table.rows]
-    marks, explained = latex.notes_marked([c.note or c.warning for row in cells for c in row if c])
-    body = [[latex.tex_cell(r)] + [latex.tex_cell(c.text, c.bold, c.marker, marks.get(c.note or c.warning, ""))
+    marks, explained = latex.notes_marked([latex.cell_note(c) for row in cells for c in row if c])
+    body = [[latex.tex_cell(r)] + [latex.tex_cell(c.text, c.bold, c.marker, marks.get(latex.cell_note(c), ""))
                                    if c else latex.tex_cell("–") for c in row]
             for r, row in zip(table.rows, cells, strict=True)]
     header = [latex.TexCell("Regularizer", latex.width("Regularizer"))]
