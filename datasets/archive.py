@@ -9,6 +9,7 @@ differ), and the string labels ``(N,)``; a file it cannot read raises :class:`Co
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -74,30 +75,47 @@ def _nested(frame) -> Series:
 def read_tsv(path: Path) -> tuple[Series, np.ndarray]:
     """A UCR 2018 ``.tsv`` file: per line a label and at least one value; trailing ``NaN`` padding is dropped."""
     series, labels = [], []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                label, *fields = line.rstrip("\n").split("\t")
-                try:
-                    values = np.array(fields, dtype=np.float64)
-                except ValueError as error:
-                    raise ValueError(f"line {number}: {error}") from None
-                finite = np.flatnonzero(~np.isnan(values))
-                if not label.strip() or not len(finite):
-                    raise ValueError(f"line {number}: expected a label and tab-separated values")
-                series.append([values[:finite[-1] + 1]])
-                labels.append(label.strip())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise corrupt_file(path, error) from error
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        label, *fields = line.rstrip("\n").split("\t")
+        values = _floats(fields, path, number)
+        finite = np.flatnonzero(~np.isnan(values))
+        if not label.strip() or not len(finite):
+            raise corrupt_file(path, ValueError("expected a label and tab-separated values"), number)
+        series.append([values[:finite[-1] + 1]])
+        labels.append(label.strip())
     return series, np.asarray(labels)
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(number, line)`` of a text file, 1-based; an unreadable file raises :class:`CorruptFileError`."""
+    number = 0
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):  # noqa: B007 - the number names the line that fails to decode
+                yield number, line
+    except OSError as error:
+        raise corrupt_file(path, error) from error
+    except UnicodeDecodeError as error:
+        raise corrupt_file(path, error, number + 1) from error
+
+
+def _floats(fields: list[str], path: Path, number: int) -> np.ndarray:
+    """The numbers of line ``number``; ``?`` (the archive's missing value) reads as NaN."""
+    try:
+        return np.array(["nan" if f.strip() == "?" else f for f in fields], dtype=np.float64)
+    except ValueError as error:
+        raise corrupt_file(path, error, number) from None
+
+
 def layout(path: Path) -> tuple[int, int]:
-    """``(samples, channels)`` of a split file (a ``.ts`` file from its header and data lines, without sktime)."""
+    """``(samples, channels)`` of a split file, every value parsed (a ``.ts`` file without sktime; an ``.arff``
+    file's data lines first, then by sktime); a value that is no number is named with its file and line."""
     if path.suffix == ".ts":
         return ts_layout(path)
+    if path.suffix == ".arff":
+        arff_values(path)
     series, _ = read_split(path)
     channels = {len(sample) for sample in series}
     if len(channels) != 1:
@@ -106,23 +124,37 @@ def layout(path: Path) -> tuple[int, int]:
 
 
 def ts_layout(path: Path) -> tuple[int, int]:
-    """``(samples, channels)`` of a ``.ts`` file from its header and one pass over its data lines."""
-    samples, channels, in_data = 0, None, False
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                line = line.strip()
-                if not in_data or not line or line.startswith(("#", "%")):
-                    in_data = in_data or line.lower().startswith("@data")
-                    continue
-                count = line.count(":")  # channels are separated by ':', the label follows the last one
-                if channels is None:
-                    channels = count
-                if count != channels or count == 0:
-                    raise ValueError(f"line {number} has {count} channel(s), the first sample has {channels}")
-                samples += 1
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise corrupt_file(path, error) from error
+    """``(samples, channels)`` of a ``.ts`` file from its header and one pass over its data lines, each value
+    parsed (``?`` is missing; a file with ``@timestamps true`` is checked for its channel count only)."""
+    samples, channels, in_data, stamped = 0, None, False, False
+    for number, line in _lines(path):
+        line = line.strip()
+        if not in_data or not line or line.startswith(("#", "%")):
+            stamped = stamped or line.lower().replace(" ", "") == "@timestampstrue"
+            in_data = in_data or line.lower().startswith("@data")
+            continue
+        *parts, _label = line.split(":")  # channels are separated by ':', the label follows the last one
+        if channels is None:
+            channels = len(parts)
+        if len(parts) != channels or not parts:
+            raise corrupt_file(path, ValueError(f"{len(parts)} channel(s), the first sample has {channels}"), number)
+        if not stamped:
+            for part in parts:
+                _floats(part.split(","), path, number)
+        samples += 1
     if not samples:
         raise corrupt_file(path, ValueError("no @data section with samples"))
     return samples, channels
+
+
+def arff_values(path: Path) -> None:
+    """Every value of an ``.arff`` file's data lines is a number or ``?`` (a multivariate file's relational
+    value, quoted, holds its channels separated by ``\\n``); the class, after the last comma, is not read."""
+    in_data = False
+    for number, line in _lines(path):
+        line = line.strip()
+        if not in_data or not line or line.startswith("%"):
+            in_data = in_data or line.lower().startswith("@data")
+            continue
+        values = line.rpartition(",")[0].replace("\\n", ",").replace("'", "").replace('"', "")
+        _floats(values.split(","), path, number)

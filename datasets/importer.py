@@ -90,7 +90,7 @@ def _ucr_text_to_tsv(source: Path, target: Path) -> None:
                 try:
                     label, *values = (float(v) for v in line.split())
                 except ValueError as error:
-                    raise corrupt_file(source, ValueError(f"line {number}: {error}")) from None
+                    raise corrupt_file(source, error, number) from None
                 lines.append(_tsv_line(_label(label), np.asarray(values)))
     target.write_text("".join(lines))
 

@@ -124,7 +124,7 @@ TS = "@problemName Car\n@univariate true\n@classLabel true 1 2\n@data\n"
 @pytest.mark.parametrize("test_text,needle", [
     ("\x00\xff garbage", "no @data section with samples"),
     (TS + "1.0,2.0:3.0,4.0:1\n", "2 channels, but Car_TRAIN.ts has 1"),
-    (TS + "1.0:1\n1.0:2.0:2\n", "line 6 has 2 channel(s), the first sample has 1"),
+    (TS + "1.0:1\n1.0:2.0:2\n", "line 6: 2 channel(s), the first sample has 1"),
     (TS, "no @data section"),
 ])
 def test_preflight_names_a_corrupt_ts_file(tmp_path, test_text, needle):

@@ -131,10 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
-                                          "input, and print the stages, cells and trial counts it implies. A setting "
+                                          "input, read each dataset's files as `run` does before Ray starts (a "
+                                          "corrupt file is named with its line: exit 2), and print the stages, cells "
+                                          "and trial counts it implies. A setting "
                                           "that is ndebench's extension of the paper, not its method "
                                           "(continuum_dropout scope: time), is named as such.")
     validate.add_argument("config", help="sweep YAML, or the name of a shipped config (`ndebench configs`)")
+    validate.add_argument("--data-dir", help="data directory whose files are read (overrides the config's data_dir "
+                          "and $NDEBENCH_DATA_DIR)")
     _add_overrides(validate)
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ndebench.platform.cli.arguments import build_parser
-from ndebench.platform.cli.configcheck import lint, load, located
+from ndebench.platform.cli.configcheck import data_problems, lint, load, located
 from ndebench.platform.cli.resuming import complete_study_note, resume_command
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.common.collector import for_startup
@@ -38,8 +38,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         built = check_models_build(spec)
     except ConfigError as exc:
         return located(args, exc)
-    print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
+    corrupt, absent = data_problems(spec, args.data_dir or spec.data_dir)
+    for problem in corrupt:
+        print(f"ndebench validate: error: {problem}", file=sys.stderr)
+    if corrupt:
+        return exitcodes.BAD_INPUT
+    print(f"{args.config}: valid ({built} model configuration(s) built, {len(spec.datasets)} dataset(s) read)")
+    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec) + absent
                     + size_warnings(total_trials(spec))):
         print(f"warning: {warning}")
     print(describe_spec(spec))
