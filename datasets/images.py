@@ -193,5 +193,5 @@ for _name, _spec in SPECS.items():
     register_dataset(
         _name, summary=_summary, input_kind="image", expected=_spec.expected(), metric=_spec.metric,
         locate=lambda member, data_dir, spec=_spec: f"local files ({locate_images(spec, data_dir)})",
-        probe=lambda member, data_dir, spec=_spec: find_corrupt_file(spec, locate_images(spec, data_dir)),
+        probe=lambda member, data_dir, spec=_spec: find_corrupt_file(spec, locate_images(spec, data_dir)), paper=True,
     )(functools.partial(load_images, _name))

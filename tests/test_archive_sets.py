@@ -162,6 +162,15 @@ def test_import_writes_coffee_trace_and_car_from_installed_packages_offline(tmp_
                                                                                        "Car": 120}
     again = cli(["datasets", "import", "--data-dir", str(data), "--from", "tslearn"], tmp_path, {"PATH": "/usr/bin"})
     assert again.returncode == 0 and "tslearn: 0 set(s) written" in again.stdout and "1 already there" in again.stdout
+    # `datasets list` shows every set the import wrote, a set outside the paper (ECG200) marked imported.
+    listed = cli(["datasets", "list", "--data-dir", str(data)], tmp_path, {"PATH": "/usr/bin"})
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
+    imported = {path.name for path in data.iterdir()}
+    assert {f"uea/{name}" for name in imported} <= set(rows) and len(imported) > 40
+    assert rows["uea/ECG200"][:2] == ["yes", "unknown"] and rows["uea/ECG200"][2:4] == ["imported", "local"]
+    assert rows["uea/Car"][0] == "yes" and "paper" in rows["uea/Car"] and "local" in rows["uea/Car"]
+    assert rows["synthetic"][-3:] == ["generated", "in", "memory"] and "paper" not in rows["synthetic"]
 
 
 @pytest.mark.system

@@ -271,10 +271,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         return 0
     if args.action == "list":
         statuses = dataset_statuses(args.data_dir)
-        print(f"data directory: {statuses[0]['data_dir']}")
+        print(f"data directory: {statuses[0]['data_dir']} (paper: one of the paper's sets; imported: found in the "
+              "data directory only, e.g. by `ndebench datasets import`)")
         for status in statuses:
             where = status["source"] if status["available"] else "missing"
-            print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
+            print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} "
+                  f"{status['origin']:8s} {where}")
         return 0
     status = dataset_status(args.name, args.data_dir)
     if not status["available"]:
