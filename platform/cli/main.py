@@ -5,6 +5,7 @@ import argparse
 import gc
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from ndebench.platform.cli.arguments import build_parser
 from ndebench.platform.cli.configcheck import data_problems, lint, load, located
-from ndebench.platform.cli.resuming import complete_study_note, resume_command
+from ndebench.platform.cli.resuming import complete_study_note, ndebench_command, resume_command
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.common.collector import for_startup
 from ndebench.platform.failures import exitcodes
@@ -108,7 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
         for label, message in outcome.failed.items():
             print(f"  {label}: {message}")
-    print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} --tracking-uri {uri}")
+    print(f"\nOpen the study's results in the MLflow UI with:  "
+          f"{shlex.join([ndebench_command(), 'ui', '--study', spec.study, '--tracking-uri', uri])}")
     ending = run_exit(spec, uri, outcome.failed, full)
     if ending.code == exitcodes.OK:
         print(f"[ndebench] all {ending.planned} planned evaluate run(s) ok or diverged", flush=True)
