@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"{shlex.join([ndebench_command(), 'ui', '--study', spec.study, '--tracking-uri', uri])}")
     ending = run_exit(spec, uri, outcome.failed, full)
     if ending.code == exitcodes.OK:
-        print(f"[ndebench] all {ending.planned} planned evaluate run(s) ok or diverged", flush=True)
+        print(f"[ndebench] {ending.ok_line()}", flush=True)
     else:
         rerun = " (`ndebench run ... --resume` reruns them)" if ending.code == exitcodes.FAILED else ""
         print(f"[ndebench] exit {ending.code}: {'; '.join(ending.problems)}{rerun}", flush=True)
