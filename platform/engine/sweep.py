@@ -23,7 +23,6 @@ from ndebench.datasets.check import preflight_problems
 from ndebench.platform.cluster.joining import gpu_request, ray_address
 from ndebench.platform.cluster.preflight import check_cluster, refuse_sqlite
 from ndebench.platform.engine.evaluatestage import evaluate
-from ndebench.platform.engine.progress import close_bars
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.runchecks import check_resources, check_storage_writable, local_cpus, local_gpus
 from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, search_stage
@@ -201,6 +200,8 @@ class Sweep:
         """A clean stop: no further stage starts, Ray ends its trials (their checkpoints stay), and every run
         still open is closed as ``interrupted``. A second Ctrl-C cuts this short; ``--resume`` then closes
         what is left open as its first step."""
+        from ndebench.platform.engine.progress import close_bars  # imports Ray Tune, which validate never needs
+
         what, _ = describe(stop)
         close_bars()
         self.ctx.say(f"{what}: stopping; trials keep their last checkpoint")

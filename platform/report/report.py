@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.record.runs import whole_settings
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
 from ndebench.platform.report import audit, controls, learning
 from ndebench.platform.report.integrity import fingerprint_line, integrity_markdown, integrity_warning
@@ -331,21 +332,8 @@ def _coverage_json(coverage: pd.DataFrame) -> dict[str, Any]:
 
 
 def _write_csv(runs: pd.DataFrame, directory: Path) -> Path:
-    """``results.csv``; a setting column (``params.*``, a regularizer's parameter) whose values are all whole
-    numbers is written as integers (``16``, not the ``16.0`` of a float column that a missing value made)."""
-    from ndebench.platform.record.runs import regularizer_params
-
-    path = directory / "results.csv"
-    frame = runs.drop(columns="calibration", errors="ignore")
-    settings = [c for c in frame.columns if c.startswith("params.") or c in regularizer_params()]
-    frame.astype({c: "Int64" for c in settings if _whole(frame[c])}).to_csv(path, index=False)
-    return path
-
-
-def _whole(column: pd.Series) -> bool:
-    values = column.dropna()
-    return (pd.api.types.is_float_dtype(column) and not values.empty
-            and bool(np.isfinite(values).all() and (values == values.round()).all()))
+    whole_settings(runs.drop(columns="calibration", errors="ignore")).to_csv(directory / "results.csv", index=False)
+    return directory / "results.csv"
 
 
 def _report_without_results(runs: pd.DataFrame, directory: Path, study: str, coverage: pd.DataFrame,
@@ -442,8 +430,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             "metric": LABELS.get(row.metric, row.metric), "n": row.n, "mean": fmt(row.mean), "std": fmt(row.std),
             "failed": failed or "-",
             "diff": _console_diff(row.regularizer, c),
-            "t": "" if c is None else fmt(c["t"], 2),
-            "df": "" if c is None else fmt(c["df"], 0 if float(c["df"]).is_integer() else 1),  # 4, Welch's 7.8
+            "t": "" if c is None else fmt(c["t"], 2), "df": "" if c is None else fmt(c["df"], int(c["df"] % 1 != 0)),
             "p": "" if c is None else fmt_p(c["p"]) + ("" if correction != "none" else c["marker"]),
             **({} if correction == "none" else
                {f"p {correction}": "" if c is None else fmt_p(c["p_adjusted"]) + c["marker"]}),
