@@ -127,7 +127,7 @@ def import_sets(data_dir: str | os.PathLike | None = None, sources: list[str] | 
                 write(folder / f"{name}_{split}{suffix}")
             written[source].append(name)
         say(f"{source}: {len(written[source])} set(s) written to {data}"
-            + (f", {len(kept)} already there" if kept else "")
-            + (f": {', '.join(written[source])}" if written[source] else ""))
+            + (f": {', '.join(written[source])}" if written[source] else "")
+            + (f"; {len(kept)} already there, kept: {', '.join(kept)}" if kept else ""))
     return written
 

