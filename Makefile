@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ndebench-installed
 
-.PHONY: install tex test test-fast quickstart docs clean
+.PHONY: install tex test test-fast quickstart ui docs clean
 
 install: $(STAMP)
 
@@ -59,8 +59,16 @@ test-fast: $(STAMP) tex
 	$(BIN)/ruff check .
 	$(PYTEST) -q $(XDIST) -m "not system" tests
 
+# --resume: a second `make quickstart` reruns nothing of the complete study and writes its report again, and one
+# after a Ctrl-C continues the study. ARGS passes options to the command: ARGS='--set study=qs2' runs a new study.
+ARGS ?=
 quickstart: $(STAMP)
-	$(BIN)/ndebench run tune_configs/quickstart.yaml
+	$(BIN)/ndebench run tune_configs/quickstart.yaml --resume $(ARGS)
+
+# The MLflow UI on a study's results, without activating .venv: make ui [STUDY=name] [ARGS='--port 5001'].
+STUDY ?= quickstart
+ui: $(STAMP)
+	$(BIN)/ndebench ui --study $(STUDY) $(ARGS)
 
 # The documentation site (README.md links into docs/): a warning, such as a broken link, fails the build.
 docs: $(STAMP)

@@ -58,7 +58,7 @@ def read_ts(path: Path) -> tuple[Series, np.ndarray]:
         frame, labels = load_from_tsfile(str(path), return_data_type="nested_univ")
         return _nested(frame), np.asarray(labels)
     except Exception as error:  # sktime raises many types (IOError, ValueError, TsFileParseException...)
-        raise corrupt_file(path, error) from error
+        raise corrupt_file(path, error, getattr(error, "line", None)) from error
 
 
 def read_arff(path: Path) -> tuple[Series, np.ndarray]:
@@ -70,17 +70,25 @@ def read_arff(path: Path) -> tuple[Series, np.ndarray]:
         frame, labels = load_from_arff_to_dataframe(str(path))
         series = _nested(frame)
     except Exception as error:  # noqa: BLE001 - sktime's parser raises many types
-        raise corrupt_file(path, error) from error
+        raise corrupt_file(path, error, getattr(error, "line", None)) from error
     lines = data_lines(path)
     for index, sample in enumerate(series):
         if any(_gap(values) for values in sample):
             where = lines[index] if index < len(lines) else index + 1
-            raise corrupt_file(path, ValueError(f"line {where}: {GAP}"))
+            raise corrupt_file(path, ValueError(GAP), where)
     return series, np.asarray(labels)
 
 
 def _nested(frame) -> Series:
     return [[np.asarray(cell, dtype=np.float64) for cell in row] for row in frame.itertuples(index=False)]
+
+
+class LineError(ValueError):
+    """A fault of one line of a split file (``line`` numbered from 1), which ``corrupt_file`` names beside the file."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
 
 
 def read_tsv(path: Path) -> tuple[Series, np.ndarray]:
@@ -97,16 +105,16 @@ def read_tsv(path: Path) -> tuple[Series, np.ndarray]:
                 try:
                     values = np.array(fields, dtype=np.float64)
                 except ValueError as error:
-                    raise ValueError(f"line {number}: {error}") from None
+                    raise LineError(number, str(error)) from None
                 finite = np.flatnonzero(~np.isnan(values))
                 if not label.strip() or not len(finite):
-                    raise ValueError(f"line {number}: expected a label and tab-separated values")
+                    raise LineError(number, "expected a label and tab-separated values")
                 if _gap(values) or np.isinf(values).any():
-                    raise ValueError(f"line {number}: {GAP if _gap(values) else INFINITE}")
+                    raise LineError(number, GAP if _gap(values) else INFINITE)
                 series.append([values[:finite[-1] + 1]])
                 labels.append(label.strip())
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise corrupt_file(path, error) from error
+        raise corrupt_file(path, error, getattr(error, "line", None)) from error
     return series, np.asarray(labels)
 
 
@@ -114,7 +122,7 @@ def _decoded(raw: bytes, number: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"line {number}: not UTF-8 text (byte {error.start + 1} of the line)") from None
+        raise LineError(number, f"not UTF-8 text (byte {error.start + 1} of the line)") from None
 
 
 def _gap(values: np.ndarray) -> bool:
@@ -150,11 +158,11 @@ def _ts_values(text: str, number: int, channel: int, missing: bool) -> None:
         values = np.array(["nan" if t == "?" else t for t in tokens], dtype=np.float64)
     except ValueError:
         bad = next(t for t in tokens if t != "?" and not _number(t))
-        raise ValueError(f"line {number}: value {bad[:40]!r} of channel {channel} is no number") from None
+        raise LineError(number, f"value {bad[:40]!r} of channel {channel} is no number") from None
     if np.isinf(values).any():
-        raise ValueError(f"line {number}: channel {channel}: {INFINITE}")
+        raise LineError(number, f"channel {channel}: {INFINITE}")
     if not missing and _gap(values):
-        raise ValueError(f"line {number}: channel {channel}: {GAP} (the header has no @missing true)")
+        raise LineError(number, f"channel {channel}: {GAP} (the header has no @missing true)")
 
 
 def _number(token: str) -> bool:
@@ -185,11 +193,11 @@ def ts_labels(path: Path) -> tuple[int, list[tuple[int, str]]]:
                 if channels is None:
                     channels = count
                 if count != channels or count == 0:
-                    raise ValueError(f"line {number} has {count} channel(s), the first sample has {channels}")
+                    raise LineError(number, f"{count} channel(s), the first sample has {channels}")
                 *fields, label = line.split(":")
                 declared = header.get("@classlabel", [])
                 if declared[:1] == ["true"] and label.strip() not in declared[1:]:
-                    raise ValueError(f"line {number}: label {label.strip()[:40]!r} is not among the header's "
+                    raise LineError(number, f"label {label.strip()[:40]!r} is not among the header's "
                                      f"@classLabel values {' '.join(declared[1:])}")
                 if header.get("@timestamps", ["false"])[:1] != ["true"]:
                     missing = header.get("@missing", ["false"])[:1] == ["true"]
@@ -197,7 +205,7 @@ def ts_labels(path: Path) -> tuple[int, list[tuple[int, str]]]:
                         _ts_values(text, number, channel, missing)
                 samples.append((number, label.strip()))
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise corrupt_file(path, error) from error
+        raise corrupt_file(path, error, getattr(error, "line", None)) from error
     if not samples or channels is None:
         raise corrupt_file(path, ValueError("no @data section with samples"))
     return channels, samples
@@ -208,12 +216,34 @@ def split_labels(path: Path) -> tuple[int, list[tuple[int, str]]]:
     label)``; raises :class:`CorruptFileError` naming the file (and the line) of what cannot be read."""
     if path.suffix == ".ts":
         return ts_labels(path)
+    if path.suffix == ".arff":
+        arff_values(path)
     series, labels = read_split(path)
     channels = {len(sample) for sample in series}
     if len(channels) != 1:
         raise corrupt_file(path, ValueError(f"samples with {sorted(channels)} channels"))
     lines = data_lines(path)
     return channels.pop(), [(lines[i] if i < len(lines) else i + 1, str(label)) for i, label in enumerate(labels)]
+
+
+def arff_values(path: Path) -> None:
+    """Every value of an ``.arff`` file's data lines is a number or ``?`` (a multivariate file's relational value,
+    quoted, holds its channels separated by ``\\n``); the class, after the last comma, is not read. Raises
+    :class:`CorruptFileError` naming the file and line."""
+    in_data = False
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                line = _decoded(raw, number).strip()
+                if not in_data or not line or line.startswith("%"):
+                    in_data = in_data or line.lower().startswith("@data")
+                    continue
+                values = line.rpartition(",")[0].replace("\\n", ",").replace("'", "").replace('"', "")
+                bad = [t for t in (v.strip() for v in values.split(",")) if t != "?" and not _number(t)]
+                if bad:
+                    raise LineError(number, f"value {bad[0][:40]!r} is no number")
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise corrupt_file(path, error, getattr(error, "line", None)) from error
 
 
 def check_pair(train: Path, test: Path) -> None:
@@ -229,5 +259,5 @@ def check_pair(train: Path, test: Path) -> None:
                                              "classes or more"))
     for number, label in test_labels:
         if label not in classes:
-            raise corrupt_file(test, ValueError(f"line {number}: label {label[:40]!r} has no training sample in "
-                                                f"{train.name} (labels there: {' '.join(sorted(classes))})"))
+            raise corrupt_file(test, ValueError(f"label {label[:40]!r} has no training sample in {train.name} "
+                                                f"(labels there: {' '.join(sorted(classes))})"), number)

@@ -15,7 +15,14 @@ import torch
 from ndebench.datasets.bundle import DatasetBundle, ImageBundle
 from ndebench.datasets.files import CorruptFileError, MissingDataError, resolve_data_dir
 from ndebench.datasets.images import dataset_labels
-from ndebench.datasets.registry import DataDir, DatasetInfo, create_dataset, dataset_info, list_datasets
+from ndebench.datasets.registry import (
+    DataDir,
+    DatasetInfo,
+    create_dataset,
+    dataset_info,
+    found_datasets,
+    list_datasets,
+)
 
 
 def describe_shape(expected: Mapping[str, Any]) -> str:
@@ -37,12 +44,15 @@ def describe_shape(expected: Mapping[str, Any]) -> str:
 def dataset_status(name: str, data_dir: DataDir = None) -> dict[str, Any]:
     """Whether ``name`` can be loaded from ``data_dir`` (see :func:`resolve_data_dir`) without reading it.
 
-    Returns ``{"name", "available", "source", "shape", "expected", "problem", "data_dir"}``: ``source``
+    Returns ``{"name", "available", "source", "shape", "expected", "problem", "data_dir", "origin"}``: ``source``
     says where it would load from (None when unavailable), ``problem`` is the "put these files here"
-    message when files are missing. An unknown name raises :class:`UnknownNameError` listing the valid ones.
+    message when files are missing, ``origin`` is ``paper`` for one of the paper's sets, ``imported`` for one the
+    registry does not list whose files are in the data directory (:func:`found_datasets`), else ``""``.
+    An unknown name raises :class:`UnknownNameError` listing the valid ones.
     """
     info = dataset_info(name)
     status = {"name": name, "expected": dict(info.expected), "data_dir": str(resolve_data_dir(data_dir))}
+    status["origin"] = "paper" if info.paper else "imported" if name not in list_datasets() else ""
     status["shape"] = describe_shape(info.expected)
     try:
         status.update(available=True, source=info.locate(info.member, data_dir), problem=None)
@@ -52,8 +62,9 @@ def dataset_status(name: str, data_dir: DataDir = None) -> dict[str, Any]:
 
 
 def dataset_statuses(data_dir: DataDir = None) -> list[dict[str, Any]]:
-    """:func:`dataset_status` of every registered dataset, in :func:`list_datasets` order."""
-    return [dataset_status(name, data_dir) for name in list_datasets()]
+    """:func:`dataset_status` of every registered dataset and of every set found in ``data_dir``
+    (:func:`found_datasets`), by name."""
+    return [dataset_status(name, data_dir) for name in sorted(list_datasets() + found_datasets(data_dir))]
 
 
 def _probe(info: DatasetInfo, data_dir: DataDir) -> Mapping[str, int]:

@@ -19,7 +19,12 @@ class MissingDataError(FileNotFoundError):
 
 
 class CorruptFileError(ValueError):
-    """A dataset file exists but cannot be read (truncated, wrong format); the message names the file."""
+    """A dataset file exists but cannot be read (truncated, wrong format); the message names the file, and the
+    line where it is known. ``path`` and ``line`` (1-based) hold them, ``None`` where not known."""
+
+    def __init__(self, message: str, path: Path | None = None, line: int | None = None):
+        super().__init__(message)
+        self.path, self.line = path, line
 
 
 def resolve_data_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -38,6 +43,9 @@ def missing_files(dataset: str, data_dir: Path, files: Iterable[str], origin: st
     )
 
 
-def corrupt_file(path: Path, error: BaseException) -> CorruptFileError:
-    """Wrap a low-level read error into one that names the file."""
-    return CorruptFileError(f"cannot read {path}: {type(error).__name__}: {error}")
+def corrupt_file(path: Path, error: BaseException, line: int | None = None) -> CorruptFileError:
+    """Wrap a low-level read error into one that names the file, and ``line`` (1-based) where given:
+    ``cannot read PATH, line 7: could not convert string to float: 'abc'``."""
+    if line is None:
+        return CorruptFileError(f"cannot read {path}: {type(error).__name__}: {error}", path)
+    return CorruptFileError(f"cannot read {path}, line {line}: {error}", path, line)

@@ -90,7 +90,7 @@ def _ucr_text_to_tsv(source: Path, target: Path) -> None:
                 try:
                     label, *values = (float(v) for v in line.split())
                 except ValueError as error:
-                    raise corrupt_file(source, ValueError(f"line {number}: {error}")) from None
+                    raise corrupt_file(source, error, number) from None
                 lines.append(_tsv_line(_label(label), np.asarray(values)))
     target.write_text("".join(lines))
 
@@ -127,7 +127,7 @@ def import_sets(data_dir: str | os.PathLike | None = None, sources: list[str] | 
                 write(folder / f"{name}_{split}{suffix}")
             written[source].append(name)
         say(f"{source}: {len(written[source])} set(s) written to {data}"
-            + (f", {len(kept)} already there" if kept else "")
-            + (f": {', '.join(written[source])}" if written[source] else ""))
+            + (f": {', '.join(written[source])}" if written[source] else "")
+            + (f"; {len(kept)} already there, kept: {', '.join(kept)}" if kept else ""))
     return written
 

@@ -49,6 +49,8 @@ class DatasetInfo:
     family that reads members beyond its list by name (an archive's sets), whose files ``locate`` then finds.
     ``display``: the name a paper's tables print (``PhysioNet Sepsis``); a family's members print as the member
     (``uea/BasicMotions`` -> ``BasicMotions``).
+    ``found(data_dir)`` (optional) lists the members whose files are in the data directory (``datasets list``
+    shows them). ``paper``: the dataset is one of the paper's (or a function of the member).
     """
 
     name: str
@@ -64,6 +66,8 @@ class DatasetInfo:
     member: Member = None
     accepts: Callable[[str], bool] | None = None
     display: str = ""
+    found: Callable[[DataDir], list[str]] | None = None
+    paper: bool | Callable[[str], bool] = False
 
 
 REGISTRY: Registry[DatasetBundle, DatasetInfo] = Registry(
@@ -98,6 +102,8 @@ def register_dataset(
     metric: Metric | Callable[[str], Metric] = "accuracy",
     accepts: Callable[[str], bool] | None = None,
     display: str = "",
+    found: Callable[[DataDir], list[str]] | None = None,
+    paper: bool | Callable[[str], bool] = False,
 ) -> Callable[[Callable[..., DatasetBundle]], Callable[..., DatasetBundle]]:
     """Decorator registering a dataset factory ``(*, seed, data_dir, **options) -> DatasetBundle``.
 
@@ -111,7 +117,8 @@ def register_dataset(
     if isinstance(metric, str):
         _checked_metric(name, metric)
     info = DatasetInfo(name, summary, members is not None, members, input_kind, expected or {}, locate, probe,
-                       bool(missing_values), metric, accepts=accepts, display=display or name)
+                       bool(missing_values), metric, accepts=accepts, display=display or name, found=found,
+                       paper=paper)
 
     return REGISTRY.register(name, info)
 
@@ -176,17 +183,27 @@ def list_datasets() -> list[str]:
     return names
 
 
+def found_datasets(data_dir: DataDir = None) -> list[str]:
+    """The names :func:`list_datasets` leaves out whose files are in ``data_dir`` (a family's ``found``: archive sets
+    that ``ndebench datasets import`` wrote or that were copied there)."""
+    names = set(list_datasets())
+    return sorted({f"{family}/{member}" for family in REGISTRY.names() if (found := REGISTRY.info(family).found)
+                   for member in found(data_dir)} - names)
+
+
 def dataset_info(name: str) -> DatasetInfo:
     """The registration of dataset ``name`` with its member-dependent facts resolved: ``expected`` is the
-    member's mapping, ``metric`` its metric name and ``member`` the member (None for a plain dataset)."""
+    member's mapping, ``metric`` its metric name, ``paper`` a bool and ``member`` the member (None for a plain
+    dataset)."""
     family, member = split_name(name)
     info = REGISTRY.info(family)
-    expected, metric = info.expected, info.metric
+    expected, metric, paper = info.expected, info.metric, info.paper
     if callable(expected):
         expected = _checked_expected(name, expected(member) or {})
     if callable(metric):
         metric = _checked_metric(name, metric(member))
-    return dataclasses.replace(info, expected=expected, metric=metric, member=member)
+    return dataclasses.replace(info, expected=expected, metric=metric, member=member,
+                               paper=bool(paper(member) if callable(paper) else paper))
 
 
 def dataset_options(name: str) -> list[str]:

@@ -139,7 +139,8 @@ def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tup
 
 @register_dataset("uea", summary="UEA/UCR classification sets (sktime-shipped, or any set's .ts, .arff or .tsv files "
                   "in the data directory)", members=uea_members, accepts=is_archive_name, expected=expected_counts,
-                  locate=lambda member, data_dir: locate(member, data_dir)[2], probe=probe)
+                  locate=lambda member, data_dir: locate(member, data_dir)[2], probe=probe, found=local_sets,
+                  paper=lambda member: member in PAPER_SHAPES)
 def uea(
     *, member: str, seed: int = 0, data_dir: str | os.PathLike | None = None, missing_rate: float = 0.0
 ) -> DatasetBundle:

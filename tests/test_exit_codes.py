@@ -157,3 +157,17 @@ def test_the_cli_maps_outages_to_3_and_bad_values_to_2(config, capsys, monkeypat
     monkeypatch.setattr(api, "sweep", sweep)
     _one_line(capsys, code, ["run", config])
 
+
+
+def test_the_last_line_says_diverged_only_when_a_run_diverged(monkeypatch):
+    from ndebench.platform.engine import runchecks
+    from ndebench.platform.spec.config import parse_spec
+
+    spec = parse_spec({"study": "s", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
+                       "evaluate": {"seeds": [0, 1]}})
+    for statuses, line in [(["ok", "ok"], "all 2 planned evaluate run(s) ok"),
+                           (["ok", "diverged"], "all 2 planned evaluate run(s) ok or diverged (1 diverged)")]:
+        monkeypatch.setattr(runchecks, "planned_statuses", lambda uri, study, cells, seeds, s=statuses: {
+            (cells[0], seed): status for seed, status in zip(seeds, s, strict=True)})
+        ending = runchecks.run_exit(spec, "sqlite:///unused.db", {}, [])
+        assert (ending.code, ending.ok_line()) == (0, line)

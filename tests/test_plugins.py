@@ -224,3 +224,81 @@ def test_a_plugin_regularizers_hyperparameter_gets_its_sensitivity_table(tmp_pat
     expected = {"none" if alpha is None else f"{alpha:g}": f"{np.mean(s):.3f} ({np.std(s, ddof=1):.3f})"
                 for (_, alpha), s in cells.items()}
     assert {row[0]: row[1].strip("*") for row in rows[1:]} == expected
+
+
+def _file_plugin(name: str) -> str:
+    """A module registering regularizer ``name`` (no regularization, hyperparameter ``alpha``)."""
+    return ALPHA_PLUGIN.replace('"plugin_alpha"', repr(name)).replace("PluginAlpha", f"Plugin_{name}")
+
+
+def _without_pythonpath() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_plugins_load_beside_the_config_from_the_working_directory_and_by_file_path(tmp_path):
+    """Without ``PYTHONPATH``, from a process whose ``sys.path`` holds neither folder: a module beside the config,
+    one in the working directory and a file path relative to the config all register, each resolved to its
+    file's absolute path (what Ray's workers import); a missing module names where it was looked for."""
+    configs, work, elsewhere = tmp_path / "configs", tmp_path / "work", tmp_path / "lib"
+    for folder in (configs, work, elsewhere):
+        folder.mkdir()
+    (configs / "beside_plugin.py").write_text(_file_plugin("beside_reg"))
+    (work / "cwd_plugin.py").write_text(_file_plugin("cwd_reg"))
+    (elsewhere / "path_plugin.py").write_text(_file_plugin("path_reg"))
+    config = configs / "sweep.yaml"
+    config.write_text("study: s\nplugins: [beside_plugin, cwd_plugin, ../lib/path_plugin.py]\nmodels: [neural_cde]\n"
+                      "datasets: [synthetic]\nregularizers: [none, beside_reg, cwd_reg, path_reg]\n")
+    (configs / "missing.yaml").write_text("study: s\nplugins: [nowhere_plugin]\nmodels: [neural_cde]\n"
+                                          "datasets: [synthetic]\nregularizers: [none]\n")
+    out = subprocess.run([str(Path(sys.executable).parent / "ndebench"), "validate", str(config)], cwd=work,
+                         env=_without_pythonpath(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ": valid" in out.stdout
+    spec = _python(f'''
+        import sys
+        sys.path.remove("")  # as the console script: the working directory is not on the path
+        from ndebench.platform.spec.config import load_spec
+        print(load_spec({str(config)!r}).plugins)
+    ''', _without_pythonpath(), cwd=work)
+    assert spec.returncode == 0, spec.stderr
+    assert spec.stdout.strip() == str((str(configs / "beside_plugin.py"), str(work / "cwd_plugin.py"),
+                                       str(elsewhere / "path_plugin.py")))
+    missing = subprocess.run([str(Path(sys.executable).parent / "ndebench"), "validate", str(configs / "missing.yaml")],
+                             cwd=work, env=_without_pythonpath(), capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2
+    assert "module 'nowhere_plugin' not found" in missing.stderr and "PYTHONPATH" in missing.stderr
+    assert str(configs / "nowhere_plugin.py") in missing.stderr and str(work / "nowhere_plugin.py") in missing.stderr
+
+
+def test_a_plugin_file_path_that_is_missing_names_the_paths_tried(tmp_path):
+    from ndebench.platform.common.plugins import PluginError, resolve_plugins
+
+    with pytest.raises(PluginError, match=r"file 'gone/mod\.py' not found; looked for .*gone/mod\.py"):
+        resolve_plugins(["gone/mod.py"], tmp_path)
+
+
+@pytest.mark.system
+@pytest.mark.usefixtures("one_cpu_ray")
+def test_a_plugin_file_beside_the_config_sweeps_without_pythonpath(tmp_path):
+    """``ndebench run`` (the console script) of a config whose ``plugins:`` names a module beside it, from another
+    working directory with no ``PYTHONPATH``: the driver and Ray's trial workers import it, and its
+    regularizer's evaluate run ends ``ok``."""
+    from ndebench.platform.record.schema import TAG
+    from ndebench.platform.record.tracking import search
+
+    configs, work = tmp_path / "configs", tmp_path / "work"
+    configs.mkdir()
+    work.mkdir()
+    (configs / "sweep_plugin.py").write_text(_file_plugin("swept_reg"))
+    (configs / "sweep.yaml").write_text(
+        "study: fileplugin\nplugins: [sweep_plugin]\nmodels: [neural_cde]\ndatasets: [synthetic]\n"
+        "regularizers: {swept_reg: {alpha: 0.5}}\nmodel: {hidden_size: 8}\nevaluate: {seeds: [0]}\n"
+        "training: {epochs: 1, min_epochs: 1, patience: 1, lr: 0.01}\n")
+    out = subprocess.run([str(Path(sys.executable).parent / "ndebench"), "run", str(configs / "sweep.yaml")],
+                         cwd=work, env=_without_pythonpath(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = search(f"sqlite:///{work / 'mlflow.db'}", "fileplugin",
+                  f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")
+    assert [(r.data.tags[f"{TAG}regularizer"], r.data.tags[f"{TAG}status"]) for r in runs] == [("swept_reg", "ok")]

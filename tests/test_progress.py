@@ -103,9 +103,27 @@ def test_the_live_bar_counts_finished_trials(capsys):
     stage.on_trial_start(0, [], trial)
     stage.on_trial_complete(0, [], trial)
     assert stage.bar.n == 1 and "ETA stage" in stage.bar.postfix
+    # One ETA: tqdm's own remaining time ("<00:03") is not in the bar beside ndebench's.
+    shown = str(stage.bar)
+    assert shown.count("ETA") == 1 and "<" not in shown and "1/2 [" in shown, shown
     stage.on_experiment_end([])
     assert stage.bar is None
     assert "evaluate 1/2: A [seed 0]: test_accuracy 0.7500, ok" in capsys.readouterr().out
+
+
+def test_a_stop_clears_the_live_bar_so_its_message_starts_a_line(capsys):
+    """Ctrl-C arrives while a bar holds the cursor at the end of its line: ``close_bars`` clears it (a carriage
+    return last), so the stop message that follows is a line of its own, not the bar's line continued."""
+    stage = StageProgress("tune", {"a": 3}, {"a": "A"}, None, "min", print, bar=True)
+    trial = _trial("t1", {"trial": "a#0"}, {"status": "ok", "test_accuracy": 0.75})
+    stage.on_trial_start(0, [], trial)
+    stage.on_trial_complete(0, [], trial)
+    capsys.readouterr()
+    progress.close_bars()
+    print("[ndebench] SIGINT (Ctrl-C): stopping")
+    out = capsys.readouterr().out
+    assert out.endswith("\r[ndebench] SIGINT (Ctrl-C): stopping\n") and out.count("\n") == 1, repr(out)
+    assert stage.bar.disable  # closed
 
 
 @pytest.mark.parametrize("text,seconds", [("5", 5.0), ("0.5", 0.5)])

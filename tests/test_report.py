@@ -209,6 +209,7 @@ def test_console_table_has_a_p_value_for_every_regularizer():
     assert f"{p:.4f}*" in lines["naive_dropout"] and "1 diverged, 1 error" in lines["naive_dropout"]
     assert "**" in lines["continuum_dropout"] and "better" in lines["continuum_dropout"]
     assert "Student's two-sample t-test" in text
+    assert lines["naive_dropout"].split()[12:14] == ["2.50", "8"]  # t, then whole degrees of freedom as an integer
 
 
 def test_the_console_says_better_or_worse_only_where_the_test_found_it():

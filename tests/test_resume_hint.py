@@ -27,6 +27,14 @@ SWEEP = {
 }
 
 
+VENV_NDEBENCH = os.path.join(os.path.dirname(sys.executable), "ndebench")  # the console script of this install
+
+
+@pytest.fixture
+def ndebench_on_path(monkeypatch):
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
 def _args(**given) -> argparse.Namespace:
     defaults = {"config": "sweep.yaml", "set": None, "tracking_uri": None, "data_dir": None,
                 "storage_path": "ray_results", "address": None, "out": "reports", "single_node": False,
@@ -34,6 +42,19 @@ def _args(**given) -> argparse.Namespace:
     return argparse.Namespace(**(defaults | given))
 
 
+def test_the_command_names_the_venvs_console_script_where_ndebench_is_not_on_path(monkeypatch):
+    """A fresh shell without the virtual environment activated finds no ``ndebench``: the printed command then
+    names the console script by its absolute path; with this install on ``PATH`` it says ``ndebench``."""
+    from ndebench.platform.cli.resuming import ndebench_command
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert ndebench_command() == VENV_NDEBENCH and os.access(VENV_NDEBENCH, os.X_OK)
+    assert resume_command(_args()) == f"{VENV_NDEBENCH} run sweep.yaml --resume"
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:/usr/bin")
+    assert ndebench_command() == "ndebench"
+
+
+@pytest.mark.usefixtures("ndebench_on_path")
 def test_the_command_repeats_every_option_naming_the_study_or_its_stores_shell_quoted():
     args = _args(set=[["study=x", "training.epochs=12"], ["regularizers.continuum_dropout.p=[0.1, 0.3]"]],
                  tracking_uri="sqlite:///my runs.db", data_dir="/d", storage_path="s3://b/r", address="auto",
@@ -45,6 +66,7 @@ def test_the_command_repeats_every_option_naming_the_study_or_its_stores_shell_q
     assert resume_command(_args()) == "ndebench run sweep.yaml --resume"
 
 
+@pytest.mark.usefixtures("ndebench_on_path")
 def test_resuming_a_complete_study_names_the_interrupted_study_of_the_same_config(tmp_path, uri):
     config = tmp_path / "sweep.yaml"
     config.write_text("study: plain\n")
@@ -66,6 +88,19 @@ def test_resuming_a_complete_study_names_the_interrupted_study_of_the_same_confi
     assert complete_study_note(_args(config=str(config), tracking_uri=uri), "plain", uri) is None  # no --resume
 
 
+def test_resuming_a_complete_study_says_nothing_is_rerun_and_the_report_is_written_again(tmp_path):
+    """How a second ``make quickstart`` (``run --resume``) begins when the study is complete."""
+    config = tmp_path / "sweep.yaml"
+    config.write_text("study: plain\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    finish_cell(uri, study_run(uri, "plain", description="", params={}, yaml_text=config.read_text()), "done")
+
+    note = complete_study_note(_args(config=str(config), resume=True, tracking_uri=uri), "plain", uri)
+
+    assert note == ("note: study 'plain' is already complete, so --resume has nothing to rerun; its report is "
+                    "written again (`--set study=NAME` runs a new study)")
+
+
 @pytest.mark.system
 @pytest.mark.usefixtures("one_cpu_ray")
 def test_a_sweep_stopped_with_set_study_completes_that_study_from_the_printed_command(tmp_path):
@@ -75,7 +110,9 @@ def test_a_sweep_stopped_with_set_study_completes_that_study_from_the_printed_co
     given = ["sweep.yaml", "--set", "study=stopped", "description=a stopped sweep", "--tracking-uri",
              "sqlite:///mlflow.db", "--data-dir", "data"]
     # SIGINT's default action restored: a shell's Ctrl-C, not the ignored SIGINT of a background job.
-    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "run", *given], cwd=tmp_path,
+    # A shell where the virtual environment is not activated: the printed command names its console script.
+    bare = {**os.environ, "PATH": "/usr/bin:/bin"}
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "run", *given], cwd=tmp_path, env=bare,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -93,11 +130,10 @@ def test_a_sweep_stopped_with_set_study_completes_that_study_from_the_printed_co
     stop = next(i for i, line in enumerate(lines) if line.startswith("[ndebench] exit 130: interrupted by SIGINT"))
     assert "continues study 'stopped'" in lines[stop], out
     printed = shlex.split(lines[stop + 1])
-    assert printed == ["ndebench", "run", "sweep.yaml", "--set", "study=stopped", "description=a stopped sweep",
+    assert printed == [VENV_NDEBENCH, "run", "sweep.yaml", "--set", "study=stopped", "description=a stopped sweep",
                        "--tracking-uri", "sqlite:///mlflow.db", "--data-dir", "data", "--resume"]
 
-    again = subprocess.run([sys.executable, "-m", "ndebench.platform", *printed[1:]], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(printed, cwd=tmp_path, env=bare, capture_output=True, text=True, timeout=600)
 
     assert again.returncode == 0, again.stdout + again.stderr
     study, = search(uri, "stopped", f"tags.`{TAG}kind` = 'study'")

@@ -131,10 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a sweep config without running anything",
                               description="Parse and validate CONFIG, build every model of the sweep once on a tiny "
-                                          "input, and print the stages, cells and trial counts it implies. A setting "
+                                          "input, read each dataset's files as `run` does before Ray starts (a "
+                                          "corrupt file is named with its line: exit 2), and print the stages, cells "
+                                          "and trial counts it implies. A setting "
                                           "that is ndebench's extension of the paper, not its method "
                                           "(continuum_dropout scope: time), is named as such.")
     validate.add_argument("config", help="sweep YAML, or the name of a shipped config (`ndebench configs`)")
+    validate.add_argument("--data-dir", help="data directory whose files are read (overrides the config's data_dir "
+                          "and $NDEBENCH_DATA_DIR)")
     _add_overrides(validate)
 
     report = sub.add_parser("report", help="tables, figures and t-tests for a study's evaluate runs",
@@ -142,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "table.md, table.tex, figures (PNG and PDF), the sensitivity, compute-time, "
                                         "extended-summary and MC-samples tables, and a self-contained report.html to "
                                         "OUT/STUDY, also logged to MLflow.")
-    report.add_argument("--study", required=True)
+    report.add_argument("--study", required=True, help="the study to report (the `study:` of its config)")
     _add_tracking(report)
     report.add_argument("--out", default="reports", help="report folder (default: ./reports)")
     recorded = " (default: the study's own report.{0} from the sweep YAML it recorded, else {1})"
@@ -169,17 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load the weights logged by each ok evaluate run of STUDY whose regularizer is on at test "
                     "time (Continuum Dropout, jump diffusion + TTN), evaluate on the test split with each N_MC "
                     "and record runs tagged ndebench.phase=reevaluate (no retraining; finished pairs are skipped).")
-    reevaluate.add_argument("--study", required=True)
+    reevaluate.add_argument("--study", required=True, help="the study whose evaluate runs to re-evaluate")
     reevaluate.add_argument("--n-mc", default="1,3,5,10,20", help="comma-separated MC passes (default 1,3,5,10,20)")
     reevaluate.add_argument("--data-dir", help="data directory (default: $NDEBENCH_DATA_DIR, else ./data); a run's "
                             "own data_dir param is never used")
     _add_tracking(reevaluate)
 
     ui = sub.add_parser("ui", help="serve the MLflow UI for the tracking database",
-                        description="Serve the MLflow UI on localhost for the tracking URI.")
+                        description="Serve the MLflow UI for the tracking URI, on this machine only unless --host "
+                                    "says otherwise.")
     _add_tracking(ui)
     ui.add_argument("--port", type=_port, default=5000, help="TCP port, 1-65535 (default 5000)")
-    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only); "
+                    "another needs --auth or --insecure (docs/cluster.md)")
     ui.add_argument("--study", help="print the URLs of this study's shared view of its evaluate cells (a runs "
                     "table: primary metric, difference to none, its interval and p-value, best first) and of that "
                     "view's charts; without it, the URL of the list of studies")
@@ -234,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "finished runs of one config, runs hidden as lease runs and trial runs whose lease is no "
                     "claim's; print the study's fingerprint (a hash over every counted run); exit 1 if anything is "
                     "listed or the fingerprint differs from --fingerprint, else 0 (docs/faults.md).")
-    verify.add_argument("--study", required=True)
+    verify.add_argument("--study", required=True, help="the study whose runs to check and fingerprint")
     verify.add_argument("--fingerprint", help="a fingerprint noted before (from verify or report): exit 1 if the "
                                               "study's differs now")
     _add_tracking(verify)

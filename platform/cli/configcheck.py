@@ -74,6 +74,24 @@ def load(args: argparse.Namespace) -> SweepSpec | int:
     return _refuse(args, [p for p in problems if p is not None]) or spec
 
 
+def data_problems(spec: SweepSpec, data_dir: str | None) -> tuple[list[str], list[str]]:
+    """``(errors, warnings)`` of the sweep's data, read as ``run`` reads it before Ray starts
+    (:func:`ndebench.datasets.check.preflight_problems`: an archive set's files have every value parsed, so a
+    corrupt one is named with its file and line); files not on disk here are a warning (validate may run where
+    the data is not)."""
+    from ndebench.datasets.check import dataset_status, preflight_problems
+
+    errors, warnings = [], []
+    for name in spec.datasets:
+        status = dataset_status(name, data_dir)
+        if status["available"]:
+            errors += preflight_problems(name, data_dir)
+        else:
+            warnings.append(f"dataset {name!r} has no files in {status['data_dir']}; `ndebench run` refuses it until "
+                            f"they are there (`ndebench datasets check {name}` says which)")
+    return errors, warnings
+
+
 def dataset_errors(names: Sequence[str], data_dir: str | None) -> list[str]:
     """A dataset read by name (an archive set, ``uea/<Name>``) that is neither a member its family knows nor on
     disk in ``data_dir``: a typo or a set not imported, with the closest names."""

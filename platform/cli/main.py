@@ -5,6 +5,7 @@ import argparse
 import gc
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -12,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ndebench.platform.cli.arguments import build_parser
-from ndebench.platform.cli.configcheck import lint, load, located
-from ndebench.platform.cli.resuming import complete_study_note, resume_command
+from ndebench.platform.cli.configcheck import data_problems, lint, load, located
+from ndebench.platform.cli.resuming import complete_study_note, ndebench_command, resume_command
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.common.collector import for_startup
 from ndebench.platform.failures import exitcodes
@@ -43,8 +44,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         built = check_models_build(spec)
     except ConfigError as exc:
         return located(args, exc)
-    print(f"{args.config}: valid ({built} model configuration(s) built)")
-    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec)
+    corrupt, absent = data_problems(spec, args.data_dir or spec.data_dir)
+    for problem in corrupt:
+        print(f"ndebench validate: error: {problem}", file=sys.stderr)
+    if corrupt:
+        return exitcodes.BAD_INPUT
+    print(f"{args.config}: valid ({built} model configuration(s) built, {len(spec.datasets)} dataset(s) read)")
+    for warning in (tpe_warnings(spec) + extension_warnings(spec) + resource_warnings(spec) + absent
                     + size_warnings(total_trials(spec))):
         print(f"warning: {warning}")
     print(describe_spec(spec))
@@ -90,10 +96,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n{len(failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
         for label, message in failed.items():
             print(f"  {label}: {message}")
-    print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} "
-          f"--tracking-uri {result.tracking_uri}")
+    print(f"\nOpen the study's results in the MLflow UI with:  "
+          f"{shlex.join([ndebench_command(), 'ui', '--study', spec.study, '--tracking-uri', result.tracking_uri])}")
     if ending.code == exitcodes.OK:
-        print(f"[ndebench] all {ending.planned} planned evaluate run(s) ok or diverged", flush=True)
+        print(f"[ndebench] {ending.ok_line()}", flush=True)
     else:
         rerun = " (`ndebench run ... --resume` reruns them)" if ending.code == exitcodes.FAILED else ""
         print(f"[ndebench] exit {ending.code}: {'; '.join(ending.problems)}{rerun}", flush=True)
@@ -267,10 +273,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
         return 0
     if args.action == "list":
         statuses = dataset_statuses(args.data_dir)
-        print(f"data directory: {statuses[0]['data_dir']}")
+        print(f"data directory: {statuses[0]['data_dir']} (paper: one of the paper's sets; imported: found in the "
+              "data directory only, e.g. by `ndebench datasets import`)")
         for status in statuses:
             where = status["source"] if status["available"] else "missing"
-            print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} {where}")
+            print(f"{status['name']:40s} {'yes' if status['available'] else 'no ':3s}  {status['shape']:45s} "
+                  f"{status['origin']:8s} {where}")
         return 0
     status = dataset_status(args.name, args.data_dir)
     if not status["available"]:

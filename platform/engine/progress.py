@@ -249,10 +249,25 @@ class StageProgress(Callback):
         return lines
 
 
+# tqdm's own layout less its remaining-time field, which extrapolates the mean trial and disagreed with the stage ETA
+# in the postfix (:func:`eta_seconds`, which counts running trials and the cluster's width) by 2-3x.
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+
+
 def _bar(stage: str, total: int) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=f"  {stage}", unit="trial", file=sys.stdout, dynamic_ncols=True, leave=False)
+    return tqdm(total=total, desc=f"  {stage}", unit="trial", file=sys.stdout, dynamic_ncols=True, leave=False,
+                bar_format=BAR_FORMAT)
+
+
+def close_bars() -> None:
+    """Clear every live stage bar from the terminal, so that what is printed next starts a line of its own (a
+    Ctrl-C stops a stage while its bar holds the cursor at the end of the bar's line)."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 class MarkStopped(Callback):

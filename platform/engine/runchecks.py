@@ -159,12 +159,18 @@ def size_warnings(total_trials: int) -> list[str]:
 @dataclass(frozen=True)
 class RunExit:
     """How a sweep ended for ``ndebench run``: its exit ``code`` (:mod:`~ndebench.platform.failures.exitcodes`),
-    the ``problems`` behind a code other than ``OK`` and the number of ``planned`` evaluate runs (0 when the
-    machine failed first)."""
+    the ``problems`` behind a code other than ``OK``, the number of ``planned`` evaluate runs (0 when the
+    machine failed first) and how many of them ``diverged``."""
 
     code: int
     problems: tuple[str, ...]
     planned: int = 0
+    diverged: int = 0
+
+    def ok_line(self) -> str:
+        """The last line of a sweep that ended ``OK``; "diverged" only where a run did."""
+        return (f"all {self.planned} planned evaluate run(s) ok"
+                + (f" or diverged ({self.diverged} diverged)" if self.diverged else ""))
 
 
 def run_exit(spec: SweepSpec, uri: str, failed: dict[str, str], infrastructure: list[str]) -> RunExit:
@@ -175,4 +181,5 @@ def run_exit(spec: SweepSpec, uri: str, failed: dict[str, str], infrastructure: 
     statuses = planned_statuses(uri, spec.study, [c.key for c in sweep_cells(spec)], list(spec.evaluate.seeds))
     problems = [f"{len(failed)} failed cell(s)"] if failed else []
     problems += [summary] if (summary := not_ok_summary(statuses)) else []
-    return RunExit(exitcodes.FAILED if problems else exitcodes.OK, tuple(problems), len(statuses))
+    return RunExit(exitcodes.FAILED if problems else exitcodes.OK, tuple(problems), len(statuses),
+                   sum(status == "diverged" for status in statuses.values()))

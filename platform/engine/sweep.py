@@ -196,7 +196,10 @@ class Sweep:
         """A clean stop: no further stage starts, Ray ends its trials (their checkpoints stay), and every run
         still open is closed as ``interrupted``. A second Ctrl-C cuts this short; ``--resume`` then closes
         what is left open as its first step."""
+        from ndebench.platform.engine.progress import close_bars  # imports Ray Tune, which validate never needs
+
         what, _ = describe(stop)
+        close_bars()
         self.ctx.say(f"{what}: stopping; trials keep their last checkpoint")
         self.ctx.ray.stop()
         closed = mark_interrupted(self.ctx.tracking_uri, self.spec.study, f"stopped by {what}")

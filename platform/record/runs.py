@@ -226,6 +226,19 @@ def study_frame(uri: str, study: str, *, histories: bool = False, runs: list[Any
     return merged.sort_values(["model", "dataset", "label", "seed"], kind="stable", ignore_index=True)
 
 
+def whole_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each setting column (``params.*``, a regularizer's parameter) whose values are all whole
+    numbers as nullable integers, as a CSV should show them (``16``, not the ``16.0`` of a float column that a
+    missing value made)."""
+    settings = [c for c in frame.columns if c.startswith("params.") or c in regularizer_params()]
+    return frame.astype({c: "Int64" for c in settings if _whole(frame[c])})
+
+
+def _whole(column: pd.Series) -> bool:
+    values = column.dropna()
+    return pd.api.types.is_float_dtype(column) and not values.empty and bool(values.map(float.is_integer).all())
+
+
 def flat_params(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with its ``params`` dicts spread into ``params.<key>`` columns (as ``mlflow.search_runs``)."""
     params = pd.DataFrame(list(frame["params"]), index=frame.index).add_prefix("params.")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.record.runs import whole_settings
 from ndebench.platform.report.render.sections import Cell, Section, md_escape, to_latex, to_markdown
 from ndebench.platform.report.render.tables import failed_lines, status_line
 
@@ -54,9 +55,10 @@ def no_results_text(runs: pd.DataFrame, study: str, coverage: pd.DataFrame) -> s
 
 
 def write_csv(runs: pd.DataFrame, directory: Path) -> Path:
-    """``results.csv``: one row per run (the calibration bins left out)."""
+    """``results.csv``: one row per run (the calibration bins left out), whole-number settings as integers
+    (:func:`~ndebench.platform.record.runs.whole_settings`)."""
     path = directory / "results.csv"
-    runs.drop(columns="calibration", errors="ignore").to_csv(path, index=False)
+    whole_settings(runs.drop(columns="calibration", errors="ignore")).to_csv(path, index=False)
     return path
 
 

@@ -356,7 +356,7 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
             "metric": LABELS.get(row.metric, row.metric), "n": row.n, "mean": fmt(row.mean), "std": fmt(row.std),
             "failed": failed or "-",
             "diff": _console_diff(row.regularizer, c),
-            "t": "" if c is None else fmt(c["t"], 2), "df": "" if c is None else fmt(c["df"], 1),
+            "t": "" if c is None else fmt(c["t"], 2), "df": "" if c is None else fmt(c["df"], int(c["df"] % 1 != 0)),
             "p": "" if c is None else fmt_p(c["p"]) + ("" if correction != "none" else c["marker"]),
             **({} if correction == "none" else
                {f"p {correction}": "" if c is None else fmt_p(c["p_adjusted"]) + c["marker"]}),

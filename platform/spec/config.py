@@ -138,31 +138,33 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> SweepSpec:
     if raw is None:
         raise ConfigError(f"config file {str(path)!r} is empty; see tune_configs/quickstart.yaml for a sweep config")
     try:
-        spec = parse_spec(apply_overrides(raw, overrides) if overrides else raw)
+        spec = parse_spec(apply_overrides(raw, overrides) if overrides else raw, config_dir=path.parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return dataclasses.replace(spec, source=str(path.resolve()), overrides=tuple(overrides))
 
 
-def _plugins(raw: Any) -> tuple[str, ...]:
-    """``plugins:``, modules imported before anything is looked up by name, so their components register."""
-    from ndebench.platform.common.plugins import PluginError, import_plugins
+def _plugins(raw: Any, config_dir: Path | None) -> tuple[str, ...]:
+    """``plugins:``, modules imported before anything is looked up by name, so their components register; each
+    as :func:`~ndebench.platform.common.plugins.resolve_plugins` finds it (a name, or a file's absolute path)."""
+    from ndebench.platform.common.plugins import PluginError, import_plugins, resolve_plugins
 
     _require("plugins", raw, typed.either(typed.one_of(None), typed.sequence_of(typed.text)))
-    modules = tuple(raw or ())
     try:
+        modules = resolve_plugins(tuple(raw or ()), config_dir)
         import_plugins(modules)
     except PluginError as exc:
         raise ConfigError(str(exc)) from None
     return modules
 
 
-def parse_spec(raw: Any) -> SweepSpec:
-    """Validate a config mapping (as loaded from YAML) into a :class:`SweepSpec`."""
+def parse_spec(raw: Any, config_dir: Path | None = None) -> SweepSpec:
+    """Validate a config mapping (as loaded from YAML) into a :class:`SweepSpec`; ``plugins:`` files are looked
+    for beside the config, in ``config_dir``, and in the working directory."""
     raw = _mapping(raw, "config")
     _unknown(set(raw), TOP_KEYS, "the config's top level")
     study = check_study_name(raw.get("study"))
-    plugins = _plugins(raw.get("plugins"))
+    plugins = _plugins(raw.get("plugins"), config_dir)
     models = _names(raw.get("models"), "models")
     datasets = _names(raw.get("datasets"), "datasets")
     if not models:
