@@ -189,3 +189,27 @@ def local_ray():
     ray.init(**local_ray_arguments(1))
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A private PostgreSQL 15 cluster on 127.0.0.1 for this test process (``tests/postgres.py``), stopped by its PID
+    at the end; the PostgreSQL cases skip only where the binaries are not installed."""
+    import postgres
+
+    if not postgres.available():
+        pytest.skip(f"PostgreSQL 15 is not installed ({postgres.BINARIES})")
+    cluster = postgres.Cluster()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_uri(request, tmp_path):
+    """A new, empty MLflow store: a sqlite file, or a database of the private PostgreSQL cluster; each test that
+    takes it runs on both."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return request.getfixturevalue("postgres_cluster").new_store()
