@@ -207,9 +207,10 @@ def postgres_cluster():
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_uri(request, tmp_path):
+def store_uri(request, tmp_path, monkeypatch):
     """A new, empty MLflow store: a sqlite file, or a database of the private PostgreSQL cluster; each test that
-    takes it runs on both."""
+    takes it runs on both. A database's artifacts go to ``<cwd>/mlartifacts``: the test runs in ``tmp_path``."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
     return request.getfixturevalue("postgres_cluster").new_store()

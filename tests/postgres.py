@@ -133,3 +133,12 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(OSError):
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     return False
+
+
+def count_rows(uri: str, sql: str, *args: str) -> int:
+    """The count that ``sql`` (a ``select count(...)`` with ``?`` for ``args``, as ``fakes.count_rows``) reads from
+    the PostgreSQL store ``uri`` while a sweep writes it."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as connection:
+        return connection.execute(sql.replace("?", "%s"), args).fetchone()[0]

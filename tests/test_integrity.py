@@ -1,7 +1,7 @@
 """A result or tag changed after its run ended shows: every report flags it from the values it already reads (the
 digest the run recorded as it ended, over its results, the tags readers use and its params), and `ndebench verify`
 also reads each result metric's history and the study's lease records, and prints the study's fingerprint. On
-sqlite and on PostgreSQL, with a synthetic study in the real run layout (the reviews' demonstrations: Continuum Dropout's
+sqlite and PostgreSQL, with a synthetic study in the real run layout (the reviews' demonstrations: Continuum Dropout's
 test_accuracy set to 0.96 by one `log_metric` per run after the sweep; `ndebench.regularizer` swapped between two
 runs; a forged run beside the real one, hidden as a lease run; `ndebench.result_lease` rewritten)."""
 from __future__ import annotations

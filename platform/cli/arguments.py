@@ -278,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "'bench scale --runs N' writes a synthetic study of N evaluate runs (the real run layout) to a "
                     "temporary sqlite store or --tracking-uri and times `ndebench report` on it; "
                     "'bench scale --trials N' runs a sweep stage of N trivial trials on a simulated cluster on this "
-                    "machine (recording into a temporary sqlite store or --tracking-uri) and measures its driver (CPU per trial, peak memory, wall time). "
+                    "machine (recording into a temporary sqlite store or --tracking-uri) and measures its "
+                    "driver (CPU per trial, peak memory, wall time). "
                     "'bench throughput CONFIG' trains the config's first evaluate cell (or --cell) and reports "
                     "trials per hour on this machine with --device, --stack K and --concurrent N.",
     )
