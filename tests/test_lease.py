@@ -277,12 +277,9 @@ for n in range(rounds):
 RACES = 20
 
 
-@pytest.mark.system
-def test_two_drivers_of_a_new_study_started_together_one_takes_it_twenty_times_over(uri, tmp_path):
-    """Without Ray: two processes take a fresh study's lease at the same instant (each finds no lease run and
-    makes one), 20 studies in a row: each time exactly one holds epoch 1 and the other is refused. On PostgreSQL
-    the two takes run as concurrent transactions, where sqlite serialises every write."""
-    go = tmp_path / "go"
+def _race(uri: str, go: Path) -> None:
+    """Two taker processes of :data:`TAKER` on ``uri``, started together on each of :data:`RACES` new studies:
+    each time exactly one holds epoch 1 and the other is refused."""
     takers = [subprocess.Popen([sys.executable, "-c", TAKER, uri, str(go), str(i), str(RACES)],
                                stdout=subprocess.PIPE, text=True, env=os.environ | {heartbeat.STALE_ENV: "4"})
               for i in range(2)]
@@ -305,6 +302,34 @@ def test_two_drivers_of_a_new_study_started_together_one_takes_it_twenty_times_o
     assert {n: sorted(found) for n, found in outcomes.items()} == {n: ["refused", "took 1"] for n in range(RACES)}
     for n in range(RACES):  # each made a lease run and they met in one, or the second found the first's
         assert len(lease_runs(client(uri), ensure_experiment(uri, f"s{n}"))) in (1, 2)
+
+
+@pytest.mark.system
+def test_two_drivers_of_a_new_study_started_together_one_takes_it_twenty_times_over(uri, tmp_path):
+    """Without Ray: two processes take a fresh study's lease at the same instant (each finds no lease run and
+    makes one), 20 studies in a row: each time exactly one holds epoch 1 and the other is refused. On PostgreSQL
+    the two takes run as concurrent transactions, where sqlite serialises every write."""
+    _race(uri, tmp_path / "go")
+
+
+@pytest.mark.system
+def test_two_drivers_through_a_server_on_postgresql_one_takes_it_twenty_times_over(postgres_cluster, tmp_path):
+    """The team deployment: ``ndebench server --backend-store-uri postgresql://...`` with two workers (requests
+    served side by side, each its own database transaction); the race of two takers as above, through it."""
+    from fakes import free_port, read_until, wait_healthy
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "server", "--port", str(port),
+                               "--workers", "2", "--backend-store-uri", postgres_cluster.new_store()],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        wait_healthy(port, server)
+        assert "runs in postgresql://postgres@127.0.0.1:" in read_until(server, "listening on")
+        _race(f"http://127.0.0.1:{port}", tmp_path / "go")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
 
 
 def test_a_study_of_the_older_lease_is_numbered_from_its_runs_and_its_old_experiments_leave_the_list(uri,
