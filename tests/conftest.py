@@ -1,5 +1,6 @@
 """Test order, the tests' temporary folders in RAM, new MLflow stores from a kept schema, the ``gpu`` lane and the
-fixtures several files share.
+fixtures several files share, a private PostgreSQL cluster among them (``store_uri`` runs a test on sqlite and on
+PostgreSQL).
 
 Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, the longest of all in the order
 of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole files each, handed out in this
