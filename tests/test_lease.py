@@ -1,11 +1,13 @@
 """One driver per study, for real: the lease is taken by compare-and-set in the study's own experiment, a driver
 that lost it writes nothing more, and liveness is the lease's own counter watched on the taker's clock.
 
-Without Ray: the lease's states on a sqlite and a PostgreSQL store, hand-made records included (a newer epoch, a deleted lease run,
-records without a holder). System lane: two drivers started in the same second (one refused before Ray starts),
-then one study handed over three times: a paused driver taken over and resumed (it exits 3 at its next write and
-changes no run of the new driver), the new driver's lease run deleted (it exits 3 saying so), the next driver
-outbid (exit 3), and a last resume whose table equals an uninterrupted sweep's.
+Without Ray: the lease's states on a sqlite and a PostgreSQL store, hand-made records included (a newer epoch, a
+deleted lease run, records without a holder). System lane: two takers of a new study started together 20 times on
+each store and 20 times through `ndebench server` on PostgreSQL, one holder each time; two drivers started in the
+same second (one refused before Ray starts), then one study handed over three times: a paused driver taken over
+and resumed (it exits 3 at its next write and changes no run of the new driver), the new driver's lease run
+deleted (it exits 3 saying so), the next driver outbid (exit 3), and a last resume whose table equals an
+uninterrupted sweep's.
 """
 from __future__ import annotations
 
