@@ -285,18 +285,25 @@ def _race(uri: str, go: Path) -> None:
     takers = [subprocess.Popen([sys.executable, "-c", TAKER, uri, str(go), str(i), str(RACES)],
                                stdout=subprocess.PIPE, text=True, env=os.environ | {heartbeat.STALE_ENV: "4"})
               for i in range(2)]
+    outputs = None
     try:
         for n in range(RACES):
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300
             while not all(Path(f"{go}.ready{i}.{n}").exists() for i in range(2)):
-                assert time.monotonic() < deadline and all(t.poll() is None for t in takers), n
+                if time.monotonic() > deadline or any(t.poll() is not None for t in takers):
+                    break
                 time.sleep(0.01)
-            Path(f"{go}.{n}").touch()  # both are waiting on it
-        outputs = [t.communicate(timeout=300)[0] for t in takers]
+            else:
+                Path(f"{go}.{n}").touch()  # both are waiting on it
+                continue
+            break
+        else:
+            outputs = [t.communicate(timeout=300)[0] for t in takers]
     finally:
         for taker in takers:
             taker.kill()
-            taker.wait()
+        said = [t.communicate()[0] for t in takers] if outputs is None else outputs
+    assert outputs is not None, f"round {n} never started: {said}"
     outcomes: dict[int, list[str]] = {}
     for line in "".join(outputs).splitlines():
         n, _, outcome = line.partition(" ")
