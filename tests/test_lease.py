@@ -254,13 +254,14 @@ def test_two_takers_that_each_made_a_lease_run_meet_in_one(uri, monkeypatch):
 
 
 TAKER = """
-import sys, time
+import faulthandler, sys, time
 from pathlib import Path
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
 from ndebench.platform.record.tracking import raw_client
 uri, go, me, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 raw_client(uri)  # the database's schema, before the first start
 for n in range(rounds):
+    faulthandler.dump_traceback_later(200)  # a round that hangs says where (the test waits 300 s)
     Path(f"{go}.ready{me}.{n}").touch()
     while not Path(f"{go}.{n}").exists():
         time.sleep(0.005)
