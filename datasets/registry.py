@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ndebench.datasets.bundle import DatasetBundle
+from ndebench.datasets.catalog import BUILTINS
 from ndebench.platform.common.registry import Registry, UnknownNameError
 
 Metric = Literal["accuracy", "auroc", "top5_accuracy"]
@@ -63,7 +64,8 @@ class DatasetInfo:
 
 
 REGISTRY: Registry[DatasetBundle, DatasetInfo] = Registry(
-    "dataset", builtins="ndebench.datasets.builtin", entry_point="ndebench.datasets"
+    "dataset", builtins=sorted({f"ndebench.datasets.{d.module}" for d in BUILTINS.values()}),
+    entry_point="ndebench.datasets",
 )
 
 

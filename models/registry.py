@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ndebench.models.base import DataSpec, Family, NDEClassifier
+from ndebench.models.catalog import BUILTINS
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
@@ -34,7 +35,8 @@ class ModelInfo:
 
 
 REGISTRY: Registry[NDEClassifier, ModelInfo] = Registry(
-    "model", builtins="ndebench.models.builtin", entry_point="ndebench.models"
+    "model", builtins=sorted({f"ndebench.models.{d.module}" for d in BUILTINS.values()}),
+    entry_point="ndebench.models",
 )
 
 

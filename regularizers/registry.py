@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
-from ndebench.regularizers.catalog import HyperParam
+from ndebench.regularizers.catalog import BUILTINS, HyperParam
 
 if TYPE_CHECKING:  # models/ builds on regularizers/, never the other way at run time
     from ndebench.models.registry import ModelInfo
@@ -33,7 +33,8 @@ class RegularizerInfo:
 
 
 REGISTRY: Registry[Regularizer, RegularizerInfo] = Registry(
-    "regularizer", builtins="ndebench.regularizers.builtin", entry_point="ndebench.regularizers"
+    "regularizer", builtins=sorted({f"ndebench.regularizers.{d.module}" for d in BUILTINS.values()}),
+    entry_point="ndebench.regularizers",
 )
 
 

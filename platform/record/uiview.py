@@ -19,7 +19,8 @@ from collections import Counter
 from typing import Any
 
 from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.tracking import cell_states, client
+from ndebench.platform.record.store import client
+from ndebench.platform.record.tracking import cell_states
 
 SHARED_VIEW = "mlflow.sharedViewState."
 VIEW_KEY = "ndebench-evaluate-cells"
