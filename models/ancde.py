@@ -68,6 +68,7 @@ class AugmentedField(nn.Module):
 
 @register_model(
     "ancde",
+    display="ANCDE",
     summary="Attentive Neural CDE: an attention CDE a(t) gates the path, Y = X * sigmoid(a); dz = f(z) dY",
     paper="Jhin et al., Attentive Neural Controlled Differential Equations for Time-series Classification "
     "and Forecasting, ICDM 2021 / Knowledge and Information Systems 2023",

@@ -150,16 +150,17 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(uri):
     assert view["searchFilter"] == "tags.`ndebench.kind` = 'cell' and tags.`ndebench.phase` = 'evaluate'"
     assert view["orderByKey"] == "metrics.`mean_test_accuracy`" and view["orderByAsc"] is False
     # Display copies at 3 significant digits first, then the raw metrics.
-    assert view["selectedColumns"][:11] == ["tags.`accuracy`", "tags.`vs none`", "tags.`p vs none`",
+    assert view["selectedColumns"][:12] == ["tags.`accuracy`", "tags.`vs none`", "tags.`p vs none`",
                                             "tags.`CI low`", "tags.`CI high`", "tags.`sd accuracy`",
+                                            "tags.`CI excludes 0`",
                                             "metrics.`mean_test_accuracy`", "metrics.`diff_vs_none`",
                                             "metrics.`diff_ci_low`", "metrics.`diff_ci_high`",
                                             "metrics.`p_value_vs_none`"]
     shown = {key: client(uri).get_run(c["run_id"]).data.tags for key, c in cells.items()}
     cd, none = shown["neural_lsde__synthetic__continuum_dropout"], shown["neural_lsde__synthetic__none"]
-    keys = ("accuracy", "vs none", "p vs none", "CI low", "CI high", "sd accuracy")
-    assert [cd[k] for k in keys] == ["0.875", "+0.0625", "0.0234", "0.0156", "0.109", "0.0312"]
-    assert [none[k] for k in keys] == ["0.812", "-", "-", "-", "-", "0.0312"]
+    keys = ("accuracy", "vs none", "p vs none", "CI low", "CI high", "sd accuracy", "CI excludes 0")
+    assert [cd[k] for k in keys] == ["0.875", "+0.0625", "0.0234", "0.0156", "0.109", "0.0312", "yes"]
+    assert [none[k] for k in keys] == ["0.812", "-", "-", "-", "-", "0.0312", "-"]
     # Trailing zeros stay, so that a column's values line up: none's 0.7 of the quickstart is 0.700.
     from types import SimpleNamespace
 
@@ -167,7 +168,11 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(uri):
 
     quickstart = SimpleNamespace(data=SimpleNamespace(metrics={"mean_test_accuracy": 0.7, "std_test_accuracy": 0.075}))
     assert display_tags(quickstart, ["mean_test_accuracy"]) == {
-        "accuracy": "0.700", "vs none": "-", "p vs none": "-", "CI low": "-", "CI high": "-", "sd accuracy": "0.0750"}
+        "accuracy": "0.700", "vs none": "-", "p vs none": "-", "CI low": "-", "CI high": "-", "sd accuracy": "0.0750",
+        "CI excludes 0": "-"}
+    # An interval holding 0 (the quickstart's +0.067 at p = 0.18) reads "no", not a gain.
+    unsure = SimpleNamespace(data=SimpleNamespace(metrics={"diff_ci_low": -0.0467, "diff_ci_high": 0.18}))
+    assert display_tags(unsure, [])["CI excludes 0"] == "no"
     # Both cells ran at one learning rate: no param differs, so there is no parallel-coordinates plot.
     assert [c["type"] for c in view["compareRunCharts"]] == ["BAR", "BAR"]
 

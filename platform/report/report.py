@@ -24,7 +24,7 @@ from ndebench.platform.report import audit, controls, document, learning
 from ndebench.platform.report.integrity import fingerprint_line, integrity_markdown, integrity_warning
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
-from ndebench.platform.report.render import sections
+from ndebench.platform.report.render import forest, papertex, sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.format import fmt, fmt_p
 from ndebench.platform.report.render.leftout import left_out_markdown
@@ -33,7 +33,6 @@ from ndebench.platform.report.render.tables import (
     LABELS,
     TEST_NAMES,
     Table,
-    latex,
     markdown,
     status_line,
     study_sections,
@@ -75,7 +74,8 @@ class ReportFiles:
 
     @property
     def paths(self) -> tuple[Path, ...]:
-        return (self.results_csv, self.table_md, self.table_tex, self.summary_json, *self.figures)
+        full = self.table_tex.parent.glob("table_full.tex")
+        return (self.results_csv, self.table_md, self.table_tex, *full, self.summary_json, *self.figures)
 
 
 def primary_metrics(runs: pd.DataFrame) -> dict[str, str]:
@@ -261,7 +261,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
         *(f"\n{protocol[k]}\n" for k in ("rows", "tests") if protocol and k in protocol),
         *audited, *controlled, left_out_markdown(left_out), *compared,
         *(f"\n{line}\n" for line in (machine["note"], noted) if line), listed,
-    ], latex(study, tables, across, alpha), failed)
+    ], papertex.document(study, tables, alpha), failed)
+    papertex.write_full(directory, study, tables, across, alpha)
     summary = (_summary(study, everything, tables, across, primary, test, alpha) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
                | {"left_out_runs": left_out, "changed_results": changed} | compared_json
@@ -269,6 +270,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}, "machines": machine})
     mean = learning.mean_curves(curves, runs) if curves is not None and not curves.empty else None
     paths = study_figures(runs, primary, directory, alpha, gates, mode, mean, check)
+    paths += forest.forest_figures(tables, directory) if mode != "none" else []
     notes = [f"{model}: {sentence}" for model, (_, sentence) in gates.items()] + [n for n in [machine["note"]] if n]
     return ReportFiles(directory, document.write_csv(everything, directory), table_md, table_tex,
                        document.write_json(summary, directory), tuple(paths), tuple(tables), tuple(shown),

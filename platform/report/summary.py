@@ -47,7 +47,10 @@ def summary_sections(runs: pd.DataFrame, primary: dict[str, str], alpha: float =
         sections.append(Section(f"Extended summary: {key} ({len(datasets)} datasets)",
                                 ["model", "regularizer", "datasets", BASELINE,
                                  "regularizer mean", "improvement", "% change", "wins"],
-                                table, caption))
+                                table, caption, align="llrrrrrr",
+                                short_caption=f"Summary over {len(datasets)} " + ("" if key == "all" else f"{key} ")
+                                              + "set(s): improvement "
+                                              r"$\pm$ SEM vs.\ None"))
     return sections
 
 

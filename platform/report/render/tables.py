@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.common.labels import cell_label
 from ndebench.platform.record.schema import LISTED_STATUSES
+from ndebench.platform.report.render import latex as tex
 from ndebench.platform.report.render.format import DIGITS, fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
@@ -35,6 +36,7 @@ TEST_NAMES = {
     "welch": "Welch's two-sample t-test (scipy.stats.ttest_ind, equal_var=False)",
     "paired": "paired t-test over the seeds both cells share (scipy.stats.ttest_rel)",
 }
+SHORT_TESTS = {"student": "Student's t-test", "welch": "Welch's t-test", "paired": "paired t-test"}
 
 
 @dataclass
@@ -102,6 +104,10 @@ class Table:
                          for r, g in named.groupby("regularizer")}
         return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction,
                    {k: v for k, v in flagged.items() if k in by_cell})
+
+    def metric_label(self) -> str:
+        """The table's metrics as a reader names them (``accuracy``, ``accuracy / AUROC``)."""
+        return " / ".join(LABELS.get(m, m) for m in self.metric_names())
 
     def metric_names(self) -> list[str]:
         """The distinct metric columns of the table, sorted."""
@@ -253,8 +259,10 @@ def table_section(study: str, table: Table, alpha: float) -> Section:
     return Section("Primary metric" if table.title == "primary" else table.title,
                    ["regularizer"] + [column_title(table, d, metric) for _, d, metric in table.columns], rows,
                    text.replace("\\*", "*"), align="l" + "r" * len(table.columns),
-                   groups=_model_width(table.columns), label=_label(study, table.title), fit=True,
-                   tex_caption=caption(table, alpha, tex=True), md_caption=text)
+                   groups=_model_width(table.columns), label=_label(study, table.title),
+                   tex_caption=caption(table, alpha, tex=True), md_caption=text,
+                   short_caption=tex.significance_caption(table.metric_label(), table.usual_n, table.test,
+                                                          table.correction, alpha))
 
 
 ONE_DATASET = ("a (model, regularizer) that shares a single dataset with none has no comparison across datasets "
@@ -275,24 +283,28 @@ def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | 
                                        "% change", "wins", "Wilcoxon p", "Holm p"], rows, _across_caption(alpha),
                    notes=sorted({n for n in across["note"] if n}) + ([f"{single} row(s) left out: {ONE_DATASET}."]
                                                                      if single else []),
-                   align="llrrrrrr", label=_label(study, "across"), fit=True)
+                   align="llrrrrrr", label=_label(study, "across"),
+                   short_caption=f"Across datasets: Wilcoxon signed-rank test, Holm-corrected, $\\alpha = {alpha:g}$")
 
 
-def effects_section(study: str, table: Table) -> Section | None:
+def effects_section(study: str, table: Table, alpha: float) -> Section | None:
     """The test of every cell of ``table`` against ``none``, with its effect sizes; None when it has none."""
     rows = effect_rows(table)
     if not rows:
         return None
     align = "lllr" + "r" * (len(rows[0]) - 4)
     return Section(tests_title(table), effect_header(table), [[Cell(x) for x in row] for row in rows],
-                   effects_caption(table), align=align, label=_label(study, f"effects {table.title}"), fit=True)
+                   effects_caption(table), align=align, label=_label(study, f"effects {table.title}"),
+                   short_caption=f"Tests of {table.metric_label()} against none: {SHORT_TESTS[table.test]}, "
+                                 + ("uncorrected" if table.correction == "none" else f"{table.correction}-corrected")
+                                 + f", $\\alpha = {alpha:g}$")
 
 
 def study_sections(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> list[Section]:
     """The sections of ``table.md``, ``table.tex`` and the top of ``report.html``: the tables, the test of every
     tested cell of each with its p-value and effect sizes, and the across-dataset comparison."""
     found = [table_section(study, t, alpha) for t in tables]
-    found += [effects_section(study, t) for t in tables]
+    found += [effects_section(study, t, alpha) for t in tables]
     return [s for s in [*found, across_section(study, across, alpha)] if s is not None]
 
 
@@ -303,7 +315,7 @@ def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
     lines = [f"# Study {study}", "", status_line(runs), ""]
     lines += [line for t in tables for line in (to_markdown(table_section(study, t, alpha)).rstrip("\n"), "")]
     lines += flagged_lines(tables[0]) if tables else []
-    lines += [line for t in tables if (effects := effects_section(study, t))
+    lines += [line for t in tables if (effects := effects_section(study, t, alpha))
               for line in (to_markdown(effects).rstrip("\n"), "")]
     section = across_section(study, across, alpha)
     if section is None:
@@ -332,8 +344,8 @@ def _across_caption(alpha: float) -> str:
 
 
 def latex(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
-    """``table.tex`` of a study: one booktabs ``table`` per section of :func:`study_sections`."""
-    return (f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.\n\n"
+    """``table_full.tex`` of a study: one booktabs table per section of :func:`study_sections`."""
+    return (f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs}}.\n\n"
             + "\n".join(to_latex(s) for s in study_sections(study, tables, across, alpha)))
 
 
