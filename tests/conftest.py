@@ -1,5 +1,6 @@
 """Test order, the tests' temporary folders in RAM, new MLflow stores from a kept schema, the ``gpu`` lane and the
-fixtures several files share.
+fixtures several files share, a private PostgreSQL cluster among them (``store_uri`` runs a test on sqlite and on
+PostgreSQL).
 
 Files with ``system`` tests (Ray, servers, clusters: the long ones) go first, the longest of all in the order
 of :data:`LONGEST`, so that under the Makefile's two pytest-xdist workers (whole files each, handed out in this
@@ -195,3 +196,28 @@ def local_ray():
     ray.init(**local_ray_arguments(1))
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A private PostgreSQL 15 cluster on 127.0.0.1 for this test process (``tests/postgres.py``), stopped by its PID
+    at the end; the PostgreSQL cases skip only where the binaries are not installed."""
+    import postgres
+
+    if not postgres.available():
+        pytest.skip(f"PostgreSQL 15 is not installed ({postgres.BINARIES})")
+    cluster = postgres.Cluster()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_uri(request, tmp_path, monkeypatch):
+    """A new, empty MLflow store: a sqlite file, or a database of the private PostgreSQL cluster; each test that
+    takes it runs on both. A database's artifacts go to ``<cwd>/mlartifacts``: the test runs in ``tmp_path``."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    return request.getfixturevalue("postgres_cluster").new_store()

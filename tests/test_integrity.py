@@ -1,7 +1,7 @@
 """A result or tag changed after its run ended shows: every report flags it from the values it already reads (the
 digest the run recorded as it ended, over its results, the tags readers use and its params), and `ndebench verify`
 also reads each result metric's history and the study's lease records, and prints the study's fingerprint. On
-sqlite, with a synthetic study in the real run layout (the reviews' demonstrations: Continuum Dropout's
+sqlite and PostgreSQL, with a synthetic study in the real run layout (the reviews' demonstrations: Continuum Dropout's
 test_accuracy set to 0.96 by one `log_metric` per run after the sweep; `ndebench.regularizer` swapped between two
 runs; a forged run beside the real one, hidden as a lease run; `ndebench.result_lease` rewritten)."""
 from __future__ import annotations
@@ -26,7 +26,8 @@ STUDY = "t"
 
 
 @pytest.fixture
-def study(uri):
+def study(store_uri):
+    uri = store_uri  # sqlite and PostgreSQL
     write_study(uri, STUDY, 10)  # model-a on dataset-000: none and continuum_dropout, 5 seeds each
     return uri
 
@@ -40,7 +41,8 @@ def _verify(uri: str, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(uri):
+def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(store_uri):
+    uri = store_uri
     tags = {"study": STUDY, "phase": "evaluate", "model": "m", "dataset": "d", "regularizer": "none", "seed": "0",
             "cell": "c", "trial_dir": "t/evaluate-1/a"}
     recorder = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags)

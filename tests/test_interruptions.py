@@ -1,14 +1,15 @@
 """Interruptions and resumes never change a result: real sweeps in subprocesses, stopped with real signals.
 
 A paper-protocol grid sweep is killed (SIGKILL of its driver alone) in its base stage, stopped with Ctrl-C (SIGINT
-to its process group, as a terminal sends it) in its tune stage, stopped with Ctrl-C and then killed in its
-evaluate stage, and resumed after each stop. Each Ctrl-C exits 130 at once (not Ray Tune ending only the stage and
-the sweep reporting lost workers); each resume continues the runs the killed driver left running (one run per grid
-point and per (cell, seed), none left running) and removes the temporary folder the killed driver left; the sweep
-runs exactly the missing grid points and its tables and test metrics equal those of an uninterrupted sweep; a last
-resume from another data directory and CPU count reruns nothing. A TPE search stopped twice (SIGKILL of its driver,
-then SIGTERM to the driver alone) ends with exactly ``num_samples`` trials, and a second driver of a live study is
-refused.
+to its process group, as a terminal sends it) in its tune stage, stopped with Ctrl-C and then killed in its evaluate
+stage, and resumed after each stop. Each Ctrl-C exits 130 at once (not Ray Tune ending only the stage and the sweep
+reporting lost workers); each resume continues the runs the killed driver left running (one run per grid point and
+per (cell, seed), none left running) and removes the temporary folder the killed driver left; the sweep runs exactly
+the missing grid points and its tables and test metrics equal those of an uninterrupted sweep; a last resume from
+another data directory and CPU count reruns nothing. On PostgreSQL, a driver killed in its evaluate stage resumes to
+the same table and test metrics as the uninterrupted sweep on sqlite. A TPE search stopped twice (SIGKILL of its
+driver, then SIGTERM to the driver alone) ends with exactly ``num_samples`` trials, and a second driver of a live
+study is refused.
 """
 import contextlib
 import os
@@ -185,6 +186,35 @@ def test_grid_sweep_killed_and_stopped_in_every_stage_resumes_to_the_uninterrupt
     assert again.returncode == 0, again.stdout + again.stderr
     assert "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1], 4 already recorded" in again.stdout
     assert len(_trials(uri, "stops", "evaluate")) == 4 and len(_trials(uri, "stops", "base")) == 2
+
+
+def test_a_driver_killed_on_postgresql_resumes_to_the_uninterrupted_result(tmp_path, uninterrupted,
+                                                                            postgres_cluster):
+    """The study in a PostgreSQL database: the driver alone is killed (SIGKILL) while its evaluate stage trains;
+    the resume takes the study over at once (its driver is gone from this machine), continues the runs it left
+    running and ends with the table and test metrics of the uninterrupted sweep on sqlite."""
+    from postgres import count_rows as pg_count
+
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(GRID))
+    uri = postgres_cluster.new_store()
+    trained = ("select count(distinct m.run_uuid) from metrics m join tags t on t.run_uuid = m.run_uuid "
+               "where m.key = 'train_loss' and t.key = 'ndebench.phase' and t.value = ?")
+    killed = _start(tmp_path, "grid.yaml", "--tracking-uri", uri)
+    _stop_when(killed, lambda: pg_count(uri, trained, "evaluate") >= 1, signal.SIGKILL, group=False)
+    resumed = _run(tmp_path, "grid.yaml", "--resume", "--tracking-uri", uri)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"taking over study 'stops' from driver {os.uname().nodename}:{killed.pid}" in resumed.stdout, (
+        resumed.stdout)
+    runs = search(uri, "stops")
+    assert not [r.info.run_id for r in runs if r.info.status == "RUNNING" or run_status(r) == "running"]
+    evaluated = _trials(uri, "stops", "evaluate")
+    assert Counter((r.data.tags[f"{TAG}cell"], r.data.tags[f"{TAG}seed"]) for r in evaluated) == {
+        (f"neural_cde__synthetic__{reg}", seed): 1 for reg in ("none", "continuum_dropout") for seed in ("0", "1")}
+    assert {run_status(r) for r in evaluated} == {"ok"}
+    assert any(r.data.tags.get(f"{TAG}interruption", "").startswith("driver lost: ") for r in evaluated)
+    assert _metrics(uri, "stops") == _metrics(f"sqlite:///{uninterrupted / 'mlflow.db'}", "stops")
+    assert _table(tmp_path, "stops") == _table(uninterrupted, "stops")
+    assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
 
 
 def test_tpe_search_stopped_twice_ends_with_its_budget_and_one_driver_per_study(tmp_path):

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,55 @@ def test_a_local_ray_starts_no_idle_worker_that_no_trial_could_use():
         assert any("raylet" in " ".join(cmd) for cmd in started), started  # the children are this Ray's
     finally:
         ray.shutdown()
+
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}  # the last: 127.0.0.1 on a dual-stack (IPv6) socket
+
+
+def _listening(root) -> set[tuple[str, str, int]]:
+    """(process name, address, port) of every listening TCP socket of ``root`` and its descendants."""
+    import psutil
+
+    found = set()
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):  # one that ended since the listing
+            name = process.name()
+            found |= {(name, c.laddr.ip, c.laddr.port) for c in process.net_connections(kind="tcp")
+                      if c.status == psutil.CONN_LISTEN}
+    return found
+
+
+@pytest.mark.system
+def test_a_local_sweep_listens_on_the_loopback_only(tmp_path, one_cpu_ray):
+    """Every port a local ``ndebench run`` opens (its driver's and its Ray's: the GCS, the raylet, the agents, the
+    trial workers) listens on 127.0.0.1 / ::1, sampled while the sweep runs; Ray's default is the interface that
+    routes outwards (gcs_server and raylet on ``*``)."""
+    import psutil
+    import yaml
+
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({
+        "study": "ports", "models": ["neural_ode"], "datasets": ["synthetic"], "regularizers": ["none"],
+        "evaluate": {"seeds": [0, 1]}, "training": {"epochs": 3, "min_epochs": 3}, "resources": {"cpu": 1},
+        "report": {"figures": "none"}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    driver = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "run", "sweep.yaml"], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    seen: set[tuple[str, str, int]] = set()
+    try:
+        root = psutil.Process(driver.pid)
+        while driver.poll() is None:
+            seen |= _listening(root)
+            time.sleep(0.2)
+        out = driver.communicate(timeout=60)[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # what is left of its local Ray
+        driver.wait()
+    assert driver.returncode == 0, out
+    names = {name for name, _, _ in seen}
+    assert {"gcs_server", "raylet"} <= names and any(n.startswith("ray::") for n in names), seen
+    assert {(n, ip, port) for n, ip, port in seen if ip not in LOOPBACK} == set()
 
 
 def test_tracking_uri_defaults_to_mlflow_tracking_uri(monkeypatch, tmp_path):

@@ -225,13 +225,34 @@ def test_the_trivial_sweep_is_one_cell_of_n_trials_then_one_evaluate_run():
     assert spec.evaluate.seeds == (0,) and spec.resources.system_metrics is False
 
 
+def test_bench_scale_runs_writes_and_reports_a_study_in_postgresql(postgres_cluster, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the database's artifacts go to <cwd>/mlartifacts
+    uri = postgres_cluster.new_store()
+    assert main(["bench", "scale", "--runs", "12", "--workers", "2", "--tracking-uri", uri, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["tracking_uri"] == uri and result["write_s"] > 0 and result["report_s"] > 0
+    study, = tracking.study_names(uri)
+    assert study.startswith("scale-12-")
+    assert len(tracking.search(uri, study, "tags.`ndebench.kind` = 'trial'")) == 12
+
+
 @pytest.mark.system
-def test_bench_scale_trials_runs_them_on_a_simulated_cluster(capsys):
-    assert main(["bench", "scale", "--trials", "4", "--nodes", "2", "--cpus-per-node", "1", "--json"]) == 0
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_bench_scale_trials_runs_them_on_a_simulated_cluster(store, request, capsys, tmp_path, monkeypatch):
+    """The default temporary sqlite store, or ``--tracking-uri`` a PostgreSQL database (where the study stays)."""
+    monkeypatch.chdir(tmp_path)
+    uri = request.getfixturevalue("postgres_cluster").new_store() if store == "postgresql" else None
+    flags = ["--tracking-uri", uri] if uri else []
+    assert main(["bench", "scale", "--trials", "4", "--nodes", "2", "--cpus-per-node", "1", "--json", *flags]) == 0
     result = json.loads(capsys.readouterr().out)
     assert list(result) == ["trials", "wall_s", "overhead_ms_per_trial", "driver_peak_rss_mb"]
     assert result["trials"] == 4 and result["wall_s"] > 0 and result["overhead_ms_per_trial"] > 0
     assert result["driver_peak_rss_mb"] > 100  # torch, Ray and MLflow are imported in the driver
+    if uri:
+        study, = tracking.study_names(uri)
+        tune = tracking.search(uri, study, "tags.`ndebench.phase` = 'tune' and tags.`ndebench.kind` = 'trial'")
+        assert study.startswith("bench-trials-4-") and len(tune) == 4
+        assert {tracking.run_status(r) for r in tune} == {"ok"}
 
 
 def test_the_fifo_scheduler_picks_the_oldest_live_pending_trial_then_the_oldest_paused():

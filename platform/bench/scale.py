@@ -4,7 +4,8 @@ The trials are real (the sweep engine, its searcher and progress, the trainable,
 checkpoint per epoch) but trivial: a Neural ODE of latent size 2 trained for one epoch on 24 generated series of
 8 points. They run on a simulated cluster (``ray.cluster_utils.Cluster``: ``nodes`` nodes of ``cpus_per_node``
 logical CPUs, in a private temporary directory, shut down afterwards) that the driver joins as ``ndebench run
---address`` does, recording into a temporary sqlite store.
+--address`` does, recording into a temporary sqlite store or the ``tracking_uri`` given (a server or a database
+such as PostgreSQL, under a study name of its own).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import resource
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -40,14 +42,15 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2,
+def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2, tracking_uri: str | None = None,
                  say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run :func:`trivial_sweep` of ``trials`` trials on a simulated cluster and measure its driver (this process).
 
     ``wall_s``: seconds of the sweep (Ray joined, the search stage, the evaluate stage, the cell runs closed);
     ``overhead_ms_per_trial``: the driver's CPU time (user + system, all its threads) over the same span divided
     by ``trials``, so it also carries the sweep's fixed costs; ``driver_peak_rss_mb``: the process's peak
-    resident memory (``getrusage`` ``ru_maxrss``), imports included."""
+    resident memory (``getrusage`` ``ru_maxrss``), imports included. ``tracking_uri``: the store (default: a
+    temporary sqlite file), where the study is named ``bench-trials-N-<random>``."""
     import ray
     from ndebench.platform import api
     from ray.cluster_utils import Cluster
@@ -55,7 +58,8 @@ def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2,
     # Workers report through Ray's log stream, and Tune's console output would mix with a --json result.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     with tempfile.TemporaryDirectory(prefix="ndebench-trials-") as tmp:
-        spec = api.load(trivial_sweep(f"bench-trials-{trials}", trials))
+        study = f"bench-trials-{trials}" + (f"-{uuid.uuid4().hex[:8]}" if tracking_uri else "")
+        spec = api.load(trivial_sweep(study, trials))
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": cpus_per_node, "temp_dir": os.path.join(tmp, "ray"), "include_dashboard": False,
             "object_store_memory": 128 * 1024**2})
@@ -67,7 +71,7 @@ def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2,
                 f"{trials} trivial trial(s) in one stage")
             cpu, start = _cpu_s(), time.perf_counter()
             with contextlib.redirect_stdout(sys.stderr):
-                outcome = api.sweep(spec, uri=f"sqlite:///{os.path.join(tmp, 'mlflow.db')}",
+                outcome = api.sweep(spec, uri=tracking_uri or f"sqlite:///{os.path.join(tmp, 'mlflow.db')}",
                                     storage_path=os.path.join(tmp, "ray_results"), address=cluster.address,
                                     single_node=True)
             wall, cpu = time.perf_counter() - start, _cpu_s() - cpu

@@ -221,6 +221,7 @@ def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = Fa
     ``concurrency_speedup`` = spacing one at a time / spacing two at a time (2 = perfect).
     """
     import ray
+    from ndebench.platform.cluster.joining import loopback_only
     from ndebench.platform.worker.loop import run_trial
     from ndebench.platform.worker.spec import TrialSpec
     from ray import tune
@@ -240,7 +241,8 @@ def bench_platform(*, trials: int = 12, epochs: int = 2, reuse_actors: bool = Fa
         start = time.perf_counter()
         started_here = not ray.is_initialized()
         if started_here:
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024**2, log_to_driver=False)
+            with loopback_only(None):
+                ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024**2, log_to_driver=False)
         ray_start = time.perf_counter() - start
         try:
             walls, spacings, runs = {}, {}, {}

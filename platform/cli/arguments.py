@@ -284,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "'bench scale --runs N' writes a synthetic study of N evaluate runs (the real run layout) to a "
                     "temporary sqlite store or --tracking-uri and times `ndebench report` on it; "
                     "'bench scale --trials N' runs a sweep stage of N trivial trials on a simulated cluster on this "
-                    "machine and measures its driver (CPU per trial, peak memory, wall time). "
+                    "machine (recording into a temporary sqlite store or --tracking-uri) and measures its "
+                    "driver (CPU per trial, peak memory, wall time). "
                     "'bench throughput CONFIG' trains the config's first evaluate cell (or --cell) and reports "
                     "trials per hour on this machine with --device, --stack K and --concurrent N.",
     )
@@ -329,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--reuse-actors", action="store_true",
                        help="platform: let Tune keep worker processes between trials (TuneConfig(reuse_actors=True))")
     bench.add_argument("--runs", type=_positive_int, help="scale: evaluate runs of the synthetic study")
-    bench.add_argument("--tracking-uri", help="scale: a tracking server (http://...) to measure through "
+    bench.add_argument("--tracking-uri", help="scale: the store to measure with, a tracking server (http://...) or a "
+                                              "database (postgresql://...), where the study gets a unique name "
                                               "(default: a temporary sqlite store)")
     bench.add_argument("--workers", type=_positive_int, default=2,
                        help="scale: processes writing the synthetic study (default: 2)")

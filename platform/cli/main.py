@@ -334,7 +334,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.trials is not None:
             from ndebench.platform.bench.scale import bench_trials
 
-            result = bench_trials(args.trials, nodes=args.nodes, cpus_per_node=args.cpus_per_node, say=say)
+            result = bench_trials(args.trials, nodes=args.nodes, cpus_per_node=args.cpus_per_node,
+                                  tracking_uri=args.tracking_uri, say=say)
         else:
             result = bench.bench_scale(args.runs, args.tracking_uri, workers=args.workers, figures=args.figures,
                                        reuse=args.reuse_study, say=say)

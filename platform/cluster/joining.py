@@ -2,14 +2,18 @@
 
 ``--address`` defaults to ``$RAY_ADDRESS`` (which ``ray job submit`` sets for its entrypoint), so a sweep inside
 a Ray Job joins the job's cluster. Without either, a private local Ray is started (``address="local"``), never
-a cluster that happens to run on this machine. A joined cluster may grow (autoscaling, late ``ray start``), so
+a cluster that happens to run on this machine, and bound to the loopback: every port it opens (the GCS, the
+raylet, the object manager, the workers, the dashboard and runtime-env agents) listens on 127.0.0.1 only, as Ray
+does on macOS and Windows. A joined cluster may grow (autoscaling, late ``ray start``), so
 the multi-node rules apply to it whatever the number of nodes alive now, and each trial re-checks on its own
 node that the storage and data are there before it starts.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,6 +61,28 @@ def init_arguments(address: str | None, verbose: bool) -> dict[str, Any]:
     # 256 MiB is plenty; Ray's default of 30% of RAM would reserve gigabytes of /dev/shm.
     return {"address": "local", "include_dashboard": False, "object_store_memory": 256 * 1024**2,
             "log_to_driver": verbose, "_system_config": dict(LOCAL_SYSTEM_CONFIG)}
+
+
+@contextlib.contextmanager
+def loopback_only(address: str | None) -> Iterator[None]:
+    """While a local Ray (``address`` None) starts inside this block, it takes 127.0.0.1 as the node's address, so
+    that each of its processes binds there; joining ``address`` is left as it is.
+
+    Ray 2.60 binds its servers to the node's address, which ``ray.init`` resolves to the interface that routes
+    outwards, even from ``_node_ip_address="127.0.0.1"``, unless ``ray_constants.ENABLE_RAY_CLUSTER`` is off (what
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` sets at Ray's import, the default on macOS and Windows). Only the
+    driver resolves the address; Ray's processes are handed it."""
+    if address:
+        yield
+        return
+    from ray._private import ray_constants
+
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
 
 
 class NodeNotReady(RuntimeError):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ndebench.platform.cluster.joining import init_arguments
+from ndebench.platform.cluster.joining import init_arguments, loopback_only
 from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.cluster.sweeplog import write_private
 from ndebench.platform.failures.leftovers import DRIVER_LOG, process_folder, remove_orphaned
@@ -49,7 +49,8 @@ class RaySession:
         logging.getLogger("ray").addHandler(self._driver_handler)
         if not ray.is_initialized():
             try:
-                ray.init(**init_arguments(self.address, self.verbose))
+                with loopback_only(self.address):
+                    ray.init(**init_arguments(self.address, self.verbose))
             except Exception as exc:  # noqa: BLE001 - whatever stops Ray from starting is the machine's failure
                 where = f"at {self.address}" if self.address else "on this machine"
                 raise InfrastructureError(f"Ray {where} did not start: {cause_line(exc)}") from exc

@@ -45,9 +45,12 @@ def tracking_uri(uri: str | None = None) -> str:
 
 
 def artifact_root(uri: str) -> str | None:
-    """Artifacts beside a sqlite database (``<db dir>/mlartifacts``); the server decides otherwise."""
+    """Artifacts beside a sqlite database (``<db dir>/mlartifacts``), of another database (``postgresql://``) in
+    ``<cwd>/mlartifacts`` (not MLflow's ``./mlruns``); a server decides itself."""
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+    if uri.split("://", 1)[0].lower() not in ("http", "https"):
+        return (Path.cwd() / "mlartifacts").resolve().as_uri()
     return None
 
 
