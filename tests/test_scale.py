@@ -164,7 +164,7 @@ def test_figure_modes_are_chosen_by_pairs_and_named(tmp_path):
         names[mode] = {p.name.split("_")[0] for p in files.figures}
         summary = json.loads(files.summary_json.read_text())["figures"]
         assert summary["mode"] == mode and f"Figures: {mode}" in files.table_md.read_text()
-    assert names == {"all": {"seeds"}, "summary": set(), "none": set()}
+    assert names == {"all": {"seeds", "forest"}, "summary": {"forest"}, "none": set()}
 
 
 def test_many_figures_are_drawn_in_worker_processes_like_here(tmp_path):

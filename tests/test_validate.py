@@ -17,8 +17,11 @@ def test_every_shipped_config_validates(config, capsys):
     if config.stem.startswith("paper_"):
         raw = yaml.safe_load(config.read_text())
         assert raw["protocol"] == "paper" and raw["tune"]["sampler"] == "grid"
-        # Paper configs ask for a GPU node's CPUs; on a smaller machine only that warning may appear.
-        assert [line for line in out.splitlines() if "warning" in line and "resources.cpu" not in line] == [], out
+        # Paper configs ask for a GPU node's CPUs, and most of their sets do not ship: on a smaller machine without
+        # the archive only those warnings may appear.
+        expected = ("resources.cpu", "has no files in")
+        assert [line for line in out.splitlines()
+                if "warning" in line and not any(e in line for e in expected)] == [], out
 
 
 def test_a_value_a_model_refuses_fails_validate(tmp_path, capsys):
