@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from ndebench.platform.common.metrics import decisive
 from ndebench.platform.engine.searchspace import Past, contains
 from ndebench.platform.engine.stacktrainable import member_outcomes, stack_group
 from ndebench.platform.engine.stages import StageContext, trial_dirname
@@ -97,7 +98,7 @@ def _past(history: list[Any], search: CellSearch, sampler: str) -> Past:
         usable = score is not None and math.isfinite(score)
         state = (TrialState.COMPLETE if usable else TrialState.PRUNED if trial.status == "stopped"
                  else TrialState.FAIL)
-        ended.append((values, state, score if usable else None))
+        ended.append((values, state, decisive(score) if usable else None))  # as the searcher tells a live one
     unfinished = tuple(v for t, v, _ in history if t.status in RESUMABLE_STATUSES)
     return Past(tuple(reversed(ended)), unfinished)
 

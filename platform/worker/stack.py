@@ -320,6 +320,7 @@ def run_stack(
     note: Callable[[str], None] | None = None,
     on_stack_epoch: Callable[[], None] | None = None,
     exact: bool = False,
+    widths: list[int] | None = None,
 ) -> list[TrialResult]:
     """Train and evaluate the trials ``specs`` as one stack; the results in the order of ``specs``.
 
@@ -330,7 +331,9 @@ def run_stack(
     every unfinished member ends with status ``timeout``. ``note`` receives one line when the stack falls back
     to training its members one after another (see the module docstring). ``on_stack_epoch()`` is called after
     each epoch of the stack, once every running member's hooks ran (after each member's checkpoint hook when the
-    members train one after another): where a caller reports the stack's progress and checkpoints.
+    members train one after another): where a caller reports the stack's progress and checkpoints. ``widths``
+    gains the number of members each stacked epoch trains (nothing when they train one after another): a member
+    leaves the stack at the end of the epoch it stops in, and the next epoch stacks the running ones alone.
 
     Every member draws from its own generators, so its randomness is that of its trial alone. The arithmetic:
     the batched matrix products of :class:`StackedLinear` sum in another order than one member's, a few float32
@@ -367,14 +370,15 @@ def run_stack(
             return fallback(why)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
         evaluate: Evaluator = stack.evaluate
-        if specs[0].solver is not None and specs[0].solver.cuda_graph == "stack":
+        asked = _region_asked(specs[0])
+        if asked is not None:
             region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
             if region is None:
                 epochs = regions = RegionEpochs(stack, epochs, note)
                 evaluate = regions.evaluate
-            elif note is not None:
+            elif note is not None and (asked or not exact):
                 note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
-        _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch)
+        _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch, widths)
         done = [m for m in members if m.result is None]
         for m in done:
             m.training.load_selected(m.spec)
@@ -387,6 +391,16 @@ def run_stack(
         if limit is None:
             raise
         raise limit from exc
+
+
+def _region_asked(spec: TrialSpec) -> bool | None:
+    """Whether ``spec``'s stack trains as one region: ``True`` asked (``solver.cuda_graph: stack``), ``False`` by
+    default (``auto`` on the CPU, where the region runs eagerly and its members train as their trials alone), ``None``
+    not (on CUDA the capture stays opt-in until it has run on a GPU; ``off``, ``on``)."""
+    setting = spec.solver.cuda_graph if spec.solver is not None else "auto"
+    if setting == "stack":
+        return True
+    return False if setting == "auto" and torch.device(spec.device).type == "cpu" else None
 
 
 def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> CheckpointHook | None:
@@ -402,10 +416,13 @@ def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> Chec
 
 
 def _train(epochs: EpochTrainer, evaluate: Evaluator, members: list[Member], on_epoch: list[EpochHook | None],
-           on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None) -> None:
+           on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None,
+           widths: list[int] | None) -> None:
     hooks = {id(m): (e, c) for m, e, c in zip(members, on_epoch, on_checkpoint, strict=True)}
     running = [m for m in members if m.running]
     while running:
+        if widths is not None:
+            widths.append(len(running))
         start = time.perf_counter()
         for m in running:
             m.training.epoch += 1
