@@ -89,7 +89,7 @@ class StackedWeights:
             options["capturable"] = self.params[0].device.type == "cuda"
         self.optimizer = type(template)(self.params, **options)
         self.lr = torch.ones(len(models), dtype=self.params[0].dtype, device=self.params[0].device)
-        self.shared_lr: torch.Tensor | None = None
+        self.shared_lr = False
         for i, param in enumerate(self.params):
             own = [o.state.get(o.param_groups[0]["params"][i], {}) for o in optimizers]
             self.optimizer.state[param] = _fresh_state(self.optimizer, param) if not any(own) else self._stacked(own)
@@ -115,9 +115,11 @@ class StackedWeights:
         with torch.no_grad():
             self.lr.copy_(torch.tensor([o.param_groups[0]["lr"] for o in optimizers], dtype=self.lr.dtype))
         rates = {o.param_groups[0]["lr"] for o in optimizers}
-        # One learning rate for all (a cell's seeds, a regularizer grid): the optimizer steps at it, each member's
-        # step then its own alone's bit for bit; else at 1, scaled per member (a few ulps apart).
-        self.shared_lr = torch.tensor([rates.pop()], dtype=torch.float64) if len(rates) == 1 else None
+        # One learning rate for all (a cell's seeds, a regularizer grid) on the CPU: the optimizer steps at it, each
+        # member's step then its own alone's bit for bit; else at 1, scaled per member (a few ulps apart), which a
+        # CUDA graph replays with the learning rates of later epochs.
+        self.shared_lr = len(rates) == 1 and self.lr.device.type == "cpu"
+        self.optimizer.param_groups[0]["lr"] = rates.pop() if self.shared_lr else 1.0
         for k, model in enumerate(models):
             for name, param in zip(self.names, self.params, strict=True):
                 own = model.get_parameter(name)
@@ -155,13 +157,10 @@ class StackedWeights:
                 g.mul_(_rows(coef, g))
         before = [param.detach().clone() for param in self.params]
         states = [{k: v.clone() for k, v in self.optimizer.state[p].items()} for p in self.params]
-        rates = self.lr[active].unique() if self.shared_lr is None else self.shared_lr
-        shared = rates.numel() == 1
-        self.optimizer.param_groups[0]["lr"] = float(rates[0]) if shared else 1.0
         self.optimizer.step()
         anyone = active.any()
         for param, old, saved in zip(self.params, before, states, strict=True):
-            stepped = param if shared else old + _rows(self.lr, param) * (param - old)
+            stepped = param if self.shared_lr else old + _rows(self.lr, param) * (param - old)
             param.copy_(torch.where(_rows(active, param), stepped, old))
             for key, value in self.optimizer.state[param].items():
                 value.copy_(torch.where(anyone if value.dim() == 0 else _rows(active, value), value, saved[key]))
@@ -211,6 +210,9 @@ class StackRegion:
         """``z(T)`` ``(K * B, H)`` from the stacked weights; training mode with the members' training generators,
         or evaluation mode drawing from ``rngs``."""
         for linear in self.stack.linears:
+            if linear.exact:  # each member's own layer, its weights views of the stack's: its gradient lands there
+                linear.gather(self.models)
+                continue
             weight = self.weights.params[self.layers[f"{linear.name}.weight"]]
             bias = self.layers.get(f"{linear.name}.bias")
             linear.weight = weight.transpose(1, 2)
