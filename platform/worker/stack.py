@@ -14,9 +14,8 @@ predictions and metrics computed as its trial's alone.
 A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
 latent such as an SDE's Brownian motion), members that differ in a shape, or members that differ in more than
 their seed and their regularizer's hyperparameters (:func:`differing`), train one after another in this process
-(:func:`run_trial`), with the reason in ``note`` of every member's result. With ``solver.cuda_graph: stack`` a
-stack's training step is one region instead, its members' weights stacked
-(:mod:`~ndebench.platform.worker.stackgraph`).
+(:func:`run_trial`), with the reason in ``note``. On the CPU (``solver.cuda_graph`` ``auto``) or with ``stack`` a
+stack's training step is one region, its weights stacked (:mod:`~ndebench.platform.worker.stackgraph`).
 """
 from __future__ import annotations
 
@@ -39,6 +38,7 @@ from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
 from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.platform.worker.stackexact import rounds_alone
 from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
 from ndebench.regularizers.base import PassSpec, Regularizer
 from torch import nn
@@ -253,30 +253,6 @@ class Stack:
             return "the stacked solve does not reproduce the members' own (a layer mixes members' rows)"
         return None
 
-    def rounds_alone(self, members: Sequence[Member]) -> bool:
-        """Whether the batched solve gives every member its own ``z(T)`` and its own gradient of ``|z(T)|^2`` in its
-        linear layers bit for bit on its first and last training batches (torch picks its matrix kernels by shape, and a
-        batched one can sum in another order than a member's alone)."""
-        shapes = [list(m.built.feeds["train"].batches(m.built.batch_size, None)) for m in members]
-        return all(self._rounds_alone(members, [b[i] for b in shapes]) for i in {0, len(shapes[0]) - 1})
-
-    def _rounds_alone(self, members: Sequence[Member], batches: list[Any]) -> bool:
-        models = [m.built.model for m in members]
-        weights = [[p for name, p in model.named_parameters() if name.split(".")[0] not in ("head", "regularizer")]
-                   for model in models]
-        with torch.enable_grad():
-            alone = [model.latent(b[0], TrialRNG.for_evaluation(m.spec.seed))
-                     for model, m, b in zip(models, members, batches, strict=True)]
-            grads = [torch.autograd.grad(z.square().sum(), w, allow_unused=True)
-                     for z, w in zip(alone, weights, strict=True)]
-            stacked = self.latent(members, cat_inputs([b[0] for b in batches]),
-                                  [TrialRNG.for_evaluation(m.spec.seed) for m in members])
-            together = torch.autograd.grad(stacked.square().sum(), [p for w in weights for p in w], allow_unused=True)
-        same = torch.equal(stacked.detach(), torch.cat(alone).detach())
-        mine = [g for member in grads for g in member]
-        return same and all((a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
-                            for a, b in zip(mine, together, strict=True))
-
 
 def _train_epoch(stack: Stack, members: list[Member]) -> dict[int, float | None]:
     """One pass of every running member over its own training batches; member index -> mean loss, or ``None``
@@ -392,10 +368,7 @@ def run_stack(
         why = stack.mismatch(members)
         if why is not None:
             return fallback(why)
-        if not exact and not stack.rounds_alone(members):
-            # The batched products round otherwise than a member's alone on these shapes: an ulp that training
-            # amplifies tenfold per epoch and that would move early stopping (docs/protocol.md). Each member's
-            # layers run alone instead, bit for bit its trial's.
+        if not exact and not rounds_alone(stack, members):  # an ulp that would move early stopping
             stack = Stack(members[0].built.model, exact=True)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
         evaluate: Evaluator = stack.evaluate
@@ -424,8 +397,7 @@ def run_stack(
 
 def _region_asked(spec: TrialSpec) -> bool | None:
     """Whether ``spec``'s stack trains as one region: ``True`` asked (``solver.cuda_graph: stack``), ``False`` by
-    default (``auto`` on the CPU, where the region runs eagerly and its members train as their trials alone), ``None``
-    not (on CUDA the capture stays opt-in until it has run on a GPU; ``off``, ``on``)."""
+    default (``auto`` on the CPU), ``None`` not (``off``, ``on``; on CUDA the capture stays opt-in)."""
     setting = spec.solver.cuda_graph if spec.solver is not None else "auto"
     if setting == "stack":
         return True
