@@ -108,7 +108,8 @@ def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
     what the stage line says of it. A cell stacks when every searched key is a regularizer hyperparameter
     (``regularizer.*``: its points share every model, training and solver setting, hence every shape), and only
     without ASHA: ASHA stops whole Tune trials, and a stack's members reach each rung together, so it could not
-    stop one member and keep the others as it does unstacked trials."""
+    stop one member and keep the others as it does unstacked trials; and only under the ``grid`` and ``random``
+    samplers, whose points do not depend on the trials that ended before (a TPE stack of K would ask K at once)."""
     if size <= 1:
         return {}, ""
     cells = {c.key: size for c in stage.cells
@@ -117,6 +118,9 @@ def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
         return {}, ""
     if stage.tune.scheduler == "asha":
         return {}, f"; resources.stack={size} not applied: ASHA stops Tune trials, not the members of a stack"
+    if stage.tune.sampler == "tpe":
+        return {}, (f"; resources.stack={size} not applied: TPE proposes each point from the trials ended before it, "
+                    "and a stack would ask its points at once")
     return cells, f"; up to {size} points per Tune trial, stacked, in {len(cells)} of {len(stage.cells)} cell(s)"
 
 
