@@ -129,6 +129,9 @@ class Regularizer(nn.Module):
     (Algorithm 1's N_MC), 1 unless the regularizer takes it as a hyperparameter. ``point_predictor`` names the
     predictor of the headline metrics: ``"mean_latent"`` (Algorithm 1, ``head(mean_j z_j(T))``) or
     ``"mc_probs"`` (the mean of the per-pass probabilities, for baselines whose source predicts that way).
+    ``stack_blocker`` says why trials with this regularizer cannot be trained as one stacked model (``None``: they
+    can, each member modulating its own rows through ``draw`` and ``modulate``); their stacks then train their
+    members one after another.
     """
 
     test_time: ClassVar[TestTime] = "deterministic"
@@ -139,6 +142,7 @@ class Regularizer(nn.Module):
     capturable: ClassVar[bool] = False
     head_dropout: float | None = None
     step_clock: StepClock | None = None
+    stack_blocker: ClassVar[str | None] = None
 
     def active(self) -> bool:
         """Whether the latent-dynamics hooks apply in the current mode."""

@@ -19,6 +19,8 @@ class FieldLayerRegularizer(Regularizer):
     """
 
     label: ClassVar[str]
+    stack_blocker = ("its layers sit in each member's own vector-field MLP, which a stack's batched field does not "
+                     "call")
 
     def __init__(self) -> None:
         super().__init__()

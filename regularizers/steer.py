@@ -27,6 +27,7 @@ class Steer(Regularizer):
     """
 
     stochastic = True
+    stack_blocker = "each member's pass ends at its own drawn time T', and a stacked solve has one time grid"
 
     def __init__(self, b: float = 0.5):
         super().__init__()

@@ -170,6 +170,7 @@ SUBWINGS = {
     "report.statistics": ("the statistics: cell summaries, tests, corrections, effect sizes", "report"),
     "report.render": ("tables, sections, HTML and figures, drawn from what the analyses hand over", "report"),
     "report.paper": ("the paper's data and the comparison with it, built on statistics/ and render/", "report"),
+    "report.methods": ("many methods over many sets: per-set tests, ranks, Friedman, Bayesian signed-rank", "report"),
     "record.lease": ("the one-driver lease inside the study: its records, heartbeat and fences",
                      "record.tracking"),
 }

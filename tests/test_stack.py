@@ -174,3 +174,30 @@ def test_a_resumed_member_finds_its_own_folder_in_a_stack_s_checkpoints(tmp_path
     (trial / "checkpoint_000003").mkdir()
     save_trial_state({"epoch": 3, "who": "alone"}, trial / "checkpoint_000003")
     assert _resume_state(Storage(tmp_path / "root"), "study", tags)[0] == {"epoch": 3, "who": "alone"}
+
+
+BUILTIN_REGULARIZERS = ("none", "continuum_dropout", "naive_dropout_drift", "naive_dropout_head", "jump_diffusion",
+                        "jump_diffusion_ttn", "steer", "tabn")
+
+
+@pytest.mark.parametrize("regularizer", BUILTIN_REGULARIZERS)
+def test_every_regularizer_stacks_as_its_trials_alone_or_falls_back_and_says_why(regularizer):
+    """Members that differ in the regularizer's value (a tune stage's grid points) on a model that stacks: each ends
+    exactly as its trial alone, or the stack trains them one after another with a note naming the regularizer's
+    ``stack_blocker`` (STEER's members end their passes at different times; naive drift dropout's and TA-BN's
+    layers sit in each member's own field), never an error."""
+    from ndebench.regularizers.catalog import BUILTINS
+
+    values = {name: h.choices for name, h in BUILTINS[regularizer].hyperparams.items() if len(h.choices) > 1}
+    points = [{name: choices[i] for name, choices in values.items()} for i in (0, 1)]
+    short = dataclasses.replace(TRAINING, epochs=2)
+    specs = [_spec(seed, model="neural_ode", regularizer=regularizer, regularizer_params=params, training=short)
+             for seed, params in zip((0, 1), points, strict=True)]
+    notes = []
+    stacked = run_stack(specs, note=notes.append, exact=True)
+    blocker = build_trial(specs[0]).model.regularizer.stack_blocker
+    assert notes == ([] if blocker is None else [notes[0]])
+    assert blocker is None or blocker in notes[0]
+    assert [r.status for r in stacked] == ["ok", "ok"]
+    for a, b in zip([run_trial(s) for s in specs], stacked, strict=True):
+        _same(a, b)

@@ -15,6 +15,7 @@ from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import architectures, audit, controls, mc_samples, report, sensitivity, summary, timing
 from ndebench.platform.report.integrity import integrity_warning
 from ndebench.platform.report.machines import machines
+from ndebench.platform.report.methods import sections as methods
 from ndebench.platform.report.render import html_report, sections
 
 
@@ -48,6 +49,9 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         "Compute time": ("timing", "no continuum_dropout runs with timings", timing.time_sections(frame)),
         "Extended summary over datasets": ("summary_extended", "no regularizer shares datasets with none",
                                            summary.summary_sections(runs, primary, alpha, channels)),
+        "Many methods over many sets": ("methods", methods.SKIPPED,
+                                        methods.methods_sections(runs, primary, files.tables[0].test, alpha, directory)
+                                        if files.tables else []),
         "Selection audit": ("selection_audit", audit.SKIPPED,
                             [audit.audit_section(selection, primary)] if len(selection) else []),
         "Dropout vs ensembling": ("mc_control", controls.SKIPPED, [] if control is None else [control]),

@@ -121,7 +121,10 @@ class StackedRegularizer(Regularizer):
 def unstackable(model: NDEClassifier) -> str | None:
     """Why ``model``'s latent solve cannot be stacked (``None``: it can): every module outside the head and the
     regularizer must be an ``nn.Linear`` or hold no parameters or buffers of its own (the root's ``times``
-    aside), and the latent must be deterministic given the regularizer's draws."""
+    aside), the latent must be deterministic given the regularizer's draws, and the regularizer must act through
+    its draws alone (its ``stack_blocker``)."""
+    if model.regularizer.stack_blocker is not None:
+        return f"regularizer {type(model.regularizer).__name__}: {model.regularizer.stack_blocker}"
     if model.stochastic_latent:
         return f"{type(model).__name__} has a stochastic latent (its Brownian noise is one stream per solve)"
     for name, module in model.named_modules():

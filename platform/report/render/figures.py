@@ -92,47 +92,25 @@ def seed_figure(values: pd.DataFrame, order: list[str], title: str, ylabel: str,
     return fig
 
 
-def _cliques(names: list[str], not_different: set[frozenset[str]]) -> list[tuple[int, int]]:
-    """Maximal runs ``[i, j]`` of rank-ordered names whose members are pairwise not significantly different."""
-    runs = []
-    for i in range(len(names)):
-        j = i
-        while j + 1 < len(names) and all(frozenset((names[k], names[j + 1])) in not_different for k in range(i, j + 1)):
-            j += 1
-        if j > i and not any(a <= i and j <= b for a, b in runs):
-            runs.append((i, j))
-    return runs
-
-
 def critical_difference_diagram(ranks: pd.Series, pairs: pd.DataFrame, alpha: float, path: Path, title: str) -> Path:
-    """Average ranks (1 = best) on a horizontal axis; a bar joins regularizers whose pairwise
-    Holm-adjusted Wilcoxon p-value (``pairs`` from
-    :func:`~ndebench.platform.report.statistics.stats.pairwise_wilcoxon`) is
-    at least ``alpha``, i.e. that the data cannot tell apart."""
+    """Average ranks (1 = best) on a horizontal axis, drawn by ``scikit_posthocs.critical_difference_diagram``; a
+    bar joins methods whose pairwise Holm-adjusted Wilcoxon p-value (``pairs`` from
+    :func:`~ndebench.platform.report.statistics.stats.pairwise_wilcoxon`, columns ``a, b, p_holm``) is at least
+    ``alpha``, i.e. that the data cannot tell apart."""
+    import scikit_posthocs
+
     names = list(ranks.index)
-    k = len(names)
-    not_different = {frozenset((a, b)) for a, b, p in pairs[["a", "b", "p_holm"]].itertuples(index=False)
-                     if not p < alpha}
-    fig = Figure(figsize=(1.0 + 1.2 * k, 1.2 + 0.3 * k))
+    matrix = pd.DataFrame(1.0, index=names, columns=names)
+    for a, b, p in pairs[["a", "b", "p_holm"]].itertuples(index=False):
+        if a in matrix.index and b in matrix.index:
+            matrix.loc[a, b] = matrix.loc[b, a] = 1.0 if np.isnan(p) else float(p)
+    fig = Figure(figsize=(1.6 + 0.9 * len(names), 1.0 + 0.28 * len(names)))
     ax = fig.add_subplot()
-    ax.set_xlim(0.5, k + 0.5)
-    half = (k + 1) // 2
-    ax.set_ylim(-(half + 1) / 2, 0.6)
-    ax.axis("off")
-    ax.hlines(0, 1, k, color="black", linewidth=1)
-    for r in range(1, k + 1):
-        ax.vlines(r, 0, 0.15, color="black", linewidth=1)
-        ax.text(r, 0.2, str(r), ha="center", va="bottom", fontsize="small")
-    for i, name in enumerate(names):
-        left = i < half
-        y = -(i + 1) / 2 if left else -(k - i) / 2
-        x_text = 0.6 if left else k + 0.4
-        ax.plot([ranks[name], ranks[name], x_text], [0, y, y], color="black", linewidth=0.8)
-        ax.text(x_text, y, f"{name} ({ranks[name]:.2f})", ha="right" if left else "left", va="center",
-                fontsize="small")
-    for level, (i, j) in enumerate(_cliques(names, not_different)):
-        y = -0.15 - 0.12 * level
-        ax.hlines(y, ranks[names[i]] - 0.03, ranks[names[j]] + 0.03, color="tab:red", linewidth=3)
+    scikit_posthocs.critical_difference_diagram(ranks, matrix, alpha=alpha, ax=ax,
+                                                label_fmt_left="{label} ({rank:.2f})",
+                                                label_fmt_right="({rank:.2f}) {label}",
+                                                label_props={"fontsize": "small"},
+                                                crossbar_props={"color": "tab:red", "linewidth": 2.5})
     ax.set_title(f"{title}\naverage rank (1 = best); bars: Holm-adjusted Wilcoxon p >= {alpha:g}",
-                 fontsize="small")
+                 fontsize="small", pad=18)
     return save_png_pdf(fig, path, bbox_inches="tight")
