@@ -1,6 +1,6 @@
-"""Stacking by default (``resources.stack`` 32, the region the CPU's default): a stacked member stops at the epoch
-its trial alone stops at and ends with its metrics, early stopping in play; every decision reads validation values
-at ``DECISION_DIGITS`` significant digits (docs/protocol.md)."""
+"""Stacking by default (``resources.stack`` 32): a stacked member stops at the epoch its trial alone stops at and
+ends with its metrics, early stopping in play, and a stack asked to train as one region too; every decision reads
+validation values at ``DECISION_DIGITS`` significant digits (docs/protocol.md)."""
 import dataclasses
 
 import pytest
@@ -19,7 +19,8 @@ from test_stack import TRAINING, _spec
 # rounding step at 5 significant digits.
 RTOL = 10.0 ** (1 - DECISION_DIGITS)
 EARLY = dataclasses.replace(TRAINING, epochs=12, min_epochs=2, patience=1, lr=0.02)
-DEFAULT_SOLVER = SolverConfig("euler", adjoint=False)  # cuda_graph auto: the region on the CPU
+DEFAULT_SOLVER = SolverConfig("euler", adjoint=False)  # cuda_graph auto
+REGION = SolverConfig("euler", adjoint=False, cuda_graph="stack")
 
 
 def test_stacking_is_on_by_default_with_a_size_from_the_config():
@@ -27,19 +28,19 @@ def test_stacking_is_on_by_default_with_a_size_from_the_config():
     assert DEFAULT_SOLVER.cuda_graph == "auto"
 
 
+@pytest.mark.parametrize("solver", [DEFAULT_SOLVER, REGION], ids=["default", "region"])
 @pytest.mark.parametrize("regularizer,params", [("continuum_dropout", {"p": 0.3, "m": 10}), ("none", {})])
-def test_a_default_stack_trains_as_one_region_and_its_members_stop_where_they_stop_alone(monkeypatch, regularizer,
-                                                                                        params):
+def test_a_stack_s_members_stop_where_they_stop_alone_with_their_metrics(monkeypatch, regularizer, params, solver):
     epochs = []
     region_epoch = stackgraph.train_epoch
     monkeypatch.setattr(stackgraph, "train_epoch", lambda region: epochs.append(len(region.members))
                         or region_epoch(region))
-    specs = [_spec(seed, regularizer=regularizer, regularizer_params=params, training=EARLY, solver=DEFAULT_SOLVER)
+    specs = [_spec(seed, regularizer=regularizer, regularizer_params=params, training=EARLY, solver=solver)
              for seed in range(5)]
     alone = [run_trial(s) for s in specs]
     notes, widths = [], []
     stacked = run_stack(specs, note=notes.append, widths=widths)
-    assert notes == [] and epochs == widths and epochs[0] == 5  # every stacked epoch was the region's
+    assert notes == [] and epochs == (widths if solver is REGION else []) and widths[0] == 5
     assert len({r.epochs for r in alone}) > 1, "the members stop at different epochs: early stopping is in play"
     assert widths == [sum(r.epochs >= e for r in alone) for e in range(1, max(r.epochs for r in alone) + 1)]
     for a, b in zip(alone, stacked, strict=True):

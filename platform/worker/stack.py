@@ -14,8 +14,8 @@ predictions and metrics computed as its trial's alone.
 A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
 latent such as an SDE's Brownian motion), members that differ in a shape, or members that differ in more than
 their seed and their regularizer's hyperparameters (:func:`differing`), train one after another in this process
-(:func:`run_trial`), with the reason in ``note``. On the CPU (``solver.cuda_graph`` ``auto``) or with ``stack`` a
-stack's training step is one region, its weights stacked (:mod:`~ndebench.platform.worker.stackgraph`).
+(:func:`run_trial`), with the reason in ``note``. With ``solver.cuda_graph: stack`` a stack's training step is one
+region, its weights stacked (:mod:`~ndebench.platform.worker.stackgraph`).
 """
 from __future__ import annotations
 
@@ -375,13 +375,12 @@ def run_stack(
             stack = Stack(members[0].built.model, exact=True)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
         evaluate: Evaluator = stack.evaluate
-        asked = _region_asked(specs[0])
-        if asked is not None:
-            region = region_blocker(members[0].built.model)
+        if _region_asked(specs[0]):
+            region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
             if region is None:
                 epochs = regions = RegionEpochs(stack, epochs, note)
                 evaluate = regions.evaluate
-            elif note is not None and (asked or not exact):
+            elif note is not None:
                 note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
         _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch, widths)
         done = [m for m in members if m.result is None]
@@ -398,13 +397,11 @@ def run_stack(
         raise limit from exc
 
 
-def _region_asked(spec: TrialSpec) -> bool | None:
-    """Whether ``spec``'s stack trains as one region: ``True`` asked (``solver.cuda_graph: stack``), ``False`` by
-    default (``auto`` on the CPU), ``None`` not (``off``, ``on``; on CUDA the capture stays opt-in)."""
-    setting = spec.solver.cuda_graph if spec.solver is not None else "auto"
-    if setting == "stack":
-        return True
-    return False if setting == "auto" and torch.device(spec.device).type == "cpu" else None
+def _region_asked(spec: TrialSpec) -> bool:
+    """Whether ``spec``'s stack trains as one region (``solver.cuda_graph: stack``). Not by default, on the CPU
+    either: its fixed-grid solve rounds otherwise than an ODE's solve alone, an ulp that training amplifies into
+    another early stop (docs/performance.md), where the eager stack is checked bit for bit (:func:`rounds_alone`)."""
+    return spec.solver is not None and spec.solver.cuda_graph == "stack"
 
 
 def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> CheckpointHook | None:
