@@ -192,6 +192,7 @@ for _name, _spec in SPECS.items():
     _summary = f"{_name.upper()}: {_spec.num_classes} classes, {_spec.image_size[0]}x{_spec.image_size[1]} RGB images"
     register_dataset(
         _name, summary=_summary, input_kind="image", expected=_spec.expected(), metric=_spec.metric,
+        display={"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "stl10": "STL-10"}.get(_name, _name.upper()),
         locate=lambda member, data_dir, spec=_spec: f"local files ({locate_images(spec, data_dir)})",
         probe=lambda member, data_dir, spec=_spec: find_corrupt_file(spec, locate_images(spec, data_dir)),
     )(functools.partial(load_images, _name))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ndebench.datasets.bundle import DatasetBundle
+from ndebench.datasets.catalog import BUILTINS
 from ndebench.platform.common.registry import Registry, UnknownNameError
 
 Metric = Literal["accuracy", "auroc", "top5_accuracy"]
@@ -46,6 +47,8 @@ class DatasetInfo:
     the report's tables), or a function of the member. :func:`dataset_info` resolves both functions for one
     name, so there ``expected`` is a mapping and ``metric`` a metric name. ``accepts(member)`` (optional): a
     family that reads members beyond its list by name (an archive's sets), whose files ``locate`` then finds.
+    ``display``: the name a paper's tables print (``PhysioNet Sepsis``); a family's members print as the member
+    (``uea/BasicMotions`` -> ``BasicMotions``).
     """
 
     name: str
@@ -60,10 +63,12 @@ class DatasetInfo:
     metric: Metric | Callable[[str], Metric] = "accuracy"
     member: Member = None
     accepts: Callable[[str], bool] | None = None
+    display: str = ""
 
 
 REGISTRY: Registry[DatasetBundle, DatasetInfo] = Registry(
-    "dataset", builtins="ndebench.datasets.builtin", entry_point="ndebench.datasets"
+    "dataset", builtins=sorted({f"ndebench.datasets.{d.module}" for d in BUILTINS.values()}),
+    entry_point="ndebench.datasets",
 )
 
 
@@ -92,6 +97,7 @@ def register_dataset(
     missing_values: bool = False,
     metric: Metric | Callable[[str], Metric] = "accuracy",
     accepts: Callable[[str], bool] | None = None,
+    display: str = "",
 ) -> Callable[[Callable[..., DatasetBundle]], Callable[..., DatasetBundle]]:
     """Decorator registering a dataset factory ``(*, seed, data_dir, **options) -> DatasetBundle``.
 
@@ -105,7 +111,7 @@ def register_dataset(
     if isinstance(metric, str):
         _checked_metric(name, metric)
     info = DatasetInfo(name, summary, members is not None, members, input_kind, expected or {}, locate, probe,
-                       bool(missing_values), metric, accepts=accepts)
+                       bool(missing_values), metric, accepts=accepts, display=display or name)
 
     return REGISTRY.register(name, info)
 
@@ -141,6 +147,16 @@ def _close(name: str, names: list[str], family: str = "") -> str:
 def _valid_names() -> list[str]:
     """Plain datasets by name, families as ``<family>/<member>`` (members are listed by ``datasets list``)."""
     return [f"{family}/<member>" if REGISTRY.info(family).family else family for family in REGISTRY.names()]
+
+
+def display_name(name: str) -> str:
+    """The name of dataset ``name`` in a paper's tables: a family member's own name (``uea/BasicMotions`` ->
+    ``BasicMotions``), else its registered ``display`` (``sepsis`` -> ``PhysioNet Sepsis``); ``name`` itself when
+    it is not registered."""
+    family, _, member = name.partition("/")
+    if member:
+        return member
+    return REGISTRY.info(family).display if family in REGISTRY else name
 
 
 def create_dataset(name: str, **kwargs: Any) -> DatasetBundle:

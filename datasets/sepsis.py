@@ -114,7 +114,7 @@ def static_features(raw: torch.Tensor, train_index: torch.Tensor, oi: bool) -> t
 @register_dataset("sepsis", summary="PhysioNet 2019 Sepsis, first 72 h, 34 channels (+34 intensity with oi), binary",
                   expected={"files": 40336, "classes": 2, "channels": 34, "length": 72},
                   locate=lambda member, data_dir: f"local files ({record_files(data_dir)[0]})", probe=probe,
-                  missing_values=True, metric="auroc")
+                  missing_values=True, metric="auroc", display="PhysioNet Sepsis")
 def sepsis(
     *, seed: int = 0, data_dir: str | os.PathLike | None = None, oi: bool = False, pos_weight: float | None = None
 ) -> DatasetBundle:

@@ -109,7 +109,8 @@ def _features(clips: list[tuple[Path, int]], n_mels: int) -> dict[str, torch.Ten
 
 @register_dataset("speech_commands", summary="Speech Commands v0.02, 10 words, 161 x 20 MFCC (local files)",
                   expected={"samples": 34975, "classes": 10, "channels": 20, "length": 161},
-                  locate=lambda member, data_dir: f"local files ({clip_files(data_dir)[0]})", probe=probe)
+                  locate=lambda member, data_dir: f"local files ({clip_files(data_dir)[0]})", probe=probe,
+                  display="Speech Commands")
 def speech_commands(*, seed: int = 0, data_dir: str | os.PathLike | None = None, n_mels: int = 64) -> DatasetBundle:
     """The ten words ``yes no up down left right on off stop go`` (class indices in that order), clips of
     exactly 16000 samples only (34,975 in v0.02), as MFCC sequences ``(N, 161, 20)`` (:func:`mfcc`).

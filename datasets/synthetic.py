@@ -12,7 +12,7 @@ from ndebench.datasets.registry import register_dataset
 
 @register_dataset("synthetic", summary="3 classes of noisy 2-channel sinusoids (1, 2, 3 cycles), made from the seed",
                   expected={"samples": 96, "classes": 3, "channels": 2, "length": 32},
-                  locate=lambda member, data_dir: "generated in memory")
+                  locate=lambda member, data_dir: "generated in memory", display="Synthetic")
 def synthetic(
     *,
     seed: int = 0,

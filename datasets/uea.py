@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from ndebench.datasets.archive import is_archive_name, layout, read_split, split_files
+from ndebench.datasets.archive import check_pair, is_archive_name, read_split, split_files
 from ndebench.datasets.bundle import DatasetBundle
 from ndebench.datasets.files import MissingDataError, corrupt_file, missing_files, resolve_data_dir
 from ndebench.datasets.protocol import check_missing_rate, resample_series, uea_protocol
@@ -118,11 +118,10 @@ def locate(name: str, data_dir: str | os.PathLike | None = None) -> tuple[Path, 
 
 
 def probe(name: str, data_dir: str | os.PathLike | None = None) -> None:
-    """The preflight check: both files parse with one channel count per sample, the same in both."""
-    train_path, test_path, _ = locate(name, data_dir)
-    (_, train), (_, test) = layout(train_path), layout(test_path)
-    if train != test:
-        raise corrupt_file(test_path, ValueError(f"{test} channels, but {train_path.name} has {train}"))
+    """The preflight check (:func:`~ndebench.datasets.archive.check_pair`): both files parse whole, values, labels
+    and channel counts included, the training split has two classes or more and every test label a training
+    sample; else :class:`CorruptFileError` naming the file and line."""
+    check_pair(*locate(name, data_dir)[:2])
 
 
 def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tuple[torch.Tensor, np.ndarray, str]:

@@ -31,6 +31,13 @@ class AttentionField(nn.Module):
         return torch.tanh(out).view(*a.shape[:-1], self.channels, self.channels)
 
 
+def _weight_times(layer: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """``W @ y`` ``(B, out, n)`` for a linear layer's weight ``W`` and ``y`` ``(B, in, n)``: the layer's own
+    ``weight_times`` where it has one (a stack's layer holds one weight per member's rows), else ``W @ y``."""
+    own = getattr(layer, "weight_times", None)
+    return own(y) if own is not None else layer.weight @ y
+
+
 class AugmentedField(nn.Module):
     """Matrix field ``G(t, [a, z])`` ``(B, C + H, C)`` of the joint CDE ``d[a, z] = G dX``.
 
@@ -52,7 +59,7 @@ class AugmentedField(nn.Module):
         if self.timewise is None:
             s, ds = a, fa
         else:
-            s, ds = self.timewise(a), self.timewise.weight @ fa
+            s, ds = self.timewise(a), _weight_times(self.timewise, fa)
         alpha = torch.sigmoid(s)
         x = self.X.evaluate(torch.minimum(t, self.X.interval[-1]))
         M = torch.diag_embed(alpha.expand_as(x)) + (x * alpha * (1.0 - alpha)).unsqueeze(-1) * ds
@@ -61,6 +68,7 @@ class AugmentedField(nn.Module):
 
 @register_model(
     "ancde",
+    display="ANCDE",
     summary="Attentive Neural CDE: an attention CDE a(t) gates the path, Y = X * sigmoid(a); dz = f(z) dY",
     paper="Jhin et al., Attentive Neural Controlled Differential Equations for Time-series Classification "
     "and Forecasting, ICDM 2021 / Knowledge and Information Systems 2023",

@@ -39,6 +39,7 @@ class GRUODEField(nn.Module):
 
 @register_model(
     "gru_ode",
+    display="GRU-ODE",
     summary="GRU-ODE: dh/dt = (1 - u)(g - h), GRU gates driven by the spline X(t) of [t, x]",
     paper="De Brouwer et al., GRU-ODE-Bayes: Continuous Modeling of Sporadically-Observed Time Series, NeurIPS 2019",
     family="ode",

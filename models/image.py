@@ -136,6 +136,7 @@ class ImageNDE(NDEClassifier):
 
 @register_model(
     "image_node",
+    display="Neural ODE (image)",
     summary="Image Neural ODE: conv features (1024-d) -> dz = tanh(MLP(t, z)) dt over depth 10 (Euler, dt 0.1)",
     paper="Chen et al., Neural Ordinary Differential Equations, NeurIPS 2018",
     input_kind="image",
@@ -147,6 +148,7 @@ class ImageNODE(ImageNDE):
 
 @register_model(
     "image_nsde_additive",
+    display="Neural SDE (additive)",
     summary="Image Neural SDE, additive noise: dz = f(t, z) dt + sigma(t) dW over depth 10 (Euler-Maruyama)",
     **IMAGE_SDE,
 )
@@ -158,6 +160,7 @@ class ImageNSDEAdditive(ImageNDE):
 
 @register_model(
     "image_nsde_multiplicative",
+    display="Neural SDE (multiplicative)",
     summary="Image Neural SDE, multiplicative noise: dz = f(t, z) dt + sigma(t) z dW over depth 10 (Euler-Maruyama)",
     **IMAGE_SDE,
 )

@@ -168,6 +168,13 @@ class TrialRNG:
         return self._on_device[key]
 
 
+    def brownian(self, times: torch.Tensor, z0: torch.Tensor, levy: str = "none") -> torchsde.BaseBrownian:
+        """The Brownian motion of one SDE solve from ``z0`` ``(B, H)`` over ``times``: a
+        ``torchsde.BrownianInterval`` whose entropy is one draw from ``noise``."""
+        entropy = int(torch.randint(0, 2**31 - 1, (1,), generator=self.noise))
+        return torchsde.BrownianInterval(t0=float(times[0]), t1=float(times[-1]), size=z0.shape, dtype=z0.dtype,
+                                         device=z0.device, entropy=entropy, levy_area_approximation=levy)
+
     def noise_on(self, device: torch.device | str) -> torch.Generator:
         """The Brownian-increment generator of a captured SDE solve on ``device``, seeded once from ``noise``."""
         key = str(resolved_device(device))
@@ -175,6 +182,66 @@ class TrialRNG:
             seed = int(torch.randint(0, 2**62, (1,), generator=self.noise))
             self._noise_on_device[key] = torch.Generator(device=key).manual_seed(seed)
         return self._noise_on_device[key]
+
+
+@dataclass
+class StackedRNG(TrialRNG):
+    """The generators of a stack's shared solve (a batch of K members' rows, member-major): its own streams
+    unused, every solve's Brownian motion the members' own (:meth:`brownian`), each drawn from ``members[k]``
+    as member k's trial alone draws it, so a member's noise is its trial's."""
+
+    members: list[TrialRNG] = field(default_factory=list)
+
+    def brownian(self, times: torch.Tensor, z0: torch.Tensor, levy: str = "none") -> torchsde.BaseBrownian:
+        """Member k's Brownian motion on its rows ``z0.chunk(K)[k]`` (:meth:`TrialRNG.brownian` of ``members[k]``)."""
+        return StackedBrownian([rng.brownian(times, rows, levy)
+                                for rng, rows in zip(self.members, z0.chunk(len(self.members)), strict=True)])
+
+
+class StackedBrownian(torchsde.BaseBrownian):
+    """K Brownian motions ``(B_k, H)`` as one ``(sum B_k, H)``: every query asks each member's motion for the
+    same interval, in member order, and concatenates the answers."""
+
+    def __init__(self, motions: list[torchsde.BaseBrownian]):
+        self.motions = motions
+
+    def __call__(self, ta: Any, tb: Any = None, return_U: bool = False, return_A: bool = False) -> Any:
+        parts = [bm(ta, tb, return_U=return_U, return_A=return_A) for bm in self.motions]
+        if isinstance(parts[0], tuple):
+            return tuple(None if p[0] is None else torch.cat(p) for p in zip(*parts, strict=True))
+        return torch.cat(parts)
+
+    def __repr__(self) -> str:
+        return f"StackedBrownian({len(self.motions)} members, shape {tuple(self.shape)})"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.motions[0].dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.motions[0].device
+
+    @property
+    def shape(self) -> torch.Size:
+        first = self.motions[0].shape
+        return torch.Size((sum(bm.shape[0] for bm in self.motions), *first[1:]))
+
+    @property
+    def levy_area_approximation(self) -> str:
+        return self.motions[0].levy_area_approximation
+
+
+def sde_steps(times: torch.Tensor, dt: float) -> list[float]:
+    """The step times of torchsde's fixed-step solve over ``times`` with step ``dt``, as it computes them: each
+    the previous plus ``dt`` in the times' dtype, the last clipped to ``times[-1]`` (an eager SDE solve evaluates
+    its field and asks its Brownian motion at exactly these)."""
+    t, end, steps = times[0], times[-1], [float(times[0])]
+    for out in times[1:]:
+        while t < out:
+            t = min(t + dt, end)
+            steps.append(float(t))
+    return steps
 
 
 def brownian_increments(grid: list[float], z0: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -435,10 +502,18 @@ def integrate(
                             solver.method, draw, control, clock=regularizer.step_clock if draw is not None else None)
         return path[-1] if output == "final" else path
     if graphs is not None and kind == "sde" and trains and control is None and output == "final":
-        grid = graphs.grid(times, lambda: pass_grid(times, solver, "sde"))
-        noise = brownian_increments(grid, z0, rng.noise_on(z0.device))
+        clock = regularizer.step_clock if draw is not None else None
+        if graphs.inline:
+            # an inline solve (a stack's region on the CPU) steps as the eager one and asks each member's own
+            # Brownian motion for its increments; the mask is found by time, as in the eager solve
+            grid = graphs.grid(times, lambda: torch.tensor(sde_steps(times, sde_dt), dtype=torch.float64))
+            bm = rng.brownian(times, z0)
+            noise, clock = torch.stack([bm(a, b) for a, b in zip(grid[:-1], grid[1:], strict=True)]), None
+        else:
+            grid = graphs.grid(times, lambda: pass_grid(times, solver, "sde"))
+            noise = brownian_increments(grid, z0, rng.noise_on(z0.device))
         path = graphs.solve(lambda d, x: _SDE(_Field(drift, None, regularizer, d, None, part), diffusion), z0, grid,
-                            solver.method, draw, None, noise, regularizer.step_clock if draw is not None else None)
+                            solver.method, draw, None, noise, clock)
         return path[-1]
     clock = regularizer.step_clock if draw is not None else None
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:
@@ -473,12 +548,7 @@ def integrate(
                 raise
             raise limit from exc
     else:
-        entropy = int(torch.randint(0, 2**31 - 1, (1,), generator=rng.noise))
-        levy = "space-time" if solver.method == "srk" else "none"
-        bm = torchsde.BrownianInterval(
-            t0=float(times[0]), t1=float(times[-1]), size=z0.shape, dtype=z0.dtype, device=z0.device,
-            entropy=entropy, levy_area_approximation=levy,
-        )
+        bm = rng.brownian(times, z0, "space-time" if solver.method == "srk" else "none")
         sdeint = torchsde.sdeint_adjoint if solver.adjoint else torchsde.sdeint
         path = sdeint(_SDE(field, diffusion), z0, times, bm=bm, method=solver.method, dt=sde_dt)
     return path[-1] if output == "final" else path

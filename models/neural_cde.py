@@ -26,6 +26,7 @@ class FinalTanh(nn.Module):
 
 @register_model(
     "neural_cde",
+    display="Neural CDE",
     summary="Neural CDE: dz = f(z) dX(t), X a spline of [t, x]; FinalTanh matrix field",
     paper="Kidger et al., Neural Controlled Differential Equations for Irregular Time Series, NeurIPS 2020",
     family="cde",

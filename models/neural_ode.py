@@ -26,6 +26,7 @@ class TimeDrift(nn.Module):
 
 @register_model(
     "neural_ode",
+    display="Neural ODE",
     summary="Neural ODE: z(0) = Linear(x(t0)), dz = tanh(MLP(sin t, cos t, z)) dt; data enter through z(0) only",
     paper="Chen et al., Neural Ordinary Differential Equations, NeurIPS 2018",
     family="ode",

@@ -14,6 +14,7 @@ from torch import nn
 
 @register_model(
     "ode_rnn",
+    display="ODE-RNN",
     summary="ODE-RNN: h evolves by an ODE between observations and jumps by a GRU cell at each observation",
     paper="Rubanova, Chen and Duvenaud, Latent ODEs for Irregularly-Sampled Time Series, NeurIPS 2019",
     family="ode",

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from ndebench.models.base import DataSpec, Family, NDEClassifier
+from ndebench.models.catalog import BUILTINS
 from ndebench.models.integrate import SolverConfig
 from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
+from ndebench.regularizers.registry import words
 
 InputKind = Literal["timeseries", "image"]
 
@@ -21,7 +23,8 @@ class ModelInfo:
     ``input_kind``: the datasets it takes; ``family``: its latent dynamics (``ode``, ``cde`` or ``sde``);
     ``field_layers``: whether its vector fields insert the regularizer's field layers (TA-BN, naive drift
     dropout act there); ``default_solver``: the solver it runs with when the config sets none.
-    Regularizers decide compatibility from these properties, never from model names.
+    Regularizers decide compatibility from these properties, never from model names. ``display``: its name in
+    a paper's tables (``Neural CDE``).
     """
 
     name: str
@@ -31,10 +34,12 @@ class ModelInfo:
     family: Family
     field_layers: bool
     default_solver: SolverConfig
+    display: str = ""
 
 
 REGISTRY: Registry[NDEClassifier, ModelInfo] = Registry(
-    "model", builtins="ndebench.models.builtin", entry_point="ndebench.models"
+    "model", builtins=sorted({f"ndebench.models.{d.module}" for d in BUILTINS.values()}),
+    entry_point="ndebench.models",
 )
 
 
@@ -46,12 +51,14 @@ def register_model(
     input_kind: InputKind = "timeseries",
     family: Family | None = None,
     field_layers: bool | None = None,
+    display: str = "",
 ) -> Callable[[type[NDEClassifier]], type[NDEClassifier]]:
     """Class decorator registering a model with a one-line summary, its paper, the input kind it takes, its
     ``family`` (``ode``, ``cde``, ``sde``) and whether its vector fields take field layers.
 
     ``family`` and ``field_layers`` left out are the class's own, inherited from a registered parent (a
-    plugin's subclass of ``NeuralCDE`` is a ``cde`` model); a class with no family is refused.
+    plugin's subclass of ``NeuralCDE`` is a ``cde`` model); a class with no family is refused. ``display``: the
+    name a paper's tables print (``Neural CDE``); left out, the words of ``name`` capitalized.
     """
 
     def decorator(cls: type[NDEClassifier]) -> type[NDEClassifier]:
@@ -63,7 +70,8 @@ def register_model(
         if getattr(cls, "family", None) not in families:
             raise ValueError(f"model {name!r}: declare its family, register_model(..., family=...) with one of "
                              f"{', '.join(families)}")
-        info = ModelInfo(name, summary, input_kind, paper, cls.family, cls.field_layers, cls.default_solver)
+        info = ModelInfo(name, summary, input_kind, paper, cls.family, cls.field_layers, cls.default_solver,
+                         display or words(name))
         return REGISTRY.register(name, info)(cls)
 
     return decorator

@@ -128,6 +128,7 @@ class SNSDEClassifier(TimeSeriesNDE):
 
 @register_model(
     "neural_sde",
+    display="Neural SDE",
     summary="Naive Neural SDE: dz = tanh(MLP(sin t, cos t, z)) dt + g(t, z) dW; data enter through z(0) only",
     paper="Tzen & Raginsky, Neural Stochastic Differential Equations, arXiv 1905.09883 (2019); forms of " + OH_2024,
     family="sde",
@@ -145,6 +146,7 @@ class NeuralSDE(SNSDEClassifier):
 
 @register_model(
     "neural_lsde",
+    display="Neural LSDE",
     summary="Neural LSDE (Langevin-type): dz = f(z, X(t)) dt + sigma(t) dW, additive time-only noise",
     paper=OH_2024,
     family="sde",
@@ -158,6 +160,7 @@ class NeuralLSDE(SNSDEClassifier):
 
 @register_model(
     "neural_lnsde",
+    display="Neural LNSDE",
     summary="Neural LNSDE (linear noise): dz = f(t, z, X(t)) dt + sigma(t) z dW",
     paper=OH_2024,
     family="sde",
@@ -171,6 +174,7 @@ class NeuralLNSDE(SNSDEClassifier):
 
 @register_model(
     "neural_gsde",
+    display="Neural GSDE",
     summary="Neural GSDE (geometric): dz = tanh(h(t, z, X(t)) * tanh(z)) dt + sigma(t) z dW",
     paper=OH_2024,
     family="sde",

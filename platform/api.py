@@ -24,7 +24,10 @@ end); errors are the ones the command line prints
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +68,7 @@ def validate(spec: SweepSpec) -> list[str]:
 def tracking_uri(uri: str | None = None) -> str:
     """The MLflow tracking URI the API uses: ``uri`` made absolute (``sqlite:///rel.db`` against the current
     directory), or by default ``sqlite:///<cwd>/mlflow.db``, as on the command line."""
-    from ndebench.platform.record.tracking import tracking_uri as resolved
+    from ndebench.platform.record.store import tracking_uri as resolved
 
     return resolved(uri)
 
@@ -73,48 +76,101 @@ def tracking_uri(uri: str | None = None) -> str:
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """What :func:`run` returns: the ``study`` name, the ``tracking_uri`` it was recorded in, the sweep's
-    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file), ``runs``,
-    the study's results frame (:func:`results`), ``exit``, the exit status ``ndebench run`` would return with its
-    reasons (:class:`~ndebench.platform.engine.runchecks.RunExit`), and the ``report`` written (with ``out_dir``)."""
+    ``outcome`` (evaluate trials run and reused, failed cells with their first error, Ray's log file), ``exit``,
+    the exit status ``ndebench run`` would return with its reasons
+    (:class:`~ndebench.platform.engine.runchecks.RunExit`), the ``report`` written (with ``out_dir``) and
+    :attr:`runs`."""
 
     study: str
     tracking_uri: str
     outcome: SweepOutcome
-    runs: pd.DataFrame
     exit: RunExit
     report: Report | None = None
+
+    @functools.cached_property
+    def runs(self) -> pd.DataFrame:
+        """The study's results frame (:func:`results`), read at first use."""
+        return results(self.study, self.tracking_uri)
 
 
 def run(spec: SweepSpec, *, uri: str | None = None, out_dir: str | Path | None = None,
         storage_path: str | Path = "ray_results", address: str | None = None, resume: bool = False,
         data_dir: str | None = None, verbose: bool = False, retry_diverged: bool = False, single_node: bool = False,
-        progress_every_s: float = 60.0) -> RunResult:
-    """``ndebench run`` without the printing: build-check the models, check that the tracking store at ``uri``
-    (default :func:`tracking_uri`) answers and that ``out_dir`` can be written, all before Ray starts, then
-    :func:`sweep` (a local Ray, or the cluster at ``address``) records every trial in MLflow; with ``out_dir``,
-    the study's report (:func:`report_study` with the spec's ``report:`` settings and the failed cells).
+        progress_every_s: float = 60.0, on_step: Callable[..., None] | None = None) -> RunResult:
+    """``ndebench run`` without the printing: build-check the models (:func:`validate`), check the tracking URI
+    (default :func:`tracking_uri`), that its store answers and that ``out_dir`` can be written, all before Ray
+    starts, then :func:`sweep` (a local Ray, or the cluster at ``address``; SIGTERM and SIGHUP stop it as Ctrl-C
+    does) records every trial in MLflow; with ``out_dir``, the study's report (:func:`report_study` with the spec's
+    ``report:`` settings and the failed cells).
     ``resume`` continues a study (failed and unfinished cells, and every planned (cell, seed) without an ok run,
     run again; ``retry_diverged`` also reruns diverged ones); ``storage_path`` holds Ray's results (a path or an
     ``s3://``-style URI); ``data_dir`` overrides the spec's; ``address`` defaults to ``$RAY_ADDRESS``, and
     ``single_node`` lets a joined one-machine cluster use sqlite. A failed cell does not raise: it is in
-    ``outcome.failed`` and ``exit``; a bad value raises ``ValueError``, an unreachable store
-    ``InfrastructureError``, a full disk ``DiskFullError`` and an interruption ``KeyboardInterrupt``."""
-    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, run_exit
-    from ndebench.platform.spec.buildcheck import check_models_build
+    ``outcome.failed`` and ``exit``, as is a full disk that stopped the report; a bad value raises ``ValueError``,
+    an unreachable store ``InfrastructureError``, a full disk during the sweep ``DiskFullError`` (after the report
+    of what was recorded, where the disk allows one) and an interruption ``KeyboardInterrupt``.
 
-    check_models_build(spec)
+    ``on_step(step, **facts)``, where given, hears each step as it ends (``ndebench run`` prints them):
+    ``"checked"`` (``uri``, ``warnings``: :func:`validate`'s), ``"swept"`` (``outcome``), ``"reported"``
+    (``report``, ``None`` when no evaluate run finished), ``"report stopped"`` (``message``: the full disk) and
+    ``"no report"`` (``error``: why a full disk's sweep left no report)."""
+    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, check_tracking_uri, run_exit
+    from ndebench.platform.failures.diskfull import DiskFullError
+
+    say = on_step or (lambda step, **facts: None)
+    warnings = validate(spec)
     uri = tracking_uri(uri)
+    check_tracking_uri(uri)
     check_tracking_reachable(uri)
     if out_dir is not None:
         check_out_dir(out_dir)
-    outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume, data_dir=data_dir,
-                    verbose=verbose, retry_diverged=retry_diverged, single_node=single_node,
-                    progress_every_s=progress_every_s)
-    written = None if out_dir is None else report_study(
-        spec.study, uri, out_dir, test=spec.report.test, alpha=spec.report.alpha,
-        correction=spec.report.correction, failed=outcome.failed, figures=spec.report.figures)
-    ending = run_exit(spec, uri, outcome.failed, [outcome.infrastructure] if outcome.infrastructure else [])
-    return RunResult(spec.study, uri, outcome, results(spec.study, uri), ending, written)
+    say("checked", uri=uri, warnings=warnings)
+    try:
+        with _stopped_by_signals():
+            outcome = sweep(spec, uri=uri, storage_path=storage_path, address=address, resume=resume,
+                            data_dir=data_dir, verbose=verbose, retry_diverged=retry_diverged,
+                            single_node=single_node, progress_every_s=progress_every_s)
+    except DiskFullError:
+        if out_dir is not None:
+            try:
+                _report_unless_full(spec, uri, out_dir, {}, say)
+            except Exception as exc:  # noqa: BLE001 - the full disk is what the caller hears
+                say("no report", error=exc)
+        raise
+    say("swept", outcome=outcome)
+    full = [outcome.infrastructure] if outcome.infrastructure else []
+    written = None
+    if out_dir is not None:
+        written, stopped = _report_unless_full(spec, uri, out_dir, outcome.failed, say)
+        full += [stopped] if stopped else []
+    return RunResult(spec.study, uri, outcome, run_exit(spec, uri, outcome.failed, full), written)
+
+
+def _stopped_by_signals() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt`` within the block where this is the main thread (only it can
+    set signal handlers), so that a stopped sweep records its trials as interrupted."""
+    from ndebench.platform.failures.stopping import stop_on_signals
+
+    return stop_on_signals() if threading.current_thread() is threading.main_thread() else contextlib.nullcontext()
+
+
+def _report_unless_full(spec: SweepSpec, uri: str, out_dir: str | Path, failed: dict[str, str],
+                        say: Callable[..., None]) -> tuple[Report | None, str | None]:
+    """:func:`run`'s report and ``None``; where a full disk stops it, ``None`` and what is full (the files written
+    so far stay)."""
+    from ndebench.platform.failures.diskfull import disk_full, is_disk_full
+
+    try:
+        written = report_study(spec.study, uri, out_dir, test=spec.report.test, alpha=spec.report.alpha,
+                               correction=spec.report.correction, failed=failed, figures=spec.report.figures)
+    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here; anything else propagates
+        if not is_disk_full(exc):
+            raise
+        message = str(disk_full(exc, str(Path(out_dir).resolve())))
+        say("report stopped", message=message)
+        return None, message
+    say("reported", report=written)
+    return written, None
 
 
 def sweep(spec: SweepSpec, *, uri: str | None = None, storage_path: str | Path = "ray_results",
@@ -160,7 +216,8 @@ def results(study: str, uri: str | None = None) -> pd.DataFrame:
 def studies(uri: str | None = None) -> pd.DataFrame:
     """The studies (MLflow experiments) at ``uri`` (default :func:`tracking_uri`), one row each, sorted by name:
     ``study``, ``experiment_id``, ``created`` and ``updated`` (UTC timestamps). Empty where there is none."""
-    from ndebench.platform.record.tracking import client, study_names
+    from ndebench.platform.record.store import client
+    from ndebench.platform.record.tracking import study_names
 
     uri = tracking_uri(uri)
     rows = []
@@ -241,14 +298,17 @@ def reevaluate(study: str, n_mc: Sequence[int], uri: str | None = None, *, data_
     return run_again(tracking_uri(uri), study, n_mc, log=log, data_dir=data_dir)
 
 
-def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None,
-           **options: Any) -> Report:
+def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
+           uri: str | None = None, failed: Mapping[str, str] | None = None, **settings: Any) -> Report:
     """The report of a results frame (:func:`results`) written to ``out_dir/<study>/``: tables as text and files
-    (:func:`~ndebench.platform.report.study.report`, whose keyword ``options`` it takes: ``test``, ``alpha``,
-    ``correction``, ``metric``, ``figures``, ``uri`` for everything ``ndebench report`` writes, ...)."""
+    (:func:`~ndebench.platform.report.study.report`); ``settings`` are those of
+    :class:`~ndebench.platform.report.study.ReportSettings` (``test``, ``alpha``, ``correction``, ``metric``,
+    ``figures``, ``paper``, ``protocol``), ``uri`` gives everything ``ndebench report`` writes and ``failed`` (cell
+    label -> first error) the failed cells' section."""
+    from ndebench.platform.report.study import ReportSettings
     from ndebench.platform.report.study import report as write
 
-    return write(runs, out_dir, study, **options)
+    return write(runs, out_dir, study, ReportSettings(**settings), uri=uri, failed=failed)
 
 
 def study_report_settings(study: str, uri: str | None = None, **given: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A hyperparameter is declared with its default search space (``choices``), the check its values must pass and a
 line of help. Every reader takes it from here: the registry (each module registers with
-``hyperparams=BUILTINS[name].hyperparams``, and :mod:`.builtin` imports the modules named here), the config's
+``hyperparams=BUILTINS[name].hyperparams``, and :mod:`.registry` imports the modules named here), the config's
 checks (:func:`ndebench.platform.spec.sections.check_hyperparam`), ``ndebench validate``
 (:mod:`ndebench.platform.spec.lint`, which reads this module without importing torch or SciPy) and the report's
 analyses (each numeric hyperparameter is a column of the study's runs,

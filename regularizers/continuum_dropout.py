@@ -236,6 +236,7 @@ class _Draw:
 
 @register_regularizer(
     "continuum_dropout",
+    display="Continuum Dropout",
     summary="Continuum Dropout: latent components paused on alternating-renewal inactive periods; MC at test "
             "(scope: time on CDEs is ndebench's extension, not the paper's method)",
     hyperparams=BUILTINS["continuum_dropout"].hyperparams,

@@ -77,6 +77,7 @@ def not_on_sde(model: ModelInfo) -> str | None:
 
 @register_regularizer(
     "jump_diffusion",
+    display="Jump Diffusion",
     summary="Jump diffusion (Liu et al.'s repo): z -> z + size*z*Z*Bernoulli(rate*dt) per step; "
             "paper's p = rate (scale: per_step, App. G.1's per-step drop); off at test",
     hyperparams=BUILTINS["jump_diffusion"].hyperparams,
@@ -139,6 +140,7 @@ class JumpDiffusion(Regularizer):
 
 @register_regularizer(
     "jump_diffusion_ttn",
+    display="Jump Diffusion + TTN",
     summary="Jump diffusion kept on at test time (TTN): label, top-5 and AUROC from the softmax "
             "averaged over n_mc passes",
     hyperparams=BUILTINS["jump_diffusion_ttn"].hyperparams,

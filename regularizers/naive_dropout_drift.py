@@ -38,6 +38,7 @@ class UnitDropout(nn.Module):
 
 @register_regularizer(
     "naive_dropout_drift",
+    display="Naive Dropout (drift)",
     summary="Standard dropout on the vector-field MLP's hidden units, one mask per forward pass; off at test",
     hyperparams=BUILTINS["naive_dropout_drift"].hyperparams,
     incompatible=needs_field_layers("drift dropout"),

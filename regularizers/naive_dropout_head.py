@@ -10,6 +10,7 @@ from ndebench.regularizers.registry import register_regularizer
 
 @register_regularizer(
     "naive_dropout_head",
+    display="Naive Dropout (MLP classifier)",
     summary="Standard dropout with rate p in the MLP classifier head (replaces its default 0.1); off at test",
     hyperparams=BUILTINS["naive_dropout_head"].hyperparams,
 )

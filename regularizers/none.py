@@ -12,6 +12,7 @@ BASELINE = "none"
 
 @register_regularizer(
     BASELINE,
+    display="None",
     summary="No regularization (the baseline of every significance test); n_mc > 1: MC-averaged control cell",
     hyperparams=BUILTINS[BASELINE].hyperparams,
 )

@@ -11,6 +11,7 @@ from ndebench.regularizers.registry import register_regularizer
 
 @register_regularizer(
     "steer",
+    display="STEER",
     summary="STEER: integrate to T' ~ U(T - b, T + b) per training pass (b a fraction of T - t0); fixed T at test",
     hyperparams=BUILTINS["steer"].hyperparams,
 )

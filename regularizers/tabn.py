@@ -80,6 +80,7 @@ class TemporalBatchNorm(nn.Module):
 
 @register_regularizer(
     "tabn",
+    display="TA-BN",
     summary="TA-BN: batch norm inside the vector field with per-time-node statistics and affine parameters",
     hyperparams=BUILTINS["tabn"].hyperparams,
     incompatible=needs_field_layers("TA-BN"),

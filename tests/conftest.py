@@ -146,6 +146,12 @@ def _registries_as_found():
 
 
 @pytest.fixture
+def uri(tmp_path) -> str:
+    """A sqlite tracking store of its own in the test's temporary folder (created at first use)."""
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture
 def fake_md5(monkeypatch):
     """torchvision's MD5 check against the fake files' own recorded MD5s (a later change is caught)."""
     import torchvision.datasets.cifar

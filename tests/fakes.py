@@ -1,5 +1,5 @@
-"""Fakes shared by several test files: archive writers for every dataset family, a plugin distribution, and
-a crafted analysis study."""
+"""Fakes shared by several test files: archive writers for every dataset family, a plugin distribution, a trial
+recorded as a worker records it and a crafted analysis study."""
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +14,9 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -217,6 +219,29 @@ def make_plugin(root: Path, body: str, module: str = "ndebench_testplugin") -> d
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
 
 
+def record_trial(uri: str, study: str, regularizer: str, seed: int, *, phase: str = "evaluate",
+                 dataset: str = "synthetic", metric: str | None = "accuracy", variant: str = "",
+                 params: dict[str, Any] | None = None, config_hash: str | None = None,
+                 epochs: Sequence[dict[str, float]] = (), status: str | None = "ok",
+                 metrics: dict[str, float] | None = None, tags: dict[str, Any] | None = None) -> Any:
+    """One trial of ``neural_cde`` on ``dataset`` recorded through ``TrialRecorder`` as a worker records it, without
+    Ray: its identity tags (``metric`` ``None`` leaves that tag out), config ``{regularizer, seed}`` with
+    ``params``, ``config_hash`` by default ``<variant or regularizer>-<seed>``, ``epochs`` logged at steps 1, 2, ...,
+    then ``finish(status, metrics, tags)``; ``status`` ``None`` leaves the run running, as a worker killed
+    mid-trial does. Returns the recorder (``.run_id``)."""
+    from ndebench.platform.record.recorder import TrialRecorder
+
+    identity = {"study": study, "phase": phase, "model": "neural_cde", "dataset": dataset, "regularizer": regularizer,
+                "seed": str(seed), **({"metric": metric} if metric else {})} | ({"variant": variant} if variant else {})
+    recorder = TrialRecorder(uri, study, {"regularizer": regularizer, "seed": seed, **(params or {})},
+                             config_hash or f"{variant or regularizer}-{seed}", identity)
+    for step, values in enumerate(epochs, start=1):
+        recorder.log_metrics(values, step=step)
+    if status is not None:
+        recorder.finish(status, metrics or {}, tags or {}, {})
+    return recorder
+
+
 def log_evaluate_runs(uri: str, study: str, runs: list[dict]) -> None:
     """Record ``ok`` evaluate trial runs as the sweep tags them, without Ray: each of ``runs`` names its ``model,
     dataset, regularizer, seed``, optionally its ``variant``, its regularizer ``params`` (logged as
@@ -233,6 +258,28 @@ def log_evaluate_runs(uri: str, study: str, runs: list[dict]) -> None:
         run_id = client.create_run(experiment, tags=tags).info.run_id
         client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in run["metrics"].items()],
                          params=[Param(f"regularizer.{k}", str(v)) for k, v in run.get("params", {}).items()])
+        client.set_terminated(run_id, "FINISHED")
+
+
+def log_study_frame(uri: str, study: str, frame: pd.DataFrame) -> None:
+    """Record a frame of :func:`study_frame`'s columns (the crafted study) as ``study``'s evaluate runs, as the sweep
+    does: identity tags, flat params, two epochs of train_time_s (their mean is the frame's value), final test
+    metrics."""
+    from mlflow.entities import Metric, Param
+    from ndebench.platform.record import tracking
+
+    client = tracking.client(uri)
+    experiment = tracking.ensure_experiment(uri, study)
+    for row in frame.itertuples(index=False):
+        tags = {f"ndebench.{k}": str(getattr(row, k)) for k in ("model", "dataset", "regularizer", "seed", "status")}
+        tags |= {"ndebench.phase": "evaluate", **({"ndebench.variant": row.variant} if row.variant else {})}
+        run_id = client.create_run(experiment, tags=tags).info.run_id
+        params = [Param(f"regularizer.{k}", str(getattr(row, k))) for k in ("p", "m", "rate")
+                  if np.isfinite(getattr(row, k))]
+        metrics = [Metric("test_accuracy", row.test_accuracy, 0, 0), Metric("test_nll", row.test_nll, 0, 0)]
+        metrics += [Metric("train_time_s", row.train_time_s + d, 0, step) for step, d in ((1, -0.5), (2, 0.5))]
+        metrics += [Metric("epoch_time_s", row.epoch_time_s, 0, 1)]
+        client.log_batch(run_id, metrics=metrics, params=params + [Param("model", row.model)])
         client.set_terminated(run_id, "FINISHED")
 
 

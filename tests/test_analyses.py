@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from fakes import CHANNELS, DATASETS, GRID, MODELS, RATES, study_frame
+from fakes import CHANNELS, DATASETS, GRID, MODELS, RATES, log_study_frame, study_frame
 from ndebench.platform.cli.main import main
 from ndebench.platform.record import tracking
 from ndebench.platform.report.render.trajectories import sample_trajectories
@@ -21,32 +21,12 @@ from scipy import stats as sps
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"
 
 
-def _log_study(uri: str, frame: pd.DataFrame) -> None:
-    """Record the crafted frame as evaluate runs, as the sweep does: identity tags, flat params, two epochs
-    of train_time_s (their mean is the frame's value), final test metrics."""
-    from mlflow.entities import Metric, Param
-
-    client = tracking.client(uri)
-    experiment = tracking.ensure_experiment(uri, "crafted")
-    for row in frame.itertuples(index=False):
-        tags = {f"ndebench.{k}": str(getattr(row, k)) for k in ("model", "dataset", "regularizer", "seed", "status")}
-        tags |= {"ndebench.phase": "evaluate", **({"ndebench.variant": row.variant} if row.variant else {})}
-        run_id = client.create_run(experiment, tags=tags).info.run_id
-        params = [Param(f"regularizer.{k}", str(getattr(row, k))) for k in ("p", "m", "rate")
-                  if np.isfinite(getattr(row, k))]
-        metrics = [Metric("test_accuracy", row.test_accuracy, 0, 0), Metric("test_nll", row.test_nll, 0, 0)]
-        metrics += [Metric("train_time_s", row.train_time_s + d, 0, step) for step, d in ((1, -0.5), (2, 0.5))]
-        metrics += [Metric("epoch_time_s", row.epoch_time_s, 0, 1)]
-        client.log_batch(run_id, metrics=metrics, params=params + [Param("model", row.model)])
-        client.set_terminated(run_id, "FINISHED")
-
-
 @pytest.fixture(scope="module")
 def crafted(tmp_path_factory):
     root = tmp_path_factory.mktemp("crafted")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     frame = study_frame()
-    _log_study(uri, frame)
+    log_study_frame(uri, "crafted", frame)
     assert main(["report", "--study", "crafted", "--tracking-uri", uri, "--out", str(root / "out"),
                  "--correction", "holm"]) == 0
     return frame, root / "out" / "crafted", uri
@@ -81,7 +61,9 @@ def test_p_by_m_table_means_stds_and_red_cells(crafted):
             assert rows["0.5"][0].endswith("▼")  # the crafted (0.5, 5) variant is 0.1 below none
             png = out / f"sensitivity_continuum-dropout_{model.replace('_', '-')}_{dataset}.png"
             assert png.read_bytes()[:8] == PNG and png.with_suffix(".pdf").read_bytes()[:4] == PDF
-    assert "\n0.5 & \\textcolor{red}{" in (out / "sensitivity.tex").read_text()  # the cell is red, not its row label
+    # In LaTeX the cell carries the down arrow (the paper's red), not its row label.
+    row = next(line for line in (out / "sensitivity.tex").read_text().splitlines() if line.startswith("0.5 & "))
+    assert "\\downarrow" in row.split(" & ")[1] and "\\downarrow" not in row.split(" & ")[0]
 
 
 def test_jump_diffusion_per_rate_table(crafted):

@@ -3,9 +3,8 @@
 import pandas as pd
 import pytest
 import yaml
-from fakes import study_frame
+from fakes import record_trial, study_frame
 from ndebench.platform import api
-from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.spec.config import ConfigError
 
 SPEC = {
@@ -53,17 +52,12 @@ def test_report_from_a_results_frame_returns_its_tables_as_text(tmp_path):
 
 
 def _record(uri: str, regularizer: str, seed: int, accuracy: float, variant: str = "", p: float | None = None) -> str:
-    tags = {"study": "nb", "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",
-            "regularizer": regularizer, "seed": str(seed), "metric": "accuracy",
-            **({"variant": variant} if variant else {})}
-    config = {"regularizer": regularizer, "seed": seed, **({"regularizer.p": p} if p is not None else {})}
-    recorder = TrialRecorder(uri, "nb", config, f"{variant or regularizer}-{seed}", tags)
-    recorder.finish("ok", {"test_accuracy": accuracy, "test_nll": 1 - accuracy}, {}, {})
-    return recorder.run_id
+    return record_trial(uri, "nb", regularizer, seed, variant=variant,
+                        params={"regularizer.p": p} if p is not None else {},
+                        metrics={"test_accuracy": accuracy, "test_nll": 1 - accuracy}).run_id
 
 
-def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_results_frame_from_mlflow_reports_like_the_command_line(tmp_path, uri):
     for seed in (0, 1):
         _record(uri, "none", seed, 0.6 + 0.02 * seed)
         _record(uri, "continuum_dropout", seed, 0.7 + 0.02 * seed, "continuum_dropout[p=0.3]", 0.3)
@@ -103,11 +97,10 @@ def _search_trial(uri: str, parent: str, lr: float, val_accuracy: float, selecte
                        artifacts={})
 
 
-def test_notebook_frames_studies_results_with_flat_params_search_trials_and_figures(tmp_path):
+def test_notebook_frames_studies_results_with_flat_params_search_trials_and_figures(uri):
     from matplotlib.figure import Figure
     from ndebench.platform.record import synthetic, tracking
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert api.studies(uri).empty
     synthetic.write_study(uri, "syn", 10)  # model-a on dataset-000: none and continuum_dropout, 5 seeds each
     cell = tracking.cell_run(uri, "syn", "", "tune", "model-a__dataset-000__none", {"regularizer": "none"})
@@ -141,13 +134,12 @@ def test_notebook_frames_studies_results_with_flat_params_search_trials_and_figu
     assert [sorted(p) for p in points] == expected
 
 
-def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path):
+def test_study_links_share_a_view_of_the_cells_and_their_shared_params(uri):
     import json
 
     from fakes import cell_study
     from ndebench.platform.record.tracking import client
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cells = cell_study(uri, "cmp")
     links = api.study_links("cmp", uri, "http://127.0.0.1:5055")
     assert sorted(links.cell_run_ids) == sorted(c["run_id"] for c in cells.values())
@@ -158,16 +150,17 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path)
     assert view["searchFilter"] == "tags.`ndebench.kind` = 'cell' and tags.`ndebench.phase` = 'evaluate'"
     assert view["orderByKey"] == "metrics.`mean_test_accuracy`" and view["orderByAsc"] is False
     # Display copies at 3 significant digits first, then the raw metrics.
-    assert view["selectedColumns"][:11] == ["tags.`accuracy`", "tags.`vs none`", "tags.`p vs none`",
+    assert view["selectedColumns"][:12] == ["tags.`accuracy`", "tags.`vs none`", "tags.`p vs none`",
                                             "tags.`CI low`", "tags.`CI high`", "tags.`sd accuracy`",
+                                            "tags.`CI excludes 0`",
                                             "metrics.`mean_test_accuracy`", "metrics.`diff_vs_none`",
                                             "metrics.`diff_ci_low`", "metrics.`diff_ci_high`",
                                             "metrics.`p_value_vs_none`"]
     shown = {key: client(uri).get_run(c["run_id"]).data.tags for key, c in cells.items()}
     cd, none = shown["neural_lsde__synthetic__continuum_dropout"], shown["neural_lsde__synthetic__none"]
-    keys = ("accuracy", "vs none", "p vs none", "CI low", "CI high", "sd accuracy")
-    assert [cd[k] for k in keys] == ["0.875", "+0.0625", "0.0234", "0.0156", "0.109", "0.0312"]
-    assert [none[k] for k in keys] == ["0.812", "-", "-", "-", "-", "0.0312"]
+    keys = ("accuracy", "vs none", "p vs none", "CI low", "CI high", "sd accuracy", "CI excludes 0")
+    assert [cd[k] for k in keys] == ["0.875", "+0.0625", "0.0234", "0.0156", "0.109", "0.0312", "yes"]
+    assert [none[k] for k in keys] == ["0.812", "-", "-", "-", "-", "0.0312", "-"]
     # Trailing zeros stay, so that a column's values line up: none's 0.7 of the quickstart is 0.700.
     from types import SimpleNamespace
 
@@ -175,18 +168,21 @@ def test_study_links_share_a_view_of_the_cells_and_their_shared_params(tmp_path)
 
     quickstart = SimpleNamespace(data=SimpleNamespace(metrics={"mean_test_accuracy": 0.7, "std_test_accuracy": 0.075}))
     assert display_tags(quickstart, ["mean_test_accuracy"]) == {
-        "accuracy": "0.700", "vs none": "-", "p vs none": "-", "CI low": "-", "CI high": "-", "sd accuracy": "0.0750"}
+        "accuracy": "0.700", "vs none": "-", "p vs none": "-", "CI low": "-", "CI high": "-", "sd accuracy": "0.0750",
+        "CI excludes 0": "-"}
+    # An interval holding 0 (the quickstart's +0.067 at p = 0.18) reads "no", not a gain.
+    unsure = SimpleNamespace(data=SimpleNamespace(metrics={"diff_ci_low": -0.0467, "diff_ci_high": 0.18}))
+    assert display_tags(unsure, [])["CI excludes 0"] == "no"
     # Both cells ran at one learning rate: no param differs, so there is no parallel-coordinates plot.
     assert [c["type"] for c in view["compareRunCharts"]] == ["BAR", "BAR"]
 
 
-def test_the_parallel_plot_has_an_axis_per_param_that_differs_between_the_cells(tmp_path):
+def test_the_parallel_plot_has_an_axis_per_param_that_differs_between_the_cells(uri):
     import json
 
     from fakes import cell_study
     from ndebench.platform.record.tracking import client
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cell_study(uri, "cmp", lrs=(0.01, 0.005))
     api.study_links("cmp", uri)
     view = json.loads(client(uri).get_experiment("1").tags["mlflow.sharedViewState.ndebench-evaluate-cells"])
@@ -195,12 +191,11 @@ def test_the_parallel_plot_has_an_axis_per_param_that_differs_between_the_cells(
     assert parallel["selectedParams"] == ["training.lr"] and parallel["selectedMetrics"] == ["mean_test_accuracy"]
 
 
-def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_path):
+def test_report_html_links_to_the_ui_of_the_tracking_uri_it_was_made_with(tmp_path, uri):
     from ndebench.platform.record import synthetic
     from ndebench.platform.report.study import report_ui
 
     assert report_ui("http://tracking.example:5050/") == {"ui_url": "http://tracking.example:5050", "ui_note": ""}
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     synthetic.write_study(uri, "syn", 10)
     rep = api.report_study("syn", uri, tmp_path / "reports", figures="none")
     page = next(p for p in rep.paths if p.name == "report.html").read_text()

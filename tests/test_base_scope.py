@@ -109,7 +109,7 @@ def test_under_the_paper_protocol_the_report_pairs_by_seed_unless_told(tmp_path)
 
     import numpy as np
     import pandas as pd
-    from ndebench.platform.report.study import PAIRED_BY_DESIGN, design_test, protocol_note, report
+    from ndebench.platform.report.study import PAIRED_BY_DESIGN, ReportSettings, design_test, protocol_note, report
     from scipy import stats
 
     paper, joint = protocol_note({"protocol": "paper"}), protocol_note({"protocol": "joint"})
@@ -122,14 +122,14 @@ def test_under_the_paper_protocol_the_report_pairs_by_seed_unless_told(tmp_path)
              "status": "ok", "test_accuracy": 0.8 + shift[s] + (0.004 + 0.001 * (s % 2) if r == "steer" else 0.0)}
             for r in ("none", "steer") for s in range(5) if (r, s) != ("none", 4)]
     runs = pd.DataFrame(rows)
-    written = report(runs, tmp_path, "s", figures="none", protocol=paper)
+    written = report(runs, tmp_path, "s", ReportSettings(figures="none", protocol=paper))
     [comparison] = json.loads(written.files.summary_json.read_text())["tables"][0]["comparisons"]
     steer = runs[runs["regularizer"] == "steer"].sort_values("seed")["test_accuracy"].to_numpy()[:4]
     none = runs[runs["regularizer"] == "none"].sort_values("seed")["test_accuracy"].to_numpy()
     assert comparison["p"] == pytest.approx(stats.ttest_rel(steer, none).pvalue, rel=1e-9)
     assert comparison["p"] < 0.001 < stats.ttest_ind(steer, none).pvalue
     assert PAIRED_BY_DESIGN in written.markdown and "ttest_rel" in written.markdown
-    unpaired = report(runs, tmp_path / "student", "s", figures="none", protocol=paper, test="student")
+    unpaired = report(runs, tmp_path / "student", "s", ReportSettings(figures="none", protocol=paper, test="student"))
     [comparison] = json.loads(unpaired.files.summary_json.read_text())["tables"][0]["comparisons"]
     assert comparison["p"] == pytest.approx(stats.ttest_ind(runs[runs["regularizer"] == "steer"]["test_accuracy"],
                                                             none).pvalue, rel=1e-9)

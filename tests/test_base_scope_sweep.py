@@ -26,12 +26,11 @@ SPEC = {
 }
 
 
-def test_each_row_is_evaluated_on_its_own_base(tmp_path):
+def test_each_row_is_evaluated_on_its_own_base(tmp_path, uri):
     import ray
 
     config = tmp_path / "scoped.yaml"
     config.write_text(yaml.safe_dump(SPEC))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     ray.init(**local_ray_arguments(1))
     try:
         with contextlib.redirect_stdout(io.StringIO()):

@@ -15,8 +15,7 @@ def _tags(phase: str, seed: int = 0, trial_dir: str = "s/tune-1/abc") -> dict[st
             "seed": str(seed), "cell": "c", "trial_dir": trial_dir}
 
 
-def test_a_search_trial_retried_by_ray_continues_its_run(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_search_trial_retried_by_ray_continues_its_run(uri):
     first = TrialRecorder(uri, "s", {"x": 1}, "h", _tags("tune"))
     retry = TrialRecorder(uri, "s", {"x": 1}, "h", _tags("tune"))
     assert retry.reattached and retry.run_id == first.run_id
@@ -25,8 +24,7 @@ def test_a_search_trial_retried_by_ray_continues_its_run(tmp_path):
     assert len(search(uri, "s")) == 2
 
 
-def test_an_errored_evaluate_attempt_is_superseded_not_continued(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_an_errored_evaluate_attempt_is_superseded_not_continued(uri):
     failed = TrialRecorder(uri, "s", {"x": 1}, "h", _tags("evaluate", trial_dir="s/evaluate-1/a"))
     failed.finish("error", {}, {"error": "boom"}, {})
     assert planned_statuses(uri, "s", ["c"], [0, 1]) == {("c", 0): "error", ("c", 1): "missing"}

@@ -110,10 +110,9 @@ def test_every_subcommand_has_help(command, capsys):
 
 
 @pytest.mark.system
-def test_ui_serves_runs_with_their_tags(tmp_path):
+def test_ui_serves_runs_with_their_tags(tmp_path, uri):
     from ndebench.platform.record.recorder import TrialRecorder
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"study": "uistudy", "phase": "evaluate", "model": "neural_cde", "dataset": "synthetic",
             "regularizer": "none", "seed": "0"}
     TrialRecorder(uri, "uistudy", {"model": "neural_cde"}, "abc", tags).finish("ok", {"test_accuracy": 0.5}, {}, {})
@@ -249,12 +248,11 @@ def test_other_bad_arguments_exit_2(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, capsys):
+def test_ui_prints_the_studys_shared_view_and_its_charts(uri, monkeypatch, capsys):
     import ndebench.platform.server.launch as server
     from fakes import cell_study
     from ndebench.platform.record.tracking import client
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cells = cell_study(uri, "cmp")
     cell_study(uri, "other")  # another study's cells must not appear
     before = []  # what ui printed before its server answered: no link, which would be refused
@@ -284,7 +282,7 @@ def test_ui_prints_the_studys_shared_view_and_its_charts(tmp_path, monkeypatch, 
     assert "study 'nope' is not in sqlite:///" in capsys.readouterr().err
 
 
-def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp_path, monkeypatch, capsys):
+def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(uri, monkeypatch, capsys):
     import ndebench.platform.server.launch as server
     from fakes import cell_study
     from ndebench.platform.cli.serving import studies_hint
@@ -293,7 +291,6 @@ def test_ui_without_a_study_prints_the_study_list_in_the_model_training_view(tmp
     assert studies_url("http://h:5") == "http://h:5/#/experiments?workflowType=machine_learning"
     assert studies_hint([]).startswith("no studies yet")
     assert studies_hint(["s"]) == "1 study: s; `ndebench ui --study NAME` opens one's results"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cell_study(uri, "b-study")
     cell_study(uri, "a-study")
     opened, served = [], []

@@ -72,11 +72,6 @@ def test_a_value_outside_the_search_space_is_not_a_point_of_it():
     assert not contains(Space("uniform", (0.0, 1.0)), "0.5")
 
 
-@pytest.fixture
-def uri(tmp_path):
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def test_a_search_cell_is_done_only_once_its_budget_is_spent(uri):
     run_id = study_run(uri, "s", description="", params={}, yaml_text=None)
     with pytest.raises(IncompleteSearchError, match="2 of 3 trial"):

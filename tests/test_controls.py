@@ -40,7 +40,7 @@ def test_the_report_compares_each_regularizer_with_the_mc_control_and_says_what_
     assert "against none[n_mc=5] isolates the regularizer from ensembling" in control["sentence"]
     text = files.table_md.read_text()
     assert "## Dropout vs ensembling: against the Monte-Carlo control" in text and control["sentence"] in text
-    write_analyses(_frame(_runs()), _runs(), files, "s", alpha=0.05)
+    write_analyses(_frame(_runs()), files, "s", alpha=0.05)
     page = (files.directory / "report.html").read_text()
     assert "Dropout vs ensembling: against the Monte-Carlo control" in page and html.escape(control["sentence"]) in page
     # The control is a row of the main table, tested against none there: the ensembling alone.
@@ -55,6 +55,32 @@ def test_without_a_control_the_report_says_why_the_sde_difference_mixes_two_effe
     summary = json.loads(files.summary_json.read_text())
     assert summary["mc_control"] is None and "variants: {none: {n_mc: [5]}}" in summary["mc_control_skipped"]
     assert "Dropout vs ensembling" not in files.table_md.read_text()
-    write_analyses(_frame(_runs(False)), _runs(False), files, "s", alpha=0.05)
+    write_analyses(_frame(_runs(False)), files, "s", alpha=0.05)
     assert "Dropout vs ensembling: not in this report (no none[n_mc=N] control cell" in (
         files.directory / "report.html").read_text()
+
+
+def test_a_report_computes_the_selection_audit_and_the_mc_control_once(tmp_path, monkeypatch):
+    """``ndebench report`` shows the selection audit and the MC control in table.md, summary.json, their own files and
+    report.html: each is computed once per report and handed to every file that shows it."""
+    from collections import Counter
+
+    from ndebench.platform import api
+    from ndebench.platform.record import synthetic
+    from ndebench.platform.report import audit, controls
+
+    calls: Counter[str] = Counter()
+
+    def counting(name, real):
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return counted
+
+    for module, name in ((audit, "selection_audit"), (controls, "control_comparisons")):
+        monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    synthetic.write_study(uri, "syn", 10)
+    written = api.report_study("syn", uri, tmp_path / "reports", figures="none")
+    assert {p.name for p in written.paths} >= {"table.md", "summary.json", "report.html"}
+    assert calls == {"selection_audit": 1, "control_comparisons": 1}

@@ -29,11 +29,6 @@ from ndebench.platform.record.tracking import cell_run, client, search, study_ru
 NONE, CD = "neural_cde__synthetic__none", "neural_cde__synthetic__continuum_dropout"
 
 
-@pytest.fixture
-def uri(tmp_path):
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
-
-
 def _study(uri: str, study: str, seeds: list[int]) -> str:
     return study_run(uri, study, description="", params={"evaluate.seeds": json.dumps(seeds)}, yaml_text=None)
 
@@ -143,10 +138,9 @@ def _run(args: list[str]) -> tuple[int, str]:
 
 
 @pytest.mark.system
-def test_a_resume_under_another_config_reports_its_failed_rerun_and_exits_1(tmp_path, local_ray):
+def test_a_resume_under_another_config_reports_its_failed_rerun_and_exits_1(tmp_path, uri, local_ray):
     config = tmp_path / "solver.yaml"
     config.write_text(yaml.safe_dump(SPEC))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
             "--out", str(tmp_path / "reports")]
     code, out = _run(args)

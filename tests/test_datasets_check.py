@@ -193,3 +193,53 @@ def test_sweep_stops_before_ray_naming_the_corrupt_file(tmp_path, monkeypatch, c
     captured = capsys.readouterr()
     assert f"cannot read {tmp_path / 'Car' / 'Car_TEST.ts'}" in captured.err and "Ray cluster" not in captured.out
     assert not (tmp_path / "mlflow.db").exists()
+
+
+CAR_TRAIN = TS + "1.0,2.0,3.0:1\n3.0,4.0,5.0:2\n"
+
+
+@pytest.mark.parametrize("name,files,needle", [
+    ("value", {"Car_TEST.ts": TS + "1.0,abc,3.0:1\n"}, "Car_TEST.ts: ValueError: line 5: value 'abc' of channel 1 is "
+                                                      "no number"),
+    ("nan inside", {"Car_TEST.ts": TS + "1.0,2.0,3.0:1\n1.0,NaN,3.0:2\n"}, "Car_TEST.ts: ValueError: line 6: channel "
+                                                                          "1: a missing value (NaN) inside a series"),
+    ("label", {"Car_TEST.ts": TS + "1.0,2.0,3.0:1\n1.0,2.0,3.0:c\n"}, "line 6: label 'c' is not among the header's "
+                                                                     "@classLabel values 1 2"),
+    ("one class", {"Car_TRAIN.ts": TS + "1.0,2.0,3.0:1\n3.0,4.0,5.0:1\n"}, "Car_TRAIN.ts: ValueError: every sample "
+                                                                          "has label '1'"),
+    ("unseen", {"Car_TRAIN.ts": "@problemName Car\n@classLabel true 1 2 3\n@data\n1.0:1\n2.0:2\n",
+                "Car_TEST.ts": "@problemName Car\n@classLabel true 1 2 3\n@data\n1.0:1\n2.0:3\n"},
+     "Car_TEST.ts: ValueError: line 5: label '3' has no training sample in Car_TRAIN.ts"),
+    ("inf", {"Car_TEST.ts": TS + "1.0,inf,3.0:1\n"}, "line 5: channel 1: an infinite value"),
+    ("tsv latin", {"Car_TRAIN.tsv": "1\t1.0\t2.0\n2\t1.0\t\xe9\n", "Car_TEST.tsv": "1\t1.0\t2.0\n"},
+     "Car_TRAIN.tsv: ValueError: line 2: not UTF-8 text"),
+    ("tsv nan inside", {"Car_TRAIN.tsv": "1\t1.0\t2.0\t3.0\n2\t1.0\tNaN\t3.0\n", "Car_TEST.tsv": "1\t1.0\t2.0\n"},
+     "Car_TRAIN.tsv: ValueError: line 2: a missing value (NaN) inside a series"),
+])
+def test_preflight_refuses_bad_data_naming_file_and_line(tmp_path, name, files, needle):
+    """Review (g): each of these ran to exit 0 as "ok", or failed a cell after Ray started."""
+    folder = tmp_path / "Car"
+    folder.mkdir()
+    suffix = ".tsv" if name.startswith("tsv") else ".ts"
+    base = {f"Car_TRAIN{suffix}": CAR_TRAIN if suffix == ".ts" else "1\t1.0\t2.0\n2\t3.0\t4.0\n",
+            f"Car_TEST{suffix}": CAR_TRAIN if suffix == ".ts" else "1\t1.0\t2.0\n"}
+    for file, text in (base | files).items():
+        (folder / file).write_text(text, encoding="latin-1")
+    problems = preflight_problems("uea/Car", tmp_path)
+    assert len(problems) == 1 and needle in problems[0], problems
+
+
+def test_preflight_keeps_what_the_archive_writes(tmp_path):
+    """Padding that ends a shorter ``.tsv`` series, ``?`` where a ``.ts`` header says ``@missing true``, unequal
+    lengths in a ``.ts`` file: no problem."""
+    folder = tmp_path / "Car"
+    folder.mkdir()
+    (folder / "Car_TRAIN.tsv").write_text("1\t1.0\t2.0\tNaN\n2\t3.0\t4.0\t5.0\n")
+    (folder / "Car_TEST.tsv").write_text("2\t1.0\tNaN\tNaN\n")
+    assert preflight_problems("uea/Car", tmp_path) == []
+    for path in folder.iterdir():
+        path.unlink()
+    header = "@problemName Car\n@missing true\n@classLabel true 1 2\n@data\n"
+    (folder / "Car_TRAIN.ts").write_text(header + "1.0,?,3.0:1\n3.0,4.0:2\n")
+    (folder / "Car_TEST.ts").write_text(header + "1.0,2.0,3.0,4.0:2\n")
+    assert preflight_problems("uea/Car", tmp_path) == []

@@ -32,8 +32,7 @@ def _error_lines(capsys) -> list[str]:
             if not re.match(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARNING) ", line)]
 
 
-def test_a_deleted_study_run_or_experiment_is_refused_before_ray_starts(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_deleted_study_run_or_experiment_is_refused_before_ray_starts(tmp_path, uri, capsys):
     run_id = study_run(uri, "gone", description="", params={}, yaml_text=None)
     mlflow_client = client(uri)
     mlflow_client.delete_run(run_id)
@@ -54,8 +53,7 @@ def test_a_deleted_study_run_or_experiment_is_refused_before_ray_starts(tmp_path
             "again with --resume, or choose a new study name"]
 
 
-def test_a_write_that_meets_a_deleted_run_names_it(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_write_that_meets_a_deleted_run_names_it(uri):
     parent = study_run(uri, "w", description="", params={}, yaml_text=None)
     cell = cell_run(uri, "w", parent, "evaluate", "neural_cde__synthetic__none", {"model": "neural_cde"})
     client(uri).delete_run(cell)
@@ -77,8 +75,7 @@ def _deleting(monkeypatch, delete) -> None:
 
 
 @pytest.mark.system
-def test_a_study_run_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, capsys, monkeypatch, local_ray):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_study_run_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, uri, capsys, monkeypatch, local_ray):
     deleted = []
 
     def delete_study_run(mlflow_client, experiment_id):
@@ -97,8 +94,7 @@ def test_a_study_run_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, capsys
 
 
 @pytest.mark.system
-def test_an_experiment_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, capsys, monkeypatch, local_ray):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_an_experiment_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, uri, capsys, monkeypatch, local_ray):
     ids = []
 
     def delete_experiment(mlflow_client, experiment_id):
@@ -116,9 +112,8 @@ def test_an_experiment_deleted_during_a_sweep_ends_it_in_one_line(tmp_path, caps
 
 
 @pytest.mark.system
-def test_a_current_run_deleted_during_a_sweep_fails_its_cell_and_is_run_again(tmp_path, capsys, monkeypatch,
+def test_a_current_run_deleted_during_a_sweep_fails_its_cell_and_is_run_again(tmp_path, uri, capsys, monkeypatch,
                                                                                 local_ray):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     deleted = []
 
     def delete_trial_run(mlflow_client, experiment_id):

@@ -18,7 +18,7 @@ from fakes import local_ray_arguments
 from ndebench.platform.cli.main import main
 from ndebench.platform.cluster.raysession import RaySession
 from ndebench.platform.failures.diskfull import disk_full, is_disk_full
-from ndebench.platform.record import tracking
+from ndebench.platform.record import store, tracking
 from ndebench.platform.record.tracking import TAG, run_status, search
 
 TINY = {"study": "full", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
@@ -62,7 +62,7 @@ def test_a_full_disk_under_the_tracking_database_exits_3_naming_it(tmp_path, mon
         if not mounted:  # no mount here: the store's first write fails as SQLite's would
             def full(*args, **kwargs):
                 raise RuntimeError("(sqlite3.OperationalError) database or disk is full")
-            monkeypatch.setattr(tracking, "client", full)
+            monkeypatch.setattr(store, "client", full)
         database = tmp_path / "small" / "mlflow.db"
         assert main(["run", "full.yaml", "--tracking-uri", f"sqlite:///{database}"]) == 3
         err = capsys.readouterr().err

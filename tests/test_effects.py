@@ -100,7 +100,7 @@ def test_the_report_shows_the_effect_sizes(tmp_path):
     text = files.table_md.read_text()
     g = effect_sizes(A, B)["hedges_g"]
     assert "## Tests against none" in text and f"{g:+.2f} [" in text
-    assert "Hedges' g" in files.table_tex.read_text()
+    assert "Hedges' g" in (files.directory / "table_full.tex").read_text()
 
 
 def test_every_tested_cell_has_its_t_df_and_p_in_table_md_table_tex_and_report_html(tmp_path):
@@ -109,7 +109,7 @@ def test_every_tested_cell_has_its_t_df_and_p_in_table_md_table_tex_and_report_h
     result = stats.ttest_ind(A, B)
     # Holm over the table's 3 equal p-values multiplies each by 3.
     p, holm, t = f"{result.pvalue:.4f}", f"{min(1.0, 3 * result.pvalue):.4f}", f"{result.statistic:.2f}"
-    md, tex = files.table_md.read_text(), files.table_tex.read_text()
+    md, tex = files.table_md.read_text(), (files.directory / "table_full.tex").read_text()
     page = write_html(tmp_path / "report.html", "s", study, list(files.shown), [], [], {}).read_text()
     assert "## Tests against none\n" in md and "## Tests against none: NLL\n" in md
     assert "| t (df) | p | p (holm) | Hedges' g [95% CI] |" in md

@@ -82,14 +82,13 @@ def _run_killing_workers(tmp_path: Path, config: str, kills: list[tuple[str, int
     return driver.returncode, output, killed
 
 
-def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeypatch, capsys):
+def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, uri, monkeypatch, capsys):
     (tmp_path / "fault.yaml").write_text(yaml.safe_dump(CONFIG))
     returncode, output, killed = _run_killing_workers(tmp_path, "fault.yaml", [("evaluate", 1)], every_attempt=True,
                                                       seconds=240)
     assert len(killed) >= 1
     assert returncode == 1, output
     assert "stage evaluate: 1 trial(s) lost their worker; their MLflow runs are closed as error" in output
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "fault", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")
     assert len(runs) == 1
     run = client(uri).get_run(runs[0].info.run_id)
@@ -102,7 +101,7 @@ def test_a_killed_worker_ends_as_error_and_the_report_shows_it(tmp_path, monkeyp
     assert "neural_cde / synthetic / none, seed 0: error: the worker running this trial died" in text
 
 
-def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_path):
+def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_path, uri):
     """SIGKILL of the trial's worker at epoch 5 of 12: Ray retries it from its epoch checkpoint into the same
     MLflow run; every epoch is logged once and the test metrics equal those of an uninterrupted trial."""
     (tmp_path / "resumed.yaml").write_text(yaml.safe_dump(RESUMED))
@@ -110,7 +109,6 @@ def test_a_killed_worker_resumes_from_its_checkpoint_with_identical_results(tmp_
                                                       seconds=300)
     assert len(killed) == 1
     assert returncode == 0, output
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = search(uri, "resumed", f"tags.`{TAG}phase` = 'evaluate' and tags.`{TAG}kind` = 'trial'")
     assert len(runs) == 1
     run = client(uri).get_run(runs[0].info.run_id)

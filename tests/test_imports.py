@@ -32,7 +32,8 @@ WINGS = {
     "worker": ("one trial, free of Ray and MLflow: its model, data feeds, training loop, evaluation, stacks",
                {"spec"}),
     "spec": ("the sweep config: typed fields and objects, parsing, lint, the protocol's plan", set()),
-    "record": ("the MLflow record: its vocabulary, the writers, the one reader, the lease and its fences", set()),
+    "record": ("the MLflow record: its vocabulary, the store, the writers, the one reader, the lease and its fences",
+               set()),
     "report": ("study reports: statistics/, paper/ (the paper's data and the comparison), render/ (tables,"
                " HTML, figures) and the analyses at its root", {"record"}),
     "failures": ("what stops a sweep or a trial: exit codes, signals, outages, full disks, deadlines", set()),
@@ -171,15 +172,11 @@ SUBWINGS = {
     "report.render": ("tables, sections, HTML and figures, drawn from what the analyses hand over", "report"),
     "report.paper": ("the paper's data and the comparison with it, built on statistics/ and render/", "report"),
     "report.methods": ("many methods over many sets: per-set tests, ranks, Friedman, Bayesian signed-rank", "report"),
-    "record.lease": ("the one-driver lease inside the study: its records, heartbeat and fences",
+    "record.lease": ("the one-driver lease inside the study: its records, heartbeat and fences, on record/store.py",
                      "record.tracking"),
 }
 # (importer, imported) arrows that still break a sub-wing's rule, each with what would remove it.
 BREACHES = {
-    ("report.render.tables", "report.learning"): "FLAG and MARGIN, until they move to statistics/",
-    ("report.render.studyfigures", "report.learning"): "the learning curves' figure reads learning's frame",
-    ("report.paper.comparison", "report.summary"): "the comparison reuses the extended summary's cells",
-    ("record.lease.heartbeat", "record.tracking"): "the lease's client and retry, until they have a module",
 }
 
 

@@ -115,7 +115,7 @@ def test_the_driver_reads_a_trials_error_as_text_and_ray_is_left_no_pickle_to_re
 
 
 @pytest.fixture
-def fake_tune(monkeypatch, tmp_path):
+def fake_tune(monkeypatch, tmp_path, uri):
     """``ray.tune`` as a trial sees it, without Ray: no checkpoint to restore, reports collected."""
     reports: list[dict] = []
     monkeypatch.setattr(ray.tune, "get_context", lambda: SimpleNamespace(get_trial_id=lambda: "t0001"))
@@ -127,7 +127,6 @@ def fake_tune(monkeypatch, tmp_path):
     spec = api.load(str(tmp_path / "s.yaml"))
     cell = sweep_cells(spec)[0]
     config = dict(cell_template(spec, cell), phase="evaluate", seed=0, device="cpu", data_dir=str(tmp_path))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     def run() -> None:
         trainable({"trial": "c#0"}, tracking_uri=uri, parents={}, evaluate_configs={"c#0": config},

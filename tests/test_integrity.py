@@ -14,19 +14,19 @@ import time
 import pytest
 from ndebench.platform import api
 from ndebench.platform.cli.main import main
+from ndebench.platform.record.completeness import record_plan, seal_plan
 from ndebench.platform.record.recorder import TrialRecorder
-from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.schema import PLAN_DIGEST, PLANNED_HASHES, PLANNED_SEEDS, TAG
 from ndebench.platform.record.summaries import RESULTS_DIGEST, digest_of, results_digest
 from ndebench.platform.record.synthetic import write_study
-from ndebench.platform.record.tracking import client, search
-from ndebench.platform.report.integrity import changed_runs, verify_runs
+from ndebench.platform.record.tracking import client, search, study_run, study_yaml
+from ndebench.platform.report.integrity import changed_runs, sweep_flags, verify_runs
 
 STUDY = "t"
 
 
 @pytest.fixture
-def study(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def study(uri):
     write_study(uri, STUDY, 10)  # model-a on dataset-000: none and continuum_dropout, 5 seeds each
     return uri
 
@@ -40,8 +40,7 @@ def _verify(uri: str, capsys) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
-def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_the_digest_matches_what_the_store_returns_nan_and_infinity_included(uri):
     tags = {"study": STUDY, "phase": "evaluate", "model": "m", "dataset": "d", "regularizer": "none", "seed": "0",
             "cell": "c", "trial_dir": "t/evaluate-1/a"}
     recorder = TrialRecorder(uri, STUDY, {"x": 1}, "h", tags)
@@ -166,16 +165,20 @@ def test_the_fingerprint_catches_what_a_writer_forged_with_matching_digests(stud
 
 
 def test_runs_with_the_older_digest_are_checked_on_their_results_and_named(study, capsys):
-    """A study recorded before the digest covered tags: its results are still checked, a tag change is not
-    flagged (no false alarm), and verify says how many runs carry the older format."""
-    runs = _trials(study, "none")
+    """A study recorded before the digest covered tags (no study run param ``sweep.sha256``, every run with the
+    older digest): its results are still checked, a tag change is not flagged (no false alarm), and verify says
+    how many runs carry the older format."""
+    mlflow_client = client(study)
+    study_run, = search(study, STUDY, f"tags.`{TAG}kind` = 'study'")
+    mlflow_client.delete_run(study_run.info.run_id)
+    runs = _trials(study, "none") + _trials(study, "continuum_dropout")
     for run in runs:
-        client(study).set_tag(run.info.run_id, f"{TAG}{RESULTS_DIGEST}", results_digest(run.data.metrics))
-    client(study).set_tag(runs[0].info.run_id, f"{TAG}variant", "x")
+        mlflow_client.set_tag(run.info.run_id, f"{TAG}{RESULTS_DIGEST}", results_digest(run.data.metrics))
+    mlflow_client.set_tag(runs[0].info.run_id, f"{TAG}variant", "x")
     assert changed_runs(search(study, STUDY)) == []
     code, out = _verify(study, capsys)
-    assert code == 0 and "5 run(s) carry the digest of the older format (result metrics only)" in out
-    client(study).log_metric(runs[1].info.run_id, "test_accuracy", 0.5, step=0)
+    assert code == 0 and "10 run(s) carry the digest of the older format (result metrics only)" in out
+    mlflow_client.log_metric(runs[1].info.run_id, "test_accuracy", 0.5, step=0)
     flagged, = changed_runs(search(study, STUDY))
     assert flagged["run_id"] == runs[1].info.run_id and "of the older format: results only" in flagged["why"]
 
@@ -197,4 +200,99 @@ def test_a_finished_run_without_the_digest_of_its_end_is_flagged(study):
     client(study).set_tag(blank.info.run_id, f"{TAG}{RESULTS_DIGEST}", "")
     flagged = {f["run_id"]: f["why"] for f in changed_runs(search(study, STUDY))}
     assert flagged[run.info.run_id] == "it reads as ok but holds no digest of its end"
-    assert flagged[blank.info.run_id].startswith("its result metrics differ") and len(flagged) == 2
+    assert flagged[blank.info.run_id].startswith("it carries the older digest") and len(flagged) == 2
+
+
+def _study_run(uri: str):
+    run, = search(uri, STUDY, f"tags.`{TAG}kind` = 'study'")
+    return run
+
+
+@pytest.mark.parametrize("how", ["tags", "digest", "lease"])
+def test_a_run_with_phase_and_kind_removed_is_named_by_the_report_and_by_verify(study, tmp_path, capsys, how):
+    """The writer's hiding move: both tags that place a run removed (and its digest, which took it out of verify's
+    view), or its kind made ``lease`` and its phase removed: the report has no place for it, so it names it instead
+    of losing it."""
+    hidden = _trials(study, "continuum_dropout")[0].info.run_id
+    for tag in ("phase", "kind") + ((RESULTS_DIGEST,) if how == "digest" else ()):
+        client(study).delete_tag(hidden, f"{TAG}{tag}")
+    if how == "lease":
+        client(study).set_tag(hidden, f"{TAG}kind", "lease")
+    report = api.report_study(STUDY, study, tmp_path / "r", figures="none")
+    assert report.console.startswith("WARNING: 1 run(s)") and report.markdown.startswith("WARNING: 1 run(s)")
+    listed = report.markdown.split("## Results changed after their runs ended")[1]
+    why = ("tagged as a lease run, but it holds no lease claim" if how == "lease"
+           else "it carries no ndebench.kind and ndebench.phase a reader places")
+    assert hidden in listed and why in listed
+    code, out = _verify(study, capsys)
+    assert code == 1 and f"run {hidden} (" in out and why in out
+
+
+@pytest.mark.parametrize("how", ["deleted", "older"])
+def test_swapped_regularizer_tags_with_the_digests_deleted_or_older_are_flagged(study, tmp_path, capsys, how):
+    """Review N3b/N3c: a swap, then each digest deleted or replaced by the older results-only format: in a study
+    whose runs record the digest of their tags, a missing or older digest is itself a finding."""
+    swapped = _swap(study)
+    for run_id in swapped:
+        run = client(study).get_run(run_id)
+        if how == "deleted":
+            client(study).delete_tag(run_id, f"{TAG}{RESULTS_DIGEST}")
+        else:
+            client(study).set_tag(run_id, f"{TAG}{RESULTS_DIGEST}", results_digest(run.data.metrics))
+    report = api.report_study(STUDY, study, tmp_path / "r", figures="none")
+    assert report.markdown.startswith("WARNING: 2 run(s)")
+    assert "every run's results matched its digest" not in report.markdown
+    code, out = _verify(study, capsys)
+    assert code == 1 and all(f"run {run_id} (evaluate " in out for run_id in swapped)
+    assert ("holds no digest of its end" if how == "deleted" else "carries the older digest") in out
+
+
+@pytest.mark.parametrize("plan", ['{"0": "bogus"}', "{}"])
+def test_a_rewritten_plan_is_flagged(study, tmp_path, capsys, plan):
+    """Review (b2): one tag on an evaluate cell run (``planned_hashes``) dropped a seed or the whole row, verify
+    passing; the plan's digest on the study run now tells."""
+    cells = search(study, STUDY, f"tags.`{TAG}kind` = 'cell'")
+    record_plan(study, {c.info.run_id: {seed: f"{c.data.tags[f'{TAG}cell']}#{seed}" for seed in range(5)}
+                        for c in cells})
+    seal_plan(study, STUDY, _study_run(study).info.run_id)
+    assert _verify(study, capsys)[0] == 0
+    cell, = (c for c in cells if c.data.tags[f"{TAG}regularizer"] == "continuum_dropout")
+    client(study).set_tag(cell.info.run_id, PLANNED_HASHES, plan)
+    report = api.report_study(STUDY, study, tmp_path / "r", figures="none")
+    assert report.markdown.startswith("WARNING: 1 run(s)")
+    code, out = _verify(study, capsys)
+    assert code == 1 and f"run {_study_run(study).info.run_id} " in out and "differs from the one the sweep" in out
+
+
+def test_rewritten_planned_seeds_and_a_deleted_plan_digest_are_flagged(study, capsys):
+    mlflow_client, run_id = client(study), _study_run(study).info.run_id
+    mlflow_client.set_tag(run_id, PLANNED_SEEDS, "[0, 1]")
+    code, out = _verify(study, capsys)
+    assert code == 1 and "the planned seeds) differs from the one the sweep recorded" in out
+    mlflow_client.delete_tag(run_id, PLAN_DIGEST)
+    code, out = _verify(study, capsys)
+    assert code == 1 and f"run {run_id} " in out and "holds no digest of its plan" in out
+
+
+def test_an_overwritten_sweep_yaml_is_flagged_ignored_and_changes_the_fingerprint(study, tmp_path, capsys):
+    """Review (b3): the study run's ``sweep.yaml`` overwritten with ``alpha: 0.6`` moved the stars while the
+    fingerprint said "unchanged"; it is bound to the SHA-256 the run recorded as it began."""
+    noted = api.verify(STUDY, study).fingerprint
+    run_id = _study_run(study).info.run_id
+    client(study).log_text(run_id, "report:\n  alpha: 0.6\n", "sweep.yaml")
+    assert api.study_report_settings(STUDY, study, alpha=None)["alpha"] == 0.05
+    code = main(["verify", "--study", STUDY, "--tracking-uri", study, "--fingerprint", noted])
+    out = capsys.readouterr().out
+    assert code == 1 and f"run {run_id} " in out and "its sweep.yaml (sha256" in out
+    assert f"CHANGED since {noted} was noted" in out
+    report = api.report_study(STUDY, study, tmp_path / "r", figures="none")
+    assert report.markdown.startswith("WARNING: 1 run(s)") and "alpha=0.6" not in report.markdown
+
+
+def test_a_recorded_sweep_yaml_is_read_while_it_matches_its_digest(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = study_run(uri, STUDY, description="", params={}, yaml_text="report:\n  alpha: 0.1\n")
+    assert study_yaml(uri, STUDY) == "report:\n  alpha: 0.1\n"
+    client(uri).log_text(run_id, "report:\n  alpha: 0.6\n", "sweep.yaml")
+    assert study_yaml(uri, STUDY) is None and study_yaml(uri, STUDY, bound=False) == "report:\n  alpha: 0.6\n"
+    assert "differs from the one it recorded as it began" in sweep_flags(search(uri, STUDY), "x")[0]["why"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from ndebench.platform.cluster.joining import gpu_request, init_arguments, ray_address
-from ndebench.platform.record.tracking import default_tracking_uri
+from ndebench.platform.record.store import default_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 

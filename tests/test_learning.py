@@ -5,6 +5,7 @@ import re
 
 import pandas as pd
 import pytest
+from fakes import record_trial
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.report.learning import MARGIN, chance_loss, class_counts, flags, learning_check, mean_curves
@@ -57,17 +58,13 @@ def _font_types(pdf) -> frozenset[str]:
 
 
 def _record(uri: str, regularizer: str, seed: int, train: list[float], accuracy: float) -> None:
-    identity = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "uea/GunPoint",
-                "regularizer": regularizer, "seed": str(seed), "metric": "accuracy"}
-    recorder = TrialRecorder(uri, STUDY, {"regularizer": regularizer, "seed": seed}, f"{regularizer}-{seed}", identity)
-    for epoch, loss in enumerate(train, start=1):
-        recorder.log_metrics({"train_loss": loss, "val_loss": loss + 0.05}, step=epoch)
-    recorder.finish("ok", {"test_accuracy": accuracy}, {"num_classes": 2}, {})
+    record_trial(uri, STUDY, regularizer, seed, dataset="uea/GunPoint",
+                 epochs=[{"train_loss": loss, "val_loss": loss + 0.05} for loss in train],
+                 metrics={"test_accuracy": accuracy}, tags={"num_classes": 2})
 
 
-def test_a_report_flags_the_cell_that_did_not_learn_and_draws_its_learning_curves(tmp_path, monkeypatch, capsys):
+def test_a_report_flags_the_cell_that_did_not_learn_and_draws_its_learning_curves(tmp_path, uri, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for seed in range(3):
         _record(uri, "none", seed, [0.80, 0.60, 0.45, 0.38 + 0.01 * seed], 0.90 + 0.01 * seed)
         _record(uri, "continuum_dropout", seed, [0.85, 0.74, 0.70, 0.69 - 0.01 * seed], 0.55 + 0.02 * seed)
@@ -88,16 +85,18 @@ def test_a_report_flags_the_cell_that_did_not_learn_and_draws_its_learning_curve
     assert figure.stat().st_size > 0 and figure.with_suffix(".pdf").exists()
     pdfs = sorted(folder.glob("*.pdf"))
     # Type 42: TrueType outlines, embedded by matplotlib as a composite (Type0) font over a CIDFontType2 one.
-    assert len(pdfs) == 2 and {_font_types(p) for p in pdfs} == {frozenset({"Type0", "CIDFontType2"})}, pdfs
+    assert [p.stem.split("_")[0] for p in pdfs] == ["forest", "learning", "seeds"]
+    assert {_font_types(p) for p in pdfs} == {frozenset({"Type0", "CIDFontType2"})}, pdfs
     html = (folder / "report.html").read_text()
     assert 'alt="learning_neural-cde_uea-GunPoint"' in html and "<b class='flag'>did not learn</b>" in html
 
 
-def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_are_not_drawn(tmp_path, monkeypatch):
+def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_are_not_drawn(tmp_path, uri,
+                                                                                                monkeypatch):
     from ndebench.platform.record.tracking import client
     from ndebench.platform.report import learning
+    from ndebench.platform.report.render import figures
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     identity = {"study": STUDY, "phase": "evaluate", "model": "neural_cde", "dataset": "uea/GunPoint",
                 "regularizer": "none", "seed": "0", "metric": "accuracy"}
     recorder = TrialRecorder(uri, STUDY, {"seed": 0}, "none-0", identity)
@@ -116,11 +115,11 @@ def test_final_values_add_no_point_to_a_per_epoch_history_and_old_step_0_points_
     assert curves["epoch"].tolist() == [1, 2, 3] and curves["val_loss"].tolist() == pytest.approx([0.95, 0.55, 0.75])
 
     labels = []
-    monkeypatch.setattr(learning, "save_png_pdf", lambda fig, path: labels.append(fig.axes[0].get_ylabel()))
+    monkeypatch.setattr(figures, "save_png_pdf", lambda fig, path: labels.append(fig.axes[0].get_ylabel()))
     runs = pd.DataFrame({"run_id": [run_id], "model": "m", "dataset": "d", "regularizer": "none", "status": "ok"})
-    learning.learning_curve_figure(mean_curves(curves, runs), ["none"], tmp_path / "one.png", "t")
+    figures.learning_curve_figure(mean_curves(curves, runs), ["none"], tmp_path / "one.png", "t")
     two = pd.concat([curves, curves.assign(run_id="b")])
-    learning.learning_curve_figure(mean_curves(two, pd.concat([runs, runs.assign(run_id="b")])), ["none"],
+    figures.learning_curve_figure(mean_curves(two, pd.concat([runs, runs.assign(run_id="b")])), ["none"],
                                    tmp_path / "two.png", "t")
     assert labels == ["loss (one seed per regularizer)", "loss (mean over up to 2 seeds)"]
     assert curve_title("m", "d", mean_curves(curves, runs)) == \

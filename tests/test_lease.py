@@ -47,9 +47,9 @@ STUDY = "s"
 
 
 @pytest.fixture
-def uri(tmp_path, monkeypatch):
+def uri(uri, monkeypatch):
     monkeypatch.setenv(heartbeat.STALE_ENV, "1")
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri
 
 
 def _ledger(uri: str) -> str:
@@ -197,8 +197,12 @@ def test_deleting_the_held_lease_run_fences_its_driver_without_naming_another(ur
     assert f"its lease run {lease.run_ids[0]} was deleted; it stopped writing, and no driver holds" in message
     assert "took it over" not in message
     lease.release()
-    again, previous = Lease.take(uri, STUDY, print)  # epochs in the deleted run still count: never epoch 1 again
-    assert again.epoch == 2 and again.run_ids != lease.run_ids and previous is None
+    # A deleted run numbers nothing (deleting is the remedy for a record no driver wrote); the fenced driver's own
+    # claim is in it, so it stays fenced while a new driver claims epoch 1 afresh.
+    again, previous = Lease.take(uri, STUDY, print)
+    assert again.epoch == 1 and again.run_ids != lease.run_ids and previous is None
+    with pytest.raises(LeaseLostError, match="was deleted"):
+        lease.fence.check(fresh=True)
     again.release()
 
 
@@ -248,7 +252,7 @@ TAKER = """
 import sys, time
 from pathlib import Path
 from ndebench.platform.record.lease.heartbeat import DriverConflictError, Lease
-from ndebench.platform.record.tracking import raw_client
+from ndebench.platform.record.store import raw_client
 raw_client(sys.argv[1])  # the database's schema, before the start
 Path(sys.argv[2] + ".ready" + sys.argv[3]).touch()
 while not Path(sys.argv[2]).exists():
@@ -359,8 +363,10 @@ def test_an_epoch_past_the_last_is_refused_in_one_line(uri, monkeypatch):
     monkeypatch.setattr(heartbeat, "_moving", _never_watched)
     _, _ = _hold(uri, 999_999_999)
     client(uri).set_tag(_ledger(uri), released_tag(999_999_999), "1")
-    with pytest.raises(DriverConflictError, match=r"^study 's': a lease record of epoch 999999999 leaves no epoch "
-                                                  r"to claim \(at most 999999999\); an admin must delete"):
+    with pytest.raises(DriverConflictError, match=rf"^study 's': a lease record of epoch 999999999 in run "
+                                                  rf"{_ledger(uri)} leaves no epoch to claim \(at most 999999999\); "
+                                                  rf"no driver counts that high, so a writer made it: an admin "
+                                                  rf"deletes run {_ledger(uri)}"):
         Lease.take(uri, STUDY, print)
 
 
@@ -381,9 +387,9 @@ def test_a_renamed_study_fences_its_driver_naming_the_new_name_and_the_next_take
     again, _ = Lease.take(uri, STUDY, said.append)
     assert again.epoch == 1
     assert [line for line in said if "renamed away" in line] == [
-        f"study 's' was recorded before in experiment 's-old' (id {experiment_id}), renamed away from 's': this "
-        f"driver starts the study over in experiment {ensure_experiment(uri, STUDY)}; to continue that record "
-        f"instead, stop it, delete experiment {ensure_experiment(uri, STUDY)} and rename 's-old' back"]
+        f"this driver starts study 's' in experiment {ensure_experiment(uri, STUDY)}; experiment 's-old' (id "
+        f"{experiment_id}) holds a lease run tagged as 's''s, as a study renamed away would, but anyone may make "
+        "such a run: ask an admin who made it before trusting its runs"]
     again.release()
 
 
@@ -632,3 +638,51 @@ def test_system_metrics_of_a_fenced_trial_stop(uri):
             time.sleep(2.0)
     assert "system/cpu_utilization_percentage" in mlflow_client.get_run(free).data.metrics
     assert mlflow_client.get_run(fenced).data.metrics == {}
+
+
+def test_a_lease_record_no_driver_wrote_never_locks_the_study_for_good(uri, monkeypatch):
+    """Review (turn 7): a param ``ndebench.lease.999999999`` on the study run (params never go) locked the study for
+    good; a valid record of that epoch in a lease run did too, even after the admin deleted it as advised."""
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    study = study_run(uri, STUDY, description="", params={"protocol": "paper"}, yaml_text=None)
+    client(uri).log_param(study, "ndebench.lease.999999999", token("forged:1", "m", "i"))
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert lease.epoch == 1
+    lease.release()
+    flags = ledger_flags(every_run(client(uri), ensure_experiment(uri, STUDY)), [])
+    assert [(f["run_id"], f["why"]) for f in flags] == [
+        (study, "it holds a lease record (ndebench.lease.999999999) but is no lease run: no driver wrote it there")]
+    planted = new_lease_run(client(uri), ensure_experiment(uri, STUDY), STUDY)
+    assert claim(client(uri), planted, 999_999_999, token("squatter:1", "m", "i")) is None
+    client(uri).set_tag(planted, released_tag(999_999_999), "1")
+    with pytest.raises(DriverConflictError, match=f"in run {planted} leaves no epoch to claim"):
+        Lease.take(uri, STUDY, print)
+    client(uri).delete_run(planted)  # what the message advises, and now it works
+    again, _ = Lease.take(uri, STUDY, print)
+    assert again.epoch == 2
+    again.check()  # the deleted record of a higher epoch fences nobody
+    again.release()
+
+
+def test_the_older_lease_stays_the_newest_name_whoever_makes_one_above_it(uri, monkeypatch):
+    """Review N5b: a user with no grant made ``S::lease::50``; a driver of an older release, which reads only the
+    newest name, took it over as a lost driver and trained beside this one. At every beat this driver makes its
+    own the newest again, which also fences an older driver that took a name (a newer name fences it)."""
+    from ndebench.platform.record.lease import legacy
+
+    monkeypatch.setattr(heartbeat, "_moving", _never_watched)
+    lease, _ = Lease.take(uri, STUDY, print)
+    assert client(uri).get_experiment(lease.legacy_id).name == f"{STUDY}::lease::1"
+    for forged in (50, 52):
+        client(uri).create_experiment(f"{STUDY}::lease::{forged}", tags={
+            legacy.HOLDER: "forged-host:4242", legacy.MACHINE: "m", legacy.BEAT: "0", f"{TAG}kind": "lease"})
+        deadline = time.monotonic() + 30
+        while client(uri).get_experiment(lease.legacy_id).name != f"{STUDY}::lease::{forged + 1}":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        newest = max(legacy.old_lease_experiments(client(uri), STUDY), key=lambda found: found[0])[1]
+        assert newest.experiment_id == lease.legacy_id and newest.lifecycle_stage == "active"
+        assert newest.tags[legacy.HOLDER] == f"{os.uname().nodename}:{os.getpid()}"
+    lease.check()
+    lease.release()
+    assert client(uri).get_experiment(lease.legacy_id).lifecycle_stage == "deleted"

@@ -2,6 +2,7 @@
 Ray or MLflow is imported; the static name tables it reads agree with the registries."""
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def test_names_agree_with_the_registries():
 import dataclasses, json
 from ndebench.datasets.registry import REGISTRY as DATASETS, dataset_options, list_datasets
 from ndebench.models.integrate import SolverConfig
-from ndebench.models.registry import list_models, model_options
+from ndebench.models.registry import REGISTRY as MODELS, list_models, model_options
 from ndebench.regularizers.catalog import BUILTINS
 from ndebench.regularizers.registry import REGISTRY, list_regularizers, regularizer_info
 first = {family: next(n for n in list_datasets() if n.partition('/')[0] == family) for family in DATASETS.names()}
@@ -46,21 +47,38 @@ print(json.dumps({
     "modules": {r: REGISTRY.get(r).__module__ == f"ndebench.regularizers.{BUILTINS[r].module}"
                 for r in list_regularizers()},
     "models": {m: sorted(model_options(m)) for m in list_models()},
+    "model_modules": {m: MODELS.get(m).__module__ for m in list_models()},
     "datasets": {f: dataset_options(first[f]) for f in DATASETS.names()},
+    "dataset_modules": {f: getattr(DATASETS.get(f), "func", DATASETS.get(f)).__module__ for f in DATASETS.names()},
     "families": sorted(f for f in DATASETS.names() if DATASETS.info(f).family),
     "solver": [f.name for f in dataclasses.fields(SolverConfig)],
 }))
 """
-    from ndebench.platform.spec import names
+    from ndebench.datasets.catalog import BUILTINS as DATASETS
+    from ndebench.models.catalog import BUILTINS as MODELS
+    from ndebench.models.catalog import SOLVER_KEYS
     from ndebench.regularizers.catalog import BUILTINS
 
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     truth = json.loads(proc.stdout)
     assert truth["declared"] == truth["modules"] == dict.fromkeys(BUILTINS, True)
-    assert truth["models"] == {k: sorted(v) for k, v in names.MODELS.items()}
-    assert truth["datasets"] == {k: sorted(v) for k, v in names.DATASETS.items()}
-    assert truth["families"] == sorted(names.DATASET_FAMILIES)
-    assert truth["solver"] == list(names.SOLVER_KEYS)
+    assert truth["models"] == {k: sorted(v.hyperparams) for k, v in MODELS.items()}
+    assert truth["model_modules"] == {k: f"ndebench.models.{v.module}" for k, v in MODELS.items()}
+    assert truth["datasets"] == {k: sorted(v.options) for k, v in DATASETS.items()}
+    assert truth["dataset_modules"] == {k: f"ndebench.datasets.{v.module}" for k, v in DATASETS.items()}
+    assert truth["families"] == sorted(k for k, v in DATASETS.items() if v.family)
+    assert truth["solver"] == list(SOLVER_KEYS)
+
+
+@pytest.mark.parametrize("folder,call", [("models", "@register_model("), ("datasets", "register_dataset("),
+                                         ("regularizers", "@register_regularizer(")])
+def test_every_module_that_registers_a_built_in_is_in_its_catalogue(folder, call):
+    """The registry imports only the modules its folder's ``catalog.py`` names, so a module left out would never
+    register."""
+    catalogue = importlib.import_module(f"ndebench.{folder}.catalog").BUILTINS
+    registering = {path.stem for path in (ROOT / folder).glob("*.py")
+                   if path.stem != "registry" and call in path.read_text()}
+    assert registering == {declared.module for declared in catalogue.values()}
 
 
 def test_a_declared_rule_is_the_one_the_config_applies_at_the_rate_solvers_bounds():

@@ -48,8 +48,7 @@ def _log(uri: str, capabilities: list[str]) -> None:
 
 
 @pytest.mark.parametrize("capabilities", [["AVX512", "AVX2"], ["AVX512"]])
-def test_the_report_says_when_runs_mix_cpu_capabilities(tmp_path, capabilities):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_the_report_says_when_runs_mix_cpu_capabilities(tmp_path, uri, capabilities):
     _log(uri, capabilities)
     assert main(["report", "--study", "mixed", "--tracking-uri", uri, "--out", str(tmp_path), "--figures",
                  "none"]) == 0

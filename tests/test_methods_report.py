@@ -173,12 +173,12 @@ def test_sections_bold_the_best_mark_against_none_and_draw_the_diagram(compariso
 def test_the_report_writes_methods_files_and_a_two_method_study_gets_none(tmp_path):
     frame = crafted()
     files = build_report(frame, tmp_path, "many", test="paired", alpha=0.05, figures="none")
-    written = analyses.write_analyses(frame, frame, files, "many", alpha=0.05)
+    written = analyses.write_analyses(frame, files, "many", alpha=0.05)
     names = {p.name for p in written}
     assert {"methods.md", "methods.tex"} <= names and (tmp_path / "many" / "methods.json").exists()
     two = frame[frame["regularizer"].isin(["none", "continuum_dropout"])]
     files = build_report(two, tmp_path / "two", "many", test="paired", alpha=0.05, figures="none")
-    written = analyses.write_analyses(two, two, files, "many", alpha=0.05)
+    written = analyses.write_analyses(two, files, "many", alpha=0.05)
     assert "methods.md" not in {p.name for p in written}
     assert "Many methods over many sets: not in this report" in (tmp_path / "two" / "many" / "report.html").read_text()
 

@@ -41,7 +41,7 @@ def _steps_once(uri: str, run_id: str) -> None:
         assert steps == [1, 2, 3, 4], metric
 
 
-def test_outages_inside_a_trial_are_each_retried_from_its_checkpoint(tmp_path):
+def test_outages_inside_a_trial_are_each_retried_from_its_checkpoint(tmp_path, uri):
     """An MLflow 5xx storm at epoch 2 and a full disk at epoch 3 of the same trial: each ends its attempt, and
     Ray's retries restore the checkpoints of epochs 1 and 2 into the same run, which ends ``ok``."""
     (tmp_path / "outage.yaml").write_text(yaml.safe_dump(dict(CONFIG, tune={"max_failures": 2})))
@@ -51,14 +51,13 @@ def test_outages_inside_a_trial_are_each_retried_from_its_checkpoint(tmp_path):
     assert sorted(path.name for path in state.glob("fired-*")) == ["fired-enospc", "fired-storm"]
     # The first attempt started from nothing; Ray's retries restored the checkpoints of epochs 1 and 2.
     assert (state / "attempts").read_text().split() == ["0", "1", "2"]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = _evaluate_run(uri)
     assert run.data.tags[f"{TAG}status"] == "ok" and run.info.status == "FINISHED"
     _steps_once(uri, run.info.run_id)
     assert not search(uri, "outage", f"tags.`{TAG}status` = 'error'")
 
 
-def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_run(tmp_path):
+def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_run(tmp_path, uri):
     (tmp_path / "outage.yaml").write_text(yaml.safe_dump(CONFIG))
     state = write_fault_plugin(tmp_path, {"enospc": 3}, forever=True)
     failed = _run(tmp_path)
@@ -69,7 +68,6 @@ def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_ru
                            "(--resume continues them): disk full: cannot write "), last
     assert "/trial_state.pt" in last and "Traceback" not in failed.stdout
     assert (state / "attempts").read_text().split() == ["0", "2"]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = _evaluate_run(uri)
     assert run.data.tags[f"{TAG}status"] == "interrupted" and run.info.status == "KILLED"
     assert run.data.tags[f"{TAG}interruption"].startswith("infrastructure failure: disk full: cannot write ")
@@ -88,7 +86,7 @@ def test_an_outage_that_outlasts_the_retries_exits_3_and_resume_continues_the_ru
     _steps_once(uri, run.info.run_id)
 
 
-def test_an_outage_in_a_search_stage_spends_no_budget_and_resume_finishes_the_search(tmp_path):
+def test_an_outage_in_a_search_stage_spends_no_budget_and_resume_finishes_the_search(tmp_path, uri):
     """Both grid points of the base search hit a storm: the sweep exits 3, its trial runs are interrupted (not
     spent), the cell is not done; `--resume` continues both runs and the search ends with them. No retries here
     (each retry is a new trial worker; the tests above retry)."""
@@ -99,7 +97,6 @@ def test_an_outage_in_a_search_stage_spends_no_budget_and_resume_finishes_the_se
     failed = _run(tmp_path)
     assert failed.returncode == 3, failed.stdout + failed.stderr
     assert "2 trial(s) stopped by an infrastructure failure" in failed.stdout.strip().splitlines()[-1]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     base = f"tags.`{TAG}phase` = 'base' and tags.`{TAG}kind` = 'trial'"
     cut = {r.info.run_id: r.data.tags[f"{TAG}status"] for r in search(uri, "outage", base)}
     assert sorted(cut.values()) == ["interrupted", "interrupted"]

@@ -133,8 +133,7 @@ def test_the_report_writes_the_comparison_into_table_md_and_summary_json(tmp_pat
     assert {r["verdict"] for r in comparison["agreement_cells"]} <= {"agrees", "differs", "inconclusive"}
     assert "Verdict rule" in text and "TOST margin" in text
     runs = _study()
-    write_analyses(runs.assign(run_id=range(len(runs)), p=np.nan, m=np.nan, rate=np.nan), runs, files, "s",
-                   alpha=0.05)
+    write_analyses(runs.assign(run_id=range(len(runs)), p=np.nan, m=np.nan, rate=np.nan), files, "s", alpha=0.05)
     page = (files.directory / "report.html").read_text()
     assert "The paper&#x27;s cells beside the study" in page
     assert "Across datasets beside the paper&#x27;s Tables" in page

@@ -202,11 +202,10 @@ def test_a_registry_loads_its_builtins_once_on_first_lookup(tmp_path, monkeypatc
         sys.modules.pop("widget_builtins", None)
 
 
-def test_a_plugin_regularizers_hyperparameter_gets_its_sensitivity_table(tmp_path):
+def test_a_plugin_regularizers_hyperparameter_gets_its_sensitivity_table(tmp_path, uri):
     """The report of a study with ``plugin_alpha``'s fixed-alpha variant cells has alpha's table (the baseline
     row, then one row per alpha), although nothing outside the plugin names alpha."""
     env = make_plugin(tmp_path / "site", ALPHA_PLUGIN, module="ndebench_alphaplugin")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cells = {("none", None): (0.5, 0.75), ("plugin_alpha", 0.1): (0.625, 0.6875), ("plugin_alpha", 0.5): (0.75, 0.875)}
     log_evaluate_runs(uri, "alpha", [
         {"model": "neural_cde", "dataset": "synthetic", "regularizer": regularizer, "seed": seed,

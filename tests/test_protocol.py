@@ -178,12 +178,11 @@ def test_asha_compares_trials_only_within_their_cell():
     assert scheduler.on_trial_result(None, a1, {"val_loss": 0.1, "status": "ok"}) == TrialScheduler.CONTINUE
 
 
-def test_a_stopped_trial_ends_its_mlflow_run_as_stopped(tmp_path):
+def test_a_stopped_trial_ends_its_mlflow_run_as_stopped(uri):
     from ndebench.platform.engine.progress import MarkStopped
     from ndebench.platform.record.recorder import TrialRecorder
     from ndebench.platform.record.tracking import TAG, client
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tags = {"phase": "tune", "model": "m", "dataset": "d", "regularizer": "r", "seed": "0"}
     recorder = TrialRecorder(uri, "s", {"x": 1}, "h", tags)
     trial = SimpleNamespace(last_result={"status": "running", "run_id": recorder.run_id, "val_loss": 0.1})

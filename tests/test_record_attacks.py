@@ -94,3 +94,70 @@ def test_names_records_tags_and_grants_anyone_could_forge_are_ignored_flagged_or
         assert "study 'C': its experiment" in squatted.stderr
         assert "'wx', not an admin or 'wc', may write or manage it" in squatted.stderr
         assert not (tmp_path / "mlflow-credentials-wc").exists()
+
+
+def test_the_turn_7_lock_outs_squat_and_advice_are_refused_or_undone(tmp_path, monkeypatch):
+    """../shared/reviews/security-22f8fc8.md: a squatter who plants a lease record of epoch 999999999, hands MANAGE
+    to the worker's own account and leaves; a writer's param ``ndebench.lease.999999999`` on the study run; a user
+    with no grant whose decoy lease run made a first take advise deleting the study and renaming the decoy back."""
+    from mlflow.server.auth.client import AuthServiceClient
+    from mlflow.tracking import MlflowClient
+    from ndebench.platform.record.lease import heartbeat
+    from ndebench.platform.record.lease.heartbeat import Lease
+    from ndebench.platform.record.lease.ledger import claim, new_lease_run, released_tag, token
+    from ndebench.platform.record.tracking import study_run
+
+    monkeypatch.setenv(heartbeat.STALE_ENV, "1")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+    admin = dict(base, MLFLOW_TRACKING_USERNAME=ADMIN[0], MLFLOW_TRACKING_PASSWORD=ADMIN[1])
+    with auth_server(tmp_path, admin) as uri:
+        worker = _worker(uri, tmp_path, admin, "P0", "wc")
+        _as(monkeypatch, *ADMIN)
+        for user in ("wa", "wr"):
+            AuthServiceClient(uri).create_user(user, PASSWORD)
+        mlflow_client = MlflowClient(uri)
+
+        # N4b: wa makes P2, plants a lease record of epoch 999999999, hands MANAGE to wc and leaves.
+        _as(monkeypatch, "wa")
+        squatted = mlflow_client.create_experiment("P2")
+        planted = new_lease_run(mlflow_client, squatted, "P2")
+        assert claim(mlflow_client, planted, 999_999_999, token("squatter:1", "m", "i")) is None
+        mlflow_client.set_tag(planted, released_tag(999_999_999), "1")
+        AuthServiceClient(uri).grant_user_permission("wc", "experiment", squatted, "MANAGE")
+        AuthServiceClient(uri).revoke_user_permission("wa", "experiment", squatted)
+        refused = cli(["grant", "--tracking-uri", uri, "--study", "P2", "--user", "wc"], tmp_path, admin)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "'wc' already has MANAGE on it, which grant never gives" in refused.stderr
+        # Were it run all the same, the refusal names the run, and the admin's delete of it is a remedy that works.
+        _as(monkeypatch, "wc", worker)
+        with pytest.raises(heartbeat.DriverConflictError, match=f"in run {planted} leaves no epoch to claim"):
+            Lease.take(uri, "P2", print)
+        _as(monkeypatch, *ADMIN)
+        mlflow_client.delete_run(planted)
+        _as(monkeypatch, "wc", worker)
+        lease, _ = Lease.take(uri, "P2", print)
+        assert lease.epoch == 1
+        lease.release()
+
+        # A writer's param on the study run: ignored by the lease, flagged by verify.
+        run_id = study_run(uri, "P0", description="", params={"protocol": "paper"}, yaml_text=None)
+        mlflow_client.log_param(run_id, "ndebench.lease.999999999", token("forged:1", "m", "i"))
+        lease, _ = Lease.take(uri, "P0", print)
+        assert lease.epoch == 1
+        lease.release()
+        wc = dict(base, MLFLOW_TRACKING_USERNAME="wc", MLFLOW_TRACKING_PASSWORD=worker)
+        verified = cli(["verify", "--study", "P0", "--tracking-uri", uri], tmp_path, wc)
+        assert verified.returncode == 1 and f"run {run_id} " in verified.stdout
+        assert "it holds a lease record (ndebench.lease.999999999) but is no lease run" in verified.stdout
+
+        # Misleading advice: wr's decoy lease run tagged as study P3's; the first take advises nothing.
+        _as(monkeypatch, "wr")
+        decoy = mlflow_client.create_experiment("wr-decoy")
+        mlflow_client.create_run(decoy, tags={"ndebench.kind": "lease", "ndebench.study": "P3"})
+        _as(monkeypatch, *ADMIN)
+        said: list[str] = []
+        lease, _ = Lease.take(uri, "P3", said.append)
+        lease.release()
+        line, = (s for s in said if "wr-decoy" in s)
+        assert "anyone may make such a run" in line and "delete" not in line and "rename it" not in line
+        assert "rename 'wr-decoy' back" not in line

@@ -96,11 +96,10 @@ def test_bad_n_mc_is_rejected_with_the_entry(text):
         parse_n_mc(text)
 
 
-def test_the_data_directory_never_comes_from_a_run(tmp_path, monkeypatch):
+def test_the_data_directory_never_comes_from_a_run(tmp_path, uri, monkeypatch):
     """A run's `data_dir` param is whatever its writer put there: reevaluate reads the local data directory."""
     from ndebench.platform.engine import reevaluate as module
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _record(uri, {**CD, "data_dir": str(tmp_path / "planted")})
     seen = []
     real = module.build_trial

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import re
 from pathlib import Path
@@ -17,6 +18,7 @@ from ndebench.platform.spec.config import ConfigError, parse_spec
 from ndebench.regularizers.base import PassSpec, Regularizer
 from ndebench.regularizers.catalog import BUILTINS
 from ndebench.regularizers.jump_diffusion import sample_drops, sample_jumps
+from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
 from ndebench.regularizers.registry import create_regularizer, list_regularizers, regularizer_info
 from ndebench.regularizers.tabn import TemporalBatchNorm, bin_weights
 from torch import nn
@@ -67,7 +69,7 @@ def test_all_baselines_registered_with_paper_search_spaces():
 
 
 def test_every_module_that_registers_a_regularizer_is_in_the_catalogue():
-    """``regularizers/builtin.py`` imports the modules the catalogue names, so a module left out of it would
+    """The registry imports the modules the catalogue names, so a module left out of it would
     never register; the catalogue also declares every hyperparameter with a default choice its rule accepts."""
     folder = Path(__file__).resolve().parents[1] / "regularizers"
     registering = {path.stem for path in folder.glob("*.py") if "@register_regularizer(" in path.read_text()}
@@ -75,6 +77,20 @@ def test_every_module_that_registers_a_regularizer_is_in_the_catalogue():
     for name, declared in BUILTINS.items():
         for key, hp in declared.hyperparams.items():
             assert hp.choices and all(hp.rule(c) is None for c in hp.choices), (name, key)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTINS))
+def test_the_catalogue_entry_is_the_constructors_signature(name):
+    """A built-in's hyperparameters are spelled three times (catalogue, ``__init__``, ``describe()``): the
+    constructor takes exactly the catalogue's keys, each with a default (a config may leave any out), and an
+    instance built from each key's first default choice describes itself with those values."""
+    declared = BUILTINS[name].hyperparams
+    parameters = inspect.signature(REGULARIZERS.get(name)).parameters
+    assert sorted(parameters) == sorted(declared)
+    assert [k for k, p in parameters.items() if p.default is inspect.Parameter.empty] == []
+    chosen = {key: hp.choices[0] for key, hp in declared.items()}
+    described = create_regularizer(name, **chosen).describe()
+    assert {key: described.get(key) for key in declared} == chosen
 
 
 @pytest.mark.parametrize("name", BASELINES)

@@ -27,8 +27,7 @@ def _study(uri: str, yaml_text: str | None) -> None:
     synthetic.write_study(uri, "syn", 10)  # reuses the study run above
 
 
-def test_report_uses_the_studys_recorded_settings_and_flags_override_them(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_report_uses_the_studys_recorded_settings_and_flags_override_them(tmp_path, uri, capsys):
     _study(uri, RECORDED)
     assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "a")]) == 0
     assert f"report settings: test={DESIGN} alpha=0.01 correction=holm figures=none" in capsys.readouterr().out
@@ -43,8 +42,7 @@ def test_report_uses_the_studys_recorded_settings_and_flags_override_them(tmp_pa
     assert "with p < 0.05" in table and "Holm" not in table.split("## Across datasets")[0]
 
 
-def test_a_study_without_a_recorded_yaml_gets_the_defaults(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_study_without_a_recorded_yaml_gets_the_defaults(tmp_path, uri, capsys):
     _study(uri, None)
     assert main(["report", "--study", "syn", "--tracking-uri", uri, "--out", str(tmp_path / "a"),
                  "--figures", "none"]) == 0

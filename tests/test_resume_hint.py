@@ -45,10 +45,9 @@ def test_the_command_repeats_every_option_naming_the_study_or_its_stores_shell_q
     assert resume_command(_args()) == "ndebench run sweep.yaml --resume"
 
 
-def test_resuming_a_complete_study_names_the_interrupted_study_of_the_same_config(tmp_path):
+def test_resuming_a_complete_study_names_the_interrupted_study_of_the_same_config(tmp_path, uri):
     config = tmp_path / "sweep.yaml"
     config.write_text("study: plain\n")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = {name: study_run(uri, name, description="", params={}, yaml_text=config.read_text() + extra)
             for name, extra in [("plain", ""), ("x", "# --set study=x\n# --set training.epochs=12\n"),
                                 ("other", "# --set study=other\n"), ("elsewhere", "# another file\n")]}

@@ -133,8 +133,7 @@ def test_only_old_runs_cost_a_request_each(both, monkeypatch):
         assert len(calls) == expected, layout
 
 
-def test_bulk_writer_records_what_the_trial_recorder_records(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_bulk_writer_records_what_the_trial_recorder_records(uri):
     kwargs = trial(cells(5)[0], 0, STUDY)
     recorder = TrialRecorder(uri, STUDY, kwargs["config"], kwargs["config_hash"], kwargs["tags"])
     for step, record in enumerate(kwargs["epochs"], start=1):
@@ -196,8 +195,7 @@ def test_bench_scale_prints_exactly_its_keys(capsys):
     assert [c[3] for c in cells(12)] == [5, 5, 2]
 
 
-def test_bench_scale_reuse_study_writes_once_then_only_reports(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_bench_scale_reuse_study_writes_once_then_only_reports(uri, capsys):
     argv = ["bench", "scale", "--runs", "6", "--workers", "1", "--tracking-uri", uri, "--reuse-study", "--json"]
     assert main(argv) == 0
     first = json.loads(capsys.readouterr().out)

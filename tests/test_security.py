@@ -219,7 +219,7 @@ def _plant(study: Path, marker: Path, stop: threading.Event, planted: set[str]) 
 
 
 @pytest.mark.system
-def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path):
+def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path, uri):
     """A real sweep whose trial fails (an I/O error on every checkpoint write, retries spent) while every file of
     the storage that could hold a pickle is replaced by one: the driver reads the error as text, Ray's ResultGrid
     finds no pickled error to load, the retried worker refuses the planted checkpoint (tensors only)."""
@@ -240,7 +240,6 @@ def test_a_payload_planted_in_storage_never_runs_on_a_trial_error(tmp_path):
     assert {"error.pkl", "trial_state.pt"} <= planted and any(name.endswith(".json") for name in planted), planted
     assert not marker.exists(), done.stdout + done.stderr
     assert done.returncode in (1, 3), done.stdout + done.stderr
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert [r.data.tags[f"{TAG}status"] for r in search(uri, "sec", f"tags.`{TAG}kind` = 'trial'")] != ["ok"]
 
 

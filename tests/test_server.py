@@ -16,8 +16,7 @@ from ndebench.platform.cli.main import main
 from ndebench.platform.server.launch import default_settings, server_command
 
 
-def test_ui_for_an_unknown_study_names_the_known_ones(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_ui_for_an_unknown_study_names_the_known_ones(uri, capsys):
     from mlflow.tracking import MlflowClient
 
     MlflowClient(uri).create_experiment("known_study")

@@ -105,27 +105,42 @@ def test_a_stack_that_runs_out_of_time_ends_every_member_with_timeout():
     assert all("in epoch" in r.message for r in results)
 
 
-def test_an_sde_cannot_stack_and_trains_its_members_one_after_another():
-    specs = [_spec(seed, model="neural_sde") for seed in (0, 1)]
-    notes = []
-    stacked = run_stack(specs, note=notes.append)
-    assert len(notes) == 1 and "stochastic latent" in notes[0]
-    for a, b in zip([run_trial(s) for s in specs], stacked, strict=True):
-        _same(a, b)
+SGD = dataclasses.replace(TRAINING, epochs=2, min_epochs=2, optimizer="sgd")
 
 
-def test_which_models_stack():
-    assert unstackable(build_trial(_spec(0)).model) is None
-    rnn = build_trial(_spec(0, model="ode_rnn", regularizer="none", regularizer_params={})).model
-    assert "GRUCell" in unstackable(rnn)
-
-
-def test_a_model_that_reads_a_layer_s_weight_itself_falls_back_and_says_so():
-    specs = [_spec(seed, model="ancde", training=dataclasses.replace(TRAINING, epochs=2)) for seed in (0, 1)]
+@pytest.mark.parametrize("model", ["neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "ode_rnn", "ancde"])
+def test_every_time_series_model_stacks_and_its_members_end_as_alone_up_to_the_batched_products(model):
+    """Each SDE member's Brownian increments are its trial's alone (its own torchsde Brownian motion, asked for
+    the same steps), ODE-RNN's GRU cell and the SDEs' scalar ``theta`` are held per member, ANCDE's product with
+    its attention layer's weight is member k's own. SGD: Adam's step divides by the gradient's running scale, so
+    a component whose gradient is a few ulps turns an ulp of the batched products into a step of its own size
+    (with Adam the SDEs' test NLL moves by up to 1.3e-4 relative over 2 epochs; with SGD by 2e-8)."""
+    specs = [_spec(seed, model=model, training=SGD) for seed in (0, 1)]
     notes = []
     for a, b in zip([run_trial(s) for s in specs], run_stack(specs, note=notes.append), strict=True):
-        _same(a, b)
-    assert len(notes) == 1 and "the stacked solve fails" in notes[0]
+        assert (a.status, a.epochs, a.best_epoch) == (b.status, b.epochs, b.best_epoch) == ("ok", 2, a.best_epoch)
+        smooth = {k: v for k, v in a.test.items() if k != "test_ece"}
+        assert {k: b.test[k] for k in smooth} == pytest.approx(smooth, rel=1e-4, abs=1e-6)
+    assert notes == []
+
+
+def test_an_exact_stack_of_sdes_draws_each_member_s_own_noise():
+    # Exact arithmetic leaves the noise as the only thing that could differ: another Brownian path would move the
+    # test NLL by percents, the same one leaves elementwise rounding (observed 6e-9 relative with Adam).
+    specs = [_spec(seed, model="neural_lnsde", training=dataclasses.replace(TRAINING, epochs=2)) for seed in (0, 1)]
+    for a, b in zip([run_trial(s) for s in specs], run_stack(specs, exact=True), strict=True):
+        assert (a.status, a.epochs, a.best_epoch) == (b.status, b.epochs, b.best_epoch)
+        assert b.test["test_nll"] == pytest.approx(a.test["test_nll"], rel=1e-6)
+        assert b.val["val_nll"] == pytest.approx(a.val["val_nll"], rel=1e-6)
+
+
+def test_which_models_stack(monkeypatch):
+    for model in ("neural_cde", "ode_rnn", "ancde", "neural_lnsde"):
+        assert unstackable(build_trial(_spec(0, model=model)).model) is None, model
+    sde = build_trial(_spec(0, model="neural_sde")).model
+    # a trial alone that captures its solve on a GPU draws its increments from a device generator, one tensor
+    monkeypatch.setattr(type(sde), "graph_note", lambda self, device: "captured")
+    assert "captured solve" in unstackable(sde)
 
 
 @pytest.mark.parametrize("model", ["gru_ode", "neural_ode"])

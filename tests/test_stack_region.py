@@ -245,3 +245,57 @@ def test_validation_with_mc_passes_through_the_region_equals_the_batched_eager_s
         assert mine["accuracy"] == theirs["accuracy"]
         assert mine["nll"] == pytest.approx(theirs["nll"], rel=1e-5)
         assert mine["z_cov_trace"] == pytest.approx(theirs["z_cov_trace"], rel=1e-4)
+
+
+@pytest.mark.parametrize("model", ["neural_sde", "neural_lsde", "neural_lnsde", "neural_gsde", "ode_rnn", "gru_ode",
+                                   "ancde"])
+def test_every_time_series_model_trains_as_one_region_and_its_members_end_as_alone(model):
+    """Each member as its trial alone within the tolerance above (1e-4 relative; observed about 2e-8): an SDE
+    member's increments its own Brownian motion's on torchsde's step times, ODE-RNN's GRU cell and the SDEs'
+    ``theta`` stacked leaves like every weight. SGD, as ``test_stack.py`` says why (Adam turns an ulp of a
+    near-zero gradient component into a full step)."""
+    training = dataclasses.replace(TRAINING, epochs=2, min_epochs=2, optimizer="sgd")
+    specs = [_spec(seed, model=model, solver=REGION, training=training) for seed in (0, 1)]
+    notes: list[str] = []
+    stacked = run_stack(specs, note=notes.append)
+    assert notes == []
+    for a, b in zip([run_trial(s) for s in specs], stacked, strict=True):
+        assert (a.status, a.epochs, a.best_epoch) == (b.status, b.epochs, b.best_epoch) == ("ok", 2, a.best_epoch)
+        assert b.val["val_nll"] == pytest.approx(a.val["val_nll"], rel=1e-4)
+        assert b.test["test_nll"] == pytest.approx(a.test["test_nll"], rel=1e-4)
+        assert a.val["val_accuracy"] == b.val["val_accuracy"]
+
+
+def test_an_sde_region_asks_each_member_s_brownian_motion_for_torchsde_s_own_steps():
+    # The increments the region hands its solve are what torchsde's Euler solve asks the member's motion alone.
+    import torchsde
+    from ndebench.models.integrate import StackedRNG, TrialRNG, sde_steps
+
+    times = torch.linspace(0, 1, 37)
+    dt = float((times[1:] - times[:-1]).min())
+    seen = []
+
+    class Recorder(torchsde.SDEIto):
+        def __init__(self):
+            super().__init__(noise_type="diagonal")
+
+        def f(self, t, y):
+            seen.append(float(t))
+            return torch.zeros_like(y)
+
+        def g(self, t, y):
+            return torch.ones_like(y)
+
+    z0 = torch.zeros(3, 2)
+    path = torchsde.sdeint(Recorder(), z0, times, bm=TrialRNG.from_seed(5).brownian(times, z0), dt=dt,
+                          method="euler")
+    steps = sde_steps(times, dt)
+    assert steps[:-1] == seen[1:] and steps[-1] == float(times[-1])  # seen[0]: torchsde checks f's shape
+    stacked = StackedRNG.from_seed(0)
+    stacked.members = [TrialRNG.from_seed(4), TrialRNG.from_seed(5)]
+    bm = stacked.brownian(times, torch.zeros(6, 2))
+    increments = torch.stack([bm(a, b) for a, b in zip(steps[:-1], steps[1:], strict=True)])
+    total = torch.zeros(6, 2)
+    for increment in increments:
+        total = total + increment
+    assert torch.equal(total[3:], path[-1])  # member 1's Brownian path at T, as torchsde summed it alone

@@ -131,7 +131,7 @@ def _staging_left(pids: list[int]) -> list[Path]:
             for path in Path(tempfile.gettempdir()).glob(f"ndebench-{CHECKPOINT}-{socket.gethostname()}-{pid}-*")]
 
 
-def test_a_killed_stack_resumes_every_member_from_its_checkpoint_in_tune_and_in_evaluate(tmp_path):
+def test_a_killed_stack_resumes_every_member_from_its_checkpoint_in_tune_and_in_evaluate(tmp_path, uri):
     """SIGKILL of the tune stack's worker after 5 of 12 epochs of its two grid points, then of the evaluate stack's
     worker after 5 of 12 epochs of its two seeds: Ray retries each stack from its checkpoint (one folder per member)
     into the same two MLflow runs; every epoch is logged once per run, and each point's validation values and each
@@ -146,7 +146,6 @@ def test_a_killed_stack_resumes_every_member_from_its_checkpoint_in_tune_and_in_
     assert len(killed) == 2
     assert returncode == 0, output
     assert _staging_left(killed) == []
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     def trials(phase: str, key) -> list:
         runs = search(uri, "stackkill", f"tags.`{TAG}phase` = '{phase}' and tags.`{TAG}kind` = 'trial'")

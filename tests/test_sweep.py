@@ -296,7 +296,7 @@ def test_resume_after_the_fix_runs_only_the_failed_cells(sweep):
     assert again == 0 and len(_trials(uri)) == total
 
 
-def test_asha_stops_a_hopeless_trial_which_never_becomes_the_base_config(sweep, tmp_path):
+def test_asha_stops_a_hopeless_trial_which_never_becomes_the_base_config(sweep, tmp_path, uri):
     """Under ``max_concurrent: 1`` the grid runs in order: lr 0.01 sets rung 1, then lr 1e-9 (which cannot learn)
     is below the rung's cutoff and ASHA stops it. Needs the per-epoch metrics in the trial's reports."""
     root, *_ = sweep
@@ -308,7 +308,6 @@ def test_asha_stops_a_hopeless_trial_which_never_becomes_the_base_config(sweep, 
             "evaluate": {"seeds": [0]}, "resources": {"cpu": 1}, "report": {"figures": "none"}}
     config = tmp_path / "asha.yaml"
     config.write_text(yaml.safe_dump(spec))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code, out = _run(["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
                       "--out", str(tmp_path / "reports")])
     assert code == 0, out

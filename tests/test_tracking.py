@@ -3,8 +3,8 @@ import subprocess
 import sys
 
 import pytest
+from fakes import record_trial
 from ndebench.platform.cli.main import main
-from ndebench.platform.record.recorder import TrialRecorder
 from ndebench.platform.record.runs import evaluate_runs, planned_seeds, runs_frame
 from ndebench.platform.record.schema import RESULTS_COLUMNS, STATUSES
 from ndebench.platform.record.tracking import (
@@ -23,22 +23,16 @@ STUDY = "crafted"
 
 def _record(uri, regularizer, seed, status=None, metrics=None, tags=None, phase="evaluate"):
     """One trial's MLflow run; ``status=None`` leaves it running, as a worker killed mid-trial does."""
-    identity = {"study": STUDY, "phase": phase, "model": "neural_cde", "dataset": "synthetic",
-                "regularizer": regularizer, "seed": str(seed)}
-    recorder = TrialRecorder(uri, STUDY, {"regularizer": regularizer, "seed": seed}, f"{phase}-{regularizer}-{seed}",
-                             identity)
-    recorder.log_metrics({"train_loss": 1.0}, step=1)
-    if status is not None:
-        recorder.finish(status, metrics or {}, tags or {}, {})
-    return recorder.run_id
+    return record_trial(uri, STUDY, regularizer, seed, phase=phase, metric=None,
+                        config_hash=f"{phase}-{regularizer}-{seed}", epochs=[{"train_loss": 1.0}], status=status,
+                        metrics=metrics, tags=tags).run_id
 
 
 @pytest.fixture
-def crafted(tmp_path, monkeypatch):
+def crafted(tmp_path, uri, monkeypatch):
     """A study mid-sweep: seeds 0-1 of both cells ok, ``none`` seed 2 running (its worker died), the
     Continuum Dropout seed 2 diverged, seed 3 of both never opened a run; four seeds planned."""
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for seed in (0, 1):
         for regularizer, accuracy in (("none", 0.6), ("continuum_dropout", 0.7)):
             _record(uri, regularizer, seed, "ok", {"test_accuracy": accuracy + 0.01 * seed})
@@ -84,9 +78,8 @@ def test_report_while_running_then_orphans_closed_as_error_with_the_reason(craft
     assert "neural_cde / synthetic / none, seed 2: error: the worker running this trial died" in text
 
 
-def test_a_study_whose_runs_all_diverged_gets_a_report(tmp_path, monkeypatch, capsys):
+def test_a_study_whose_runs_all_diverged_gets_a_report(tmp_path, uri, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     for seed in range(2):
         for regularizer in ("none", "continuum_dropout"):
             _record(uri, regularizer, seed, "diverged", tags={"message": f"loss is nan at epoch {seed + 1}"})
@@ -97,8 +90,7 @@ def test_a_study_whose_runs_all_diverged_gets_a_report(tmp_path, monkeypatch, ca
     assert "No evaluate-phase run finished ok with a test metric" in text
 
 
-def test_fresh_database_created_by_concurrent_processes(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_fresh_database_created_by_concurrent_processes(uri):
     code = ("import sys; from ndebench.platform.record.tracking import ensure_experiment; "
             "print(ensure_experiment(sys.argv[1], 'race'))")
     procs = [subprocess.Popen([sys.executable, "-c", code, uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -108,22 +100,20 @@ def test_fresh_database_created_by_concurrent_processes(tmp_path):
     assert len({out.strip() for out, _ in results}) == 1
 
 
-def test_runs_have_short_names_and_the_experiment_opens_in_the_model_training_view(tmp_path):
+def test_runs_have_short_names_and_the_experiment_opens_in_the_model_training_view(uri):
     from ndebench.platform.record.tracking import ensure_experiment, run_name, study_run
 
     assert run_name({"regularizer": "continuum_dropout", "regularizer.p": 0.3, "regularizer.m": 10,
                      "regularizer.n_mc": 5, "phase": "evaluate", "seed": 0}) == "cd m=10 p=0.3 s0"
     assert run_name({"regularizer": "none", "phase": "base", "training.lr": 0.003,
                      "seed": 2}) == "base none lr=0.003 s2"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     study_run(uri, "named", description="what the study asks", params={}, yaml_text=None)
     experiment = client(uri).get_experiment(ensure_experiment(uri, "named"))
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert experiment.tags["mlflow.note.content"] == "what the study asks"
 
 
-def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_metric(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_the_registered_metric_tag_is_the_metric_column_and_picks_the_primary_metric(uri):
     scores = {"test_accuracy": 0.6, "test_auroc": 0.7}
     tagged = [_record(uri, r, 0, "ok", scores, tags={"metric": "accuracy"}) for r in ("none", "continuum_dropout")]
     older = _record(uri, "none", 1, "ok", scores)
@@ -143,10 +133,9 @@ def test_statuses_read_from_mlflow_are_the_schema_statuses():
     assert set(MLFLOW_STATUS.values()) <= set(STATUSES)
 
 
-def test_orphans_are_found_by_query_exactly_as_a_full_read_finds_them(tmp_path):
+def test_orphans_are_found_by_query_exactly_as_a_full_read_finds_them(uri):
     """The end of a stage fetches only the runs that can read as running: a ``running`` status tag, or none and
     MLflow's RUNNING; a running-tagged run whose result came from a driver that lost the study stays as it is."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tagged = _record(uri, "none", 0)
     _record(uri, "none", 1, "ok", {"test_accuracy": 0.5})
     mlflow_client = client(uri)

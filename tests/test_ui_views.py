@@ -48,8 +48,7 @@ def _printed_links(process: subprocess.Popen) -> dict[str, str]:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium to render the MLflow UI (not installed)")
-def test_ui_study_opens_on_named_cells_rounded_metrics_and_charts_of_params_that_differ(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_ui_study_opens_on_named_cells_rounded_metrics_and_charts_of_params_that_differ(tmp_path, uri):
     cells = cell_study(uri, "cmp", lrs=(0.01, 0.005))
     port = free_port()
     ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "ui", "--study", "cmp", "--tracking-uri",
@@ -87,8 +86,7 @@ def test_ui_study_opens_on_named_cells_rounded_metrics_and_charts_of_params_that
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium to render the MLflow UI (not installed)")
-def test_ui_without_a_study_opens_the_study_list_in_the_model_training_view(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_ui_without_a_study_opens_the_study_list_in_the_model_training_view(tmp_path, uri):
     cell_study(uri, "cmp")
     port = free_port()
     ui = subprocess.Popen([sys.executable, "-m", "ndebench.platform", "ui", "--tracking-uri", uri, "--port",

@@ -7,8 +7,9 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ndebench.platform.cli.arguments import build_parser
 from ndebench.platform.cli.configcheck import lint, load, located
@@ -16,6 +17,10 @@ from ndebench.platform.cli.resuming import complete_study_note, resume_command
 from ndebench.platform.cli.serving import cmd_grant, cmd_server, cmd_ui, tracking_uri
 from ndebench.platform.common.collector import for_startup
 from ndebench.platform.failures import exitcodes
+
+if TYPE_CHECKING:
+    from ndebench.platform.report.study import Report
+    from ndebench.platform.spec.sweepspec import SweepSpec
 
 
 class CommandError(Exception):
@@ -57,10 +62,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"ndebench run: error: {exc}", file=sys.stderr)
         return exitcodes.BAD_INPUT
     from ndebench.platform import api
-    from ndebench.platform.engine.runchecks import check_out_dir, check_tracking_reachable, run_exit, size_warnings
     from ndebench.platform.failures.diskfull import DiskFullError
-    from ndebench.platform.failures.stopping import describe, stop_on_signals
-    from ndebench.platform.spec.describe import describe_spec, total_trials
+    from ndebench.platform.failures.stopping import describe
 
     if not args.verbose:
         from ndebench.platform.engine.progress import quiet_libraries
@@ -69,42 +72,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load(args)
     if isinstance(spec, int):
         return spec
-    warnings = api.validate(spec)
-    uri = tracking_uri(args)
-    check_tracking_reachable(uri)
-    check_out_dir(args.out)
-    print(describe_spec(spec), flush=True)
-    for warning in warnings + size_warnings(total_trials(spec)):
-        print(f"warning: {warning}", flush=True)
-    if note := complete_study_note(args, spec.study, uri):
-        print(note, flush=True)
     try:
-        with stop_on_signals():
-            outcome = api.sweep(spec, uri=uri, storage_path=args.storage_path, address=args.address,
-                                resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
-                                retry_diverged=args.retry_diverged, single_node=args.single_node,
-                                progress_every_s=args.progress_every)
+        result = api.run(spec, uri=args.tracking_uri, out_dir=args.out, storage_path=args.storage_path,
+                         address=args.address, resume=args.resume, data_dir=args.data_dir, verbose=args.verbose,
+                         retry_diverged=args.retry_diverged, single_node=args.single_node,
+                         progress_every_s=args.progress_every, on_step=_run_printer(args, spec))
     except KeyboardInterrupt as exc:
         what, code = describe(exc)
         print(f"[ndebench] exit {code}: interrupted by {what}; this continues study {spec.study!r} (cut-off trials "
               f"from their checkpoints):\n  {resume_command(args)}", flush=True)
         return code
     except DiskFullError as exc:
-        try:
-            _report_if_possible(spec, uri, Path(args.out), {})
-        except Exception as report_exc:  # noqa: BLE001 - the full disk is what the exit code reports
-            print(f"[ndebench] no report: {report_exc}", flush=True)
         print(f"[ndebench] exit {exitcodes.INFRASTRUCTURE}: {exc}", flush=True)
         return exitcodes.INFRASTRUCTURE
-    print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
-          f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
-    full = [m for m in (outcome.infrastructure, _report_if_possible(spec, uri, Path(args.out), outcome.failed)) if m]
-    if outcome.failed:
-        print(f"\n{len(outcome.failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
-        for label, message in outcome.failed.items():
+    failed, ending = result.outcome.failed, result.exit
+    if failed:
+        print(f"\n{len(failed)} cell(s) failed (fix and rerun with --resume to retry only them):")
+        for label, message in failed.items():
             print(f"  {label}: {message}")
-    print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} --tracking-uri {uri}")
-    ending = run_exit(spec, uri, outcome.failed, full)
+    print(f"\nOpen the study's results in the MLflow UI with:  ndebench ui --study {spec.study} "
+          f"--tracking-uri {result.tracking_uri}")
     if ending.code == exitcodes.OK:
         print(f"[ndebench] all {ending.planned} planned evaluate run(s) ok or diverged", flush=True)
     else:
@@ -113,20 +100,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return ending.code
 
 
-def _report_if_possible(spec, uri: str, out: Path, failed: dict[str, str]) -> str | None:
-    """The sweep's report; when a full disk stops it, what is full (the files written so far stay)."""
-    from ndebench.platform.failures.diskfull import disk_full, is_disk_full
+def _run_printer(args: argparse.Namespace, spec: SweepSpec) -> Callable[..., None]:
+    """What ``ndebench run`` prints at each step of :func:`~ndebench.platform.api.run` (its ``on_step``)."""
+    from ndebench.platform.engine.runchecks import size_warnings
+    from ndebench.platform.spec.describe import describe_spec, total_trials
 
-    try:
-        _report(spec.study, uri, out, spec.report.test, spec.report.alpha, spec.report.correction, failed,
-                spec.report.figures)
-    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here; anything else propagates
-        if not is_disk_full(exc):
-            raise
-        message = str(disk_full(exc, str(out.resolve())))
-        print(f"[ndebench] report not complete: {message}", flush=True)
-        return message
-    return None
+    def show(step: str, **facts: Any) -> None:
+        if step == "checked":
+            print(describe_spec(spec), flush=True)
+            for warning in facts["warnings"] + size_warnings(total_trials(spec)):
+                print(f"warning: {warning}", flush=True)
+            if note := complete_study_note(args, spec.study, facts["uri"]):
+                print(note, flush=True)
+        elif step == "swept":
+            outcome = facts["outcome"]
+            print(f"[ndebench] sweep done: {outcome.evaluated} evaluate trial(s) run, {outcome.skipped} reused, "
+                  f"{len(outcome.failed)} failed cell(s); Ray's full output: {outcome.log_file}", flush=True)
+        elif step == "reported":
+            _show_report(facts["report"], spec.study, Path(args.out))
+        elif step == "report stopped":
+            print(f"[ndebench] report not complete: {facts['message']}", flush=True)
+        elif step == "no report":
+            print(f"[ndebench] no report: {facts['error']}", flush=True)
+
+    return show
 
 
 def _report(study: str, uri: str, out: Path, test: str | None, alpha: float | None, correction: str | None = None,
@@ -135,6 +132,10 @@ def _report(study: str, uri: str, out: Path, test: str | None, alpha: float | No
 
     rep = api.report_study(study, uri, out, test=test, alpha=alpha, correction=correction, failed=failed,
                            figures=figures, paper=paper)
+    _show_report(rep, study, out, paper)
+
+
+def _show_report(rep: Report | None, study: str, out: Path, paper: bool = False) -> None:
     if rep is None:
         print(f"no evaluate run of study {study!r} finished, so no report was written", flush=True)
         return
@@ -391,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ndebench.platform.failures.diskfull import disk_full, is_disk_full
         from ndebench.platform.failures.infrastructure import infrastructure_failure
         from ndebench.platform.failures.outage import outage
-        from ndebench.platform.record.tracking import default_tracking_uri, sqlite_path
+        from ndebench.platform.record.store import default_tracking_uri, sqlite_path
         from ndebench.platform.spec.sweepspec import ConfigError
 
         uri = getattr(args, "tracking_uri", None) or default_tracking_uri()

@@ -12,7 +12,7 @@ UI_QUIET = {"MLFLOW_LOGGING_LEVEL": "WARNING", "PYTHONWARNINGS": "ignore:starlet
 def tracking_uri(args: argparse.Namespace) -> str:
     """The command's ``--tracking-uri`` made absolute (or the default ``sqlite:///mlflow.db``), checked."""
     from ndebench.platform.engine.runchecks import check_tracking_uri
-    from ndebench.platform.record.tracking import absolute_uri, default_tracking_uri
+    from ndebench.platform.record.store import absolute_uri, default_tracking_uri
 
     uri = absolute_uri(args.tracking_uri) if args.tracking_uri else default_tracking_uri()
     check_tracking_uri(uri)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ndebench.platform.common.plugins import load_entry_points
@@ -26,14 +26,16 @@ class Registry(Generic[T, InfoT]):
     duplicate names raise errors that list the valid names, so a typo in a sweep config is answered with
     the choices.
 
-    ``builtins`` (a module whose import registers the built-in components) and ``entry_point`` (the
+    ``builtins`` (the modules whose import registers the built-in components, e.g. those a plugin folder's
+    ``catalog.py`` names) and ``entry_point`` (the
     entry-point group of plugins, :mod:`ndebench.platform.common.plugins`) are loaded on the first lookup, so a
     registry is complete whichever module asks first, in the driver and in every Ray worker.
     """
 
-    def __init__(self, kind: str, *, builtins: str | None = None, entry_point: str | None = None) -> None:
+    def __init__(self, kind: str, *, builtins: str | Sequence[str] = (), entry_point: str | None = None) -> None:
         self.kind = kind
-        self.builtins, self.entry_point = builtins, entry_point
+        self.builtins = (builtins,) if isinstance(builtins, str) else tuple(builtins)
+        self.entry_point = entry_point
         self._factories: dict[str, Callable[..., T]] = {}
         self._info: dict[str, InfoT] = {}
         self._loaded = False
@@ -53,8 +55,8 @@ class Registry(Generic[T, InfoT]):
         """Import the built-in components and the plugins of the entry-point group (once)."""
         if self._loaded:
             return
-        if self.builtins:
-            importlib.import_module(self.builtins)
+        for module in self.builtins:
+            importlib.import_module(module)
         if self.entry_point:
             load_entry_points(self.entry_point)
         self._loaded = True

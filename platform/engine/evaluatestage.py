@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ndebench.platform.common.choices import default_test
+from ndebench.platform.common.labels import cell_label
 from ndebench.platform.engine.provenance import driver_provenance
 from ndebench.platform.engine.stacktrainable import member_outcomes, stack_trials
 from ndebench.platform.engine.stages import StageContext, trial_dirname
@@ -20,6 +21,7 @@ from ndebench.platform.record.completeness import (
     mark_superseded,
     read_plan,
     record_plan,
+    seal_plan,
 )
 from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.record.schema import (
@@ -29,14 +31,8 @@ from ndebench.platform.record.schema import (
     SUPERSEDED,
     TAG,
 )
-from ndebench.platform.record.tracking import (
-    cell_run,
-    cell_states,
-    client,
-    finish_cell,
-    run_status,
-    search,
-)
+from ndebench.platform.record.store import client
+from ndebench.platform.record.tracking import cell_run, cell_states, finish_cell, run_status, search
 from ndebench.platform.spec.config import config_hash
 from ndebench.platform.spec.plan import Cell, chosen_keys
 
@@ -109,6 +105,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         else:
             parents[cell.key] = run_id
     record_plan(ctx.tracking_uri, plan)
+    seal_plan(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id)
     ctx.say(f"stage evaluate: {len(trials)} trial(s) over {len(rerun_cells)} cell(s), seeds "
              f"{list(ctx.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
     if ctx.resume:
@@ -160,7 +157,9 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
     runs = evaluate_runs(ctx.tracking_uri, ctx.spec.study, with_calibration=False, variants=True)
     if runs.empty:
         runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "label", "status", "seed"])
-    named = {key: (cells[key].model, cells[key].dataset, cells[key].variant or cells[key].regularizer)
+    named = {key: (cells[key].model, cells[key].dataset,
+                   cell_label(cells[key].regularizer, cells[key].variant,
+                              ctx.evaluated.get(key, {}).get("regularizer.scope")))
              for key in parents}
     test = ctx.spec.report.test or default_test(ctx.spec.protocol)
     stats = ctx.cell_statistics(runs, list(named.values()), test) if ctx.cell_statistics else {}

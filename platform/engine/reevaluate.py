@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 from ndebench.datasets.files import resolve_data_dir
 from ndebench.platform.common.weights import ARTIFACT, load_weights
-from ndebench.platform.record import tracking
+from ndebench.platform.record import store, tracking
 from ndebench.platform.record.runs import runs_frame
 from ndebench.platform.worker.build import build_trial
 from ndebench.platform.worker.evaluation import evaluate
@@ -54,9 +54,9 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
     if evaluated.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
     have = {(r.source_run, r.n_mc) for r in _recorded(uri, study).itertuples()}
-    client = tracking.client(uri)
+    client = store.client(uri)
     local_data = str(resolve_data_dir(data_dir))
-    experiment_id = tracking.ensure_experiment(uri, study)
+    experiment_id = store.ensure_experiment(uri, study)
     created: list[str] = []
     skipped: defaultdict[str, list[str]] = defaultdict(list)
     for run in evaluated[evaluated["status"] == "ok"].itertuples(index=False):

@@ -18,7 +18,7 @@ from ndebench.platform.cluster.storage import Storage
 from ndebench.platform.failures import exitcodes
 from ndebench.platform.failures.outage import InfrastructureError, cause_line
 from ndebench.platform.record.completeness import not_ok_summary, planned_statuses
-from ndebench.platform.record.tracking import sqlite_path
+from ndebench.platform.record.store import sqlite_path
 from ndebench.platform.spec.config import SweepSpec
 from ndebench.platform.spec.plan import sweep_cells
 

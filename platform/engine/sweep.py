@@ -29,17 +29,13 @@ from ndebench.platform.engine.searchstage import close_runs_of_a_lost_driver, se
 from ndebench.platform.engine.stages import CellStatistics, Printer, StageContext
 from ndebench.platform.failures.diskfull import disk_full, is_disk_full
 from ndebench.platform.failures.stopping import describe
+from ndebench.platform.record.completeness import seal_plan
 from ndebench.platform.record.deletions import check_not_deleted, deleted_error
 from ndebench.platform.record.interruption import mark_interrupted
 from ndebench.platform.record.lease.fence import LeaseLostError, fence_writes
 from ndebench.platform.record.lease.heartbeat import Lease
-from ndebench.platform.record.tracking import (
-    ensure_experiment,
-    finish_cell,
-    search,
-    sqlite_path,
-    study_run,
-)
+from ndebench.platform.record.store import ensure_experiment, sqlite_path
+from ndebench.platform.record.tracking import finish_cell, search, study_run
 from ndebench.platform.spec.config import SweepSpec
 from ndebench.platform.spec.plan import base_key, base_stage, stage_for_cells, sweep_cells, tune_stage
 
@@ -216,6 +212,7 @@ class Sweep:
         self.ctx.study_run_id = study_run(self.ctx.tracking_uri, self.spec.study,
                                           description=self.spec.description, params=self._study_params(),
                                           yaml_text=source, tags=driver_provenance() | {"host": socket.gethostname()})
+        seal_plan(self.ctx.tracking_uri, self.spec.study, self.ctx.study_run_id)  # a resume may plan other seeds
         self.ctx.place(resources.get("GPU", 0.0))
         self.ctx.failed = {}
         base: dict[str, dict[str, Any]] = {}

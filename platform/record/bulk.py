@@ -8,8 +8,9 @@ from typing import Any
 
 from ndebench.platform.record.recorder import trial_run_tags
 from ndebench.platform.record.schema import TAG, mlflow_end
+from ndebench.platform.record.store import retry
 from ndebench.platform.record.summaries import RESULTS_DIGEST, record_digest
-from ndebench.platform.record.tracking import retry, run_name
+from ndebench.platform.record.tracking import run_name
 
 # MLflow takes at most 1000 metrics in one log_batch.
 BATCH = 1000

@@ -18,8 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ndebench.platform.record.schema import FINISHED_STATUSES, PLANNED_HASHES, SUPERSEDED, TAG
-from ndebench.platform.record.tracking import client, finish_cell, retry, run_status, search
+from ndebench.platform.record.schema import FINISHED_STATUSES, PLAN_DIGEST, PLANNED_HASHES, SUPERSEDED, TAG
+from ndebench.platform.record.store import client, retry
+from ndebench.platform.record.summaries import plan_digest
+from ndebench.platform.record.tracking import finish_cell, run_status, search
 
 # cell key -> seed -> the config hash the latest sweep planned (None: the cell has no evaluated config).
 Plan = dict[str, dict[int, str | None]]
@@ -73,6 +75,17 @@ def record_plan(uri: str, hashes: dict[str, dict[int, str | None]]) -> None:
     for run_id, planned in hashes.items():
         tag = RunTag(PLANNED_HASHES, json.dumps({str(seed): value for seed, value in sorted(planned.items())}))
         retry(lambda run_id=run_id, tag=tag: mlflow_client.log_batch(run_id, tags=[tag]))
+
+
+def seal_plan(uri: str, study: str, study_run_id: str) -> None:
+    """Record on the study run the digest of the plan as it now stands
+    (:func:`~ndebench.platform.record.summaries.plan_digest`, tag ``ndebench.plan_digest``): a later change of a
+    cell run's ``planned_hashes`` or of the planned seeds, which decide what the report counts, is then flagged
+    (``report.integrity``)."""
+    runs = search(uri, study, f"{EVALUATE} and tags.`{TAG}kind` = 'cell'") + search(
+        uri, study, f"tags.`{TAG}kind` = 'study'")
+    digest = plan_digest(runs)
+    retry(lambda: client(uri).set_tag(study_run_id, PLAN_DIGEST, digest))
 
 
 def current(runs: list[Any], wanted: str | None = None) -> Any | None:

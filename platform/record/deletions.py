@@ -12,7 +12,8 @@ import re
 
 from ndebench.platform.failures.diskfull import exception_chain
 from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.tracking import client, search
+from ndebench.platform.record.store import client
+from ndebench.platform.record.tracking import search
 
 # What MLflow's stores (SQL and REST alike) say when a write meets a deleted run or experiment.
 NOT_ACTIVE = re.compile(r"The (run|experiment) (\S+) must be in the 'active' state\. Current state is deleted")

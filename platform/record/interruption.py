@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ndebench.platform.record.schema import COUNTED_STATUSES, TAG, mlflow_end
-from ndebench.platform.record.tracking import client, retry, run_status, search
+from ndebench.platform.record.store import client, retry
+from ndebench.platform.record.tracking import run_status, search
 
 INTERRUPTION = f"{TAG}interruption"
 

@@ -10,8 +10,9 @@ from ndebench.platform.record.lease.fence import Fence, fenced
 from ndebench.platform.record.lease.heartbeat import interval_s, stale_s
 from ndebench.platform.record.schema import PARENT, RESULT_LEASE, RESUMABLE_STATUSES, TAG, mlflow_end
 from ndebench.platform.record.standard_tags import standard_tags
+from ndebench.platform.record.store import client, ensure_experiment, retry
 from ndebench.platform.record.summaries import RESULTS_DIGEST, UNFINISHED, digest_of
-from ndebench.platform.record.tracking import client, ensure_experiment, retry, run_name, run_status, search
+from ndebench.platform.record.tracking import run_name, run_status, search
 
 
 def trial_run_tags(tags: dict[str, str], config_hash: str, parent_run_id: str | None) -> dict[str, str]:

@@ -10,8 +10,9 @@ dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older ru
 regularizers' parameters, :func:`regularizer_params`, from the run's params ``regularizer.p`` ...; NaN where
 absent), every ``test_*`` metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs: its final
 metrics ``mean_train_time_s`` and ``mean_epoch_time_s``) and ``params`` (the run's flat config, values parsed back
-from strings). ``label`` is the variant label where the run belongs to a
-fixed-parameter variant cell, else the regularizer. Both give a run the status of
+from strings). ``label`` is the cell's name
+(:func:`~ndebench.platform.common.labels.cell_label`): the variant label where the run belongs to a fixed-parameter
+variant cell, else the regularizer, with ``scope=time`` where it ran with ``scope: time``. Both give a run the status of
 :func:`~ndebench.platform.record.tracking.run_status`. :func:`planned_seeds`: the seeds the study planned.
 
 Everything comes from paged ``search_runs`` (:mod:`~ndebench.platform.record.summaries`); only runs recorded
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from ndebench.platform.record import tracking
+from ndebench.platform.common.labels import cell_label
+from ndebench.platform.record import store, tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
 from ndebench.platform.record.searchtrials import RESULT_PREFIX
@@ -93,7 +95,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
     when already read), columns as in the module docstring; of the evaluate trial runs only those a report counts
     (:func:`~ndebench.platform.record.completeness.counted_runs`). ``histories`` adds the time columns (one
     request per run and metric only for older runs)."""
-    client = tracking.client(uri)
+    client = store.client(uri)
     rows, declared = [], regularizer_params()
     runs = recorded(uri, study, phase) if runs is None else runs
     for run in counted_runs(runs) if phase == "evaluate" else runs:
@@ -108,7 +110,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
             **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
             "params": params,
         }
-        row["label"] = row["variant"] or row["regularizer"]
+        row["label"] = cell_label(row["regularizer"], row["variant"], params.get("regularizer.scope"))
         if histories:
             row.update({key: _mean_time(client, run, key) for key in TIME_METRICS})
         rows.append(row)
@@ -151,7 +153,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     # Hundreds of tiny calibration.json downloads would each print a progress bar.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     rows = []
-    mlflow_client = tracking.client(uri)
+    mlflow_client = store.client(uri)
     runs = recorded(uri, study) if runs is None else runs
     for run in counted_runs(runs):
         tags = run.data.tags
@@ -167,7 +169,8 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "seed": _int_tag(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
-            "label": tags.get(f"{TAG}variant") or tags.get(f"{TAG}regularizer"),
+            "label": cell_label(tags.get(f"{TAG}regularizer"), tags.get(f"{TAG}variant"),
+                                run.data.params.get("regularizer.scope")),
             "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
             **{key: tags.get(f"{TAG}{key}", "") for key in MACHINE_TAGS},
             # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.

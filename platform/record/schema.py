@@ -13,6 +13,12 @@ PLANNED_SEEDS = f"{TAG}evaluate_seeds"
 # On an evaluate cell run: the config hash the latest sweep planned for each seed, a JSON object (seed -> hash,
 # null where the cell has no evaluated config; {} on a cell the config no longer has): record.completeness.
 PLANNED_HASHES = f"{TAG}planned_hashes"
+# On the study run: the digest of the plan (record.summaries.plan_digest): every evaluate cell run's planned_hashes
+# and the study run's evaluate_seeds, as the sweep last wrote them.
+PLAN_DIGEST = f"{TAG}plan_digest"
+# The study run's param: the SHA-256 of the sweep.yaml it recorded ("none" without one). Params never change, so the
+# artifact is bound to it, and its presence says the study was begun by a release that digests every record it reads.
+SWEEP_SHA = "sweep.sha256"
 # On a trial run: the lease epoch of the driver whose trial wrote its result (ndebench.lease: the epoch that last
 # made or continued it). Lower than ndebench.lease: a driver that had lost the study wrote it (record.lease.fence).
 RESULT_LEASE = "result_lease"

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ndebench.platform.record.schema import SPENT_STATUSES, SUPERSEDED, TAG
-from ndebench.platform.record.tracking import client, finish_cell, retry, run_status, search
+from ndebench.platform.record.store import client, retry
+from ndebench.platform.record.tracking import finish_cell, run_status, search
 
 RESULT_PREFIX = "result_"
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from ndebench.platform.record.schema import DIGEST_TAGS, TAG
+from ndebench.platform.record.schema import DIGEST_TAGS, PLANNED_HASHES, PLANNED_SEEDS, TAG
 
 CALIBRATION = "calibration."
 CALIBRATION_TAG = "calibration"
@@ -116,3 +116,22 @@ def _sha(value: Any) -> str:
 def digest_of(run: Any) -> str:
     """:func:`record_digest` of a run as ``search_runs`` or ``get_run`` returns it."""
     return record_digest(run.data.metrics, run.data.tags, run.data.params)
+
+
+def text_sha(text: str | None) -> str:
+    """The SHA-256 of a recorded text file (``"none"`` without one): the study run's param
+    :data:`~ndebench.platform.record.schema.SWEEP_SHA`."""
+    return "none" if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_digest(runs: Sequence[Any]) -> str:
+    """``"v1 <sha256 prefix>"`` over what decides which runs count (``record.completeness``): each evaluate cell
+    run's id, cell key and ``ndebench.planned_hashes``, and the study run's ``ndebench.evaluate_seeds``, among
+    ``runs`` (the study's cell and study runs, as ``search_runs`` returns them); the study run's tag
+    ``ndebench.plan_digest``."""
+    cells = sorted((r.info.run_id, r.data.tags.get(f"{TAG}cell", ""), r.data.tags[PLANNED_HASHES]) for r in runs
+                   if r.data.tags.get(f"{TAG}kind") == "cell" and r.data.tags.get(f"{TAG}phase") == "evaluate"
+                   and PLANNED_HASHES in r.data.tags)
+    seeds = sorted(r.data.tags.get(PLANNED_SEEDS, "") for r in runs if r.data.tags.get(f"{TAG}kind") == "study")
+    return f"v1 {_sha([cells, seeds])}"
+

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 from ndebench.platform.common.metrics import calibration_bins, classification_metrics
-from ndebench.platform.record import tracking
+from ndebench.platform.record import store, tracking
 from ndebench.platform.record.bulk import write_trial
+from ndebench.platform.record.completeness import seal_plan
 from ndebench.platform.record.summaries import TIME_METRICS, calibration_tags, time_summaries
 
 MODELS = ("model-a", "model-b", "model-c", "model-d")
@@ -77,8 +78,8 @@ def trial(cell: Cell, seed: int, study: str) -> dict[str, Any]:
 
 
 def _write_cells(uri: str, study: str, parent: str, part: list[Cell]) -> int:
-    mlflow_client = tracking.client(uri)
-    experiment_id = tracking.ensure_experiment(uri, study)
+    mlflow_client = store.client(uri)
+    experiment_id = store.ensure_experiment(uri, study)
     for cell in part:
         model, dataset, regularizer, seeds = cell
         key = f"{model}__{dataset}__{regularizer}"
@@ -93,13 +94,16 @@ def _write_cells(uri: str, study: str, parent: str, part: list[Cell]) -> int:
 def write_study(uri: str, study: str, runs: int, *, workers: int = 1) -> int:
     """Write the synthetic study of ``runs`` evaluate runs into ``uri`` with ``workers`` processes (each takes
     every ``workers``-th cell); returns the runs written."""
-    tracking.ensure_experiment(uri, study)
+    store.ensure_experiment(uri, study)
     parent = tracking.study_run(uri, study, description=f"synthetic study of {runs} evaluate runs",
                                 params={"evaluate.seeds": json.dumps(list(range(SEEDS)))}, yaml_text=None)
     plan = cells(runs)
     if workers <= 1:
-        return _write_cells(uri, study, parent, plan)
-    parts = [plan[i::workers] for i in range(workers)]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return sum(pool.map(_write_cells, [uri] * workers, [study] * workers, [parent] * workers, parts))
+        written = _write_cells(uri, study, parent, plan)
+    else:
+        parts = [plan[i::workers] for i in range(workers)]
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            written = sum(pool.map(_write_cells, [uri] * workers, [study] * workers, [parent] * workers, parts))
+    seal_plan(uri, study, parent)
+    return written
 

@@ -1,56 +1,29 @@
-"""MLflow layout: experiment = study, one run per trial, tags/params/metrics of design.md section 5."""
+"""MLflow layout: experiment = study, one run per trial, tags/params/metrics of design.md section 5; the store
+itself (URI, client, lock, retry) is :mod:`~ndebench.platform.record.store`."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from ndebench.platform.record.lease.fence import fenced, is_lease
+from ndebench.platform.record.lease.fence import is_lease
 from ndebench.platform.record.lease.ledger import nest_lease_runs
 from ndebench.platform.record.schema import (
     PARENT,
     PLANNED_SEEDS,
     RESULT_LEASE,
+    SWEEP_SHA,
     TAG,
 )
 from ndebench.platform.record.standard_tags import standard_tags
+from ndebench.platform.record.store import client, ensure_experiment, retry, sqlite_path
+from ndebench.platform.record.summaries import text_sha
 
 # ndebench.status of a run without that tag, from MLflow's own run status.
 MLFLOW_STATUS = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "ok", "FAILED": "error", "KILLED": "stopped"}
-T = TypeVar("T")
-_READY: set[str] = set()
-
-
-def default_tracking_uri(cwd: str | Path | None = None) -> str:
-    """``$MLFLOW_TRACKING_URI`` (as MLflow itself reads it), else ``sqlite:///<abs cwd>/mlflow.db``: absolute, so
-    Ray trials (which chdir) write to the same database."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return absolute_uri(os.environ["MLFLOW_TRACKING_URI"])
-    return f"sqlite:///{Path(cwd or os.getcwd()).resolve() / 'mlflow.db'}"
-
-
-def absolute_uri(uri: str) -> str:
-    """Make a relative ``sqlite:///rel.db`` absolute against the current directory; other URIs pass through."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        return prefix + str((Path.cwd() / uri[len(prefix):]).resolve())
-    if uri.startswith(("file:", "./", "mlruns")) or "://" not in uri:
-        raise ValueError(
-            f"tracking URI {uri!r} is a file store; MLflow 3 needs a database or server, "
-            "e.g. sqlite:///mlflow.db or http://host:5000"
-        )
-    return uri
-
-
-def tracking_uri(uri: str | None = None) -> str:
-    """The MLflow tracking URI the API and the commands use: ``uri`` made absolute (``sqlite:///rel.db`` against
-    the current directory), or by default :func:`default_tracking_uri`."""
-    return absolute_uri(uri) if uri else default_tracking_uri()
 
 
 def require_study(uri: str, study: str) -> None:
@@ -58,68 +31,6 @@ def require_study(uri: str, study: str) -> None:
     studies = study_names(uri)
     if study not in studies:
         raise ValueError(f"study {study!r} is not in {uri}; studies there: {', '.join(studies) or 'none'}")
-
-
-def artifact_root(uri: str) -> str | None:
-    """Artifacts beside a sqlite database (``<db dir>/mlartifacts``); the server decides otherwise."""
-    if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
-    return None
-
-
-def retry(call: Callable[[], T], attempts: int = 8) -> T:
-    """``call()``, retried with backoff while sqlite reports its database locked."""
-    # Several trial processes share one sqlite file; a writer can briefly hold the lock.
-    for attempt in range(attempts):
-        try:
-            return call()
-        except Exception as exc:  # noqa: BLE001 - MLflow wraps sqlite errors in its own exception types
-            if "locked" not in str(exc).lower() or attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI, else ``None``."""
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
-
-
-def client(uri: str):
-    """:func:`raw_client`, its writes fenced by the driver's lease
-    (:func:`~ndebench.platform.record.lease.fence.fenced`)."""
-    return fenced(raw_client(uri))
-
-
-def raw_client(uri: str):
-    """An ``MlflowClient``; the first one per process and sqlite database creates the schema under a lock."""
-    from mlflow.tracking import MlflowClient
-
-    if sqlite_path(uri) is None or uri in _READY:
-        return MlflowClient(tracking_uri=uri)
-    # Two sweeps started together on a fresh file would both run MLflow's schema migrations (in the
-    # client's constructor) and one would die: each process's first client is made under the lock.
-    with _database_lock(uri):
-        mlflow_client = MlflowClient(tracking_uri=uri)
-    _READY.add(uri)
-    return mlflow_client
-
-
-@contextlib.contextmanager
-def _database_lock(uri: str) -> Iterator[None]:
-    """An exclusive ``flock`` on the folder of a sqlite database (no lock file to leave behind); a no-op
-    for a tracking server, which serialises its own writes."""
-    path = sqlite_path(uri)
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(folder)
 
 
 def study_names(uri: str) -> list[str]:
@@ -151,32 +62,6 @@ def run_name(config: dict[str, Any]) -> str:
               for k in keys]
     phase = "" if config.get("phase") == "evaluate" else f"{config.get('phase')} "
     return " ".join([f"{phase}{short}", *values, f"s{config.get('seed', 0)}"])
-
-
-def ensure_experiment(uri: str, study: str) -> str:
-    """Create (on the driver, before any trial) the database and the study's experiment; return its id."""
-    from mlflow.exceptions import MlflowException
-
-    mlflow_client = client(uri)
-    experiment = mlflow_client.get_experiment_by_name(study)
-    if experiment is not None:
-        return experiment.experiment_id
-    root = artifact_root(uri)
-    location = f"{root}/{study}" if root else None
-    with _database_lock(uri):
-        experiment = mlflow_client.get_experiment_by_name(study)
-        if experiment is not None:
-            return experiment.experiment_id
-        try:
-            # The kind tag makes MLflow 3's UI open the model-training view rather than its GenAI overview.
-            return mlflow_client.create_experiment(study, artifact_location=location,
-                                                   tags={"mlflow.experimentKind": "custom_model_development"})
-        except MlflowException:
-            # Another driver on the same tracking server created it in between.
-            experiment = mlflow_client.get_experiment_by_name(study)
-            if experiment is None:
-                raise
-            return experiment.experiment_id
 
 
 # Runs per search_runs page. MLflow's store pays per page for the session that loads it (on sqlite, expiring
@@ -310,8 +195,9 @@ def _tagged(uri: str, study: str, tags: dict[str, str]) -> list[Any]:
 def study_run(uri: str, study: str, *, description: str, params: dict[str, Any], yaml_text: str | None,
               tags: dict[str, str] | None = None) -> str:
     """The study's parent run (``ndebench.kind=study``): the sweep YAML as artifact ``sweep.yaml``, the
-    description as its note, the protocol settings as params, ``tags`` (provenance) with the ``ndebench.``
-    prefix, and the parent of the study's lease runs (:func:`~ndebench.platform.record.lease.ledger.nest_lease_runs`).
+    description as its note, the protocol settings and the YAML's SHA-256 (:data:`SWEEP_SHA`) as params, ``tags``
+    (provenance) with the ``ndebench.`` prefix, and the parent of the study's lease runs
+    (:func:`~ndebench.platform.record.lease.ledger.nest_lease_runs`).
     Created once; a resumed sweep reuses it."""
     from mlflow.entities import Param, RunTag
 
@@ -332,6 +218,7 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     if description:
         retry(lambda: mlflow_client.set_experiment_tag(experiment_id, "mlflow.note.content", description))
     run_id = retry(lambda: mlflow_client.create_run(experiment_id, tags=tags, run_name=study)).info.run_id
+    params = params | {SWEEP_SHA: text_sha(yaml_text)}
     retry(lambda: mlflow_client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())]))
     if yaml_text is not None:
         mlflow_client.log_text(run_id, yaml_text, "sweep.yaml")
@@ -339,8 +226,10 @@ def study_run(uri: str, study: str, *, description: str, params: dict[str, Any],
     return run_id
 
 
-def study_yaml(uri: str, study: str) -> str | None:
-    """The sweep YAML the study's run recorded (:func:`study_run`), ``None`` when it has none."""
+def study_yaml(uri: str, study: str, *, bound: bool = True) -> str | None:
+    """The sweep YAML the study's run recorded (:func:`study_run`), ``None`` when it has none or (``bound``) when
+    it differs from the SHA-256 the run recorded as it began (:data:`SWEEP_SHA`: overwritten since, which
+    ``report.integrity`` flags)."""
     import tempfile
 
     found = _tagged(uri, study, {"kind": "study"})
@@ -351,7 +240,9 @@ def study_yaml(uri: str, study: str) -> str | None:
             path = client(uri).download_artifacts(found[0].info.run_id, "sweep.yaml", tmp)
         except Exception:  # noqa: BLE001 - a study written through the API records no YAML
             return None
-        return Path(path).read_text()
+        text = Path(path).read_text()
+    recorded = found[0].data.params.get(SWEEP_SHA)
+    return None if bound and recorded is not None and recorded != text_sha(text) else text
 
 
 def cell_run_name(phase: str, key: str) -> str:

@@ -19,7 +19,8 @@ from collections import Counter
 from typing import Any
 
 from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.tracking import cell_states, client
+from ndebench.platform.record.store import client
+from ndebench.platform.record.tracking import cell_states
 
 SHARED_VIEW = "mlflow.sharedViewState."
 VIEW_KEY = "ndebench-evaluate-cells"
@@ -58,16 +59,26 @@ def _shown(value: float | None, spec: str = "#.3g") -> str:
 def display_tags(run: Any, means: list[str]) -> dict[str, str]:
     """What the first screen shows of a cell run, at 3 significant digits, each short enough for the table's
     column: per primary mean (``mean_test_<m>``) a tag ``<m>`` (``0.700``), then ``vs none`` (``diff_vs_none``,
-    signed: ``+0.0667``), ``p vs none``, the 95% interval's ``CI low`` and ``CI high``, and per primary metric its
-    standard deviation over the seeds (``sd <m>``); ``-`` where the cell has no value (``none`` itself, a metric of
+    signed: ``+0.0667``), ``p vs none``, the 95% interval's ``CI low`` and ``CI high``, per primary metric its
+    standard deviation over the seeds (``sd <m>``), and ``CI excludes 0`` (``yes``/``no``: whether the difference
+    is significant at 5%, :func:`_excludes_zero`); ``-`` where the cell has no value (``none`` itself, a metric of
     another dataset). Names for people; the raw metrics stay the record."""
     metrics = run.data.metrics
     tags = {mean.removeprefix("mean_test_"): _shown(metrics.get(mean)) for mean in means}
     tags |= {"vs none": _shown(metrics.get("diff_vs_none"), "+#.3g"),
              "p vs none": _shown(metrics.get("p_value_vs_none")),
              "CI low": _shown(metrics.get("diff_ci_low")), "CI high": _shown(metrics.get("diff_ci_high"))}
-    return tags | {f"sd {mean.removeprefix('mean_test_')}": _shown(metrics.get(mean.replace("mean_", "std_", 1)))
-                   for mean in means}
+    tags |= {f"sd {mean.removeprefix('mean_test_')}": _shown(metrics.get(mean.replace("mean_", "std_", 1)))
+             for mean in means}
+    return tags | {"CI excludes 0": _excludes_zero(metrics.get("diff_ci_low"), metrics.get("diff_ci_high"))}
+
+
+def _excludes_zero(low: float | None, high: float | None) -> str:
+    """``yes`` when the difference's 95% interval lies on one side of 0 (the test rejects at 5%), ``no`` when
+    it holds 0, ``-`` without an interval: the significance column beside the difference."""
+    if low is None or high is None or low != low or high != high:
+        return "-"
+    return "yes" if low > 0 or high < 0 else "no"
 
 
 def varying_params(cells: list[Any]) -> list[str]:

@@ -14,32 +14,29 @@ import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report import architectures, audit, controls, mc_samples, report, sensitivity, summary, timing
 from ndebench.platform.report.integrity import integrity_warning
-from ndebench.platform.report.machines import machines
 from ndebench.platform.report.methods import sections as methods
 from ndebench.platform.report.render import html_report, sections
+from ndebench.platform.report.render.tables import table_rows
 
 
-def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.ReportFiles, study: str, *,
-                   alpha: float, reevaluated: pd.DataFrame | None = None,
-                   channels: dict[str, int | None] | None = None, ui_url: str | None = None,
-                   experiment_id: str | None = None, ui_note: str = "") -> list[Path]:
+def write_analyses(frame: pd.DataFrame, files: report.ReportFiles, study: str, *, alpha: float,
+                   reevaluated: pd.DataFrame | None = None, channels: dict[str, int | None] | None = None,
+                   ui_url: str | None = None, experiment_id: str | None = None, ui_note: str = "") -> list[Path]:
     """Write every analysis and ``report.html`` next to ``files`` (the output of :func:`report.build_report`
-    on ``runs``; ``report.html`` renders its ``tables``, as ``table.md`` and ``table.tex`` do); return the new
-    paths, PDF copies of the report's figures included.
+    on ``frame``; ``report.html`` renders its ``tables``, as ``table.md`` and ``table.tex`` do, and the selection
+    audit and the MC control it computed); return the new paths, PDF copies of the report's figures included.
 
-    ``frame`` holds the study's evaluate runs with parameters and times (``runs.runs_frame``),
-    ``reevaluated`` its reevaluate runs; ``channels`` maps datasets to input channels for the univariate /
-    multivariate split (default: the UEA archive's table).
+    ``frame`` is the study frame (:func:`~ndebench.platform.record.runs.study_frame`, with its times): its evaluate
+    runs with parameters, the analyses that compare cells naming them as the tables do
+    (:func:`~ndebench.platform.report.render.tables.table_rows`); ``reevaluated`` its reevaluate runs;
+    ``channels`` maps datasets to input channels for the univariate / multivariate split (default: the UEA
+    archive's table).
     """
     directory = files.directory
     frame = frame[frame["status"].isin(COUNTED_STATUSES)]
-    runs = runs[runs["status"].isin(COUNTED_STATUSES)]
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
-    runs, primary = report.with_primary_metrics(runs)
+    runs, primary = report.with_primary_metrics(table_rows(frame))
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
-    selection = audit.selection_audit(frame, primary)
-    control = (controls.control_section(controls.control_comparisons(runs, primary, files.tables[0].test, alpha))
-               if files.tables else None)
     matched = (architectures.matched_section(architectures.matched_comparisons(runs, primary, files.tables[0].test,
                                                                                alpha), alpha)
                if files.tables else None)
@@ -52,9 +49,8 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         "Many methods over many sets": ("methods", methods.SKIPPED,
                                         methods.methods_sections(runs, primary, files.tables[0].test, alpha, directory)
                                         if files.tables else []),
-        "Selection audit": ("selection_audit", audit.SKIPPED,
-                            [audit.audit_section(selection, primary)] if len(selection) else []),
-        "Dropout vs ensembling": ("mc_control", controls.SKIPPED, [] if control is None else [control]),
+        "Selection audit": ("selection_audit", audit.SKIPPED, list(files.audit)),
+        "Dropout vs ensembling": ("mc_control", controls.SKIPPED, list(files.control)),
         "Against none of the same architecture": ("architectures", architectures.SKIPPED,
                                                   [] if matched is None else [matched]),
         "The paper's numbers beside the study": ("paper_comparison", "not asked for; `ndebench report --paper`",
@@ -72,11 +68,9 @@ def write_analyses(frame: pd.DataFrame, runs: pd.DataFrame, files: report.Report
         written += [p for s in found for p in s.figures]
     notes = [integrity_warning(list(files.changed))] if files.changed else []
     notes += [files.fingerprint] if files.fingerprint else []
-    notes += [f"{model}: {sentence}" for model, (_, sentence) in report.cd_gates(runs, primary, alpha).items()]
-    notes += [note] if (note := machines(runs)["note"]) else []
     # The same sections as table.md and table.tex, seed coverage and learning flags included.
     written.append(html_report.write_html(directory / "report.html", study, runs, list(files.shown),
-                                          notes + missing, list(files.figures),
+                                          notes + list(files.notes) + missing, list(files.figures),
                                           {h: found for h, (_, _, found) in groups.items()},
                                           ui_url=ui_url, experiment_id=experiment_id, ui_note=ui_note))
     written += [p.with_suffix(".pdf") for p in files.figures if p.with_suffix(".pdf").exists()]

@@ -12,22 +12,27 @@ of these comparisons together (``p_holm_all``).
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
+from ndebench.platform.common.labels import parse_label, variant_label
+from ndebench.platform.report.render.format import fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section
-from ndebench.platform.report.render.tables import fmt, fmt_p, interval
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.regularizers.none import BASELINE
 
-SETTING = re.compile(r"model\.[^=,\[\]]+=[^,\]]+")
 SKIPPED = ("no none variant with model.* values (e.g. `variants: {none: {model.hidden_size: [16, 64]}}` beside the "
            "same values for a regularizer)")
 
 
+def model_settings(label: str) -> dict[str, str]:
+    """The ``model.*`` values a cell's name fixes, in its order
+    (:func:`~ndebench.platform.common.labels.parse_label`)."""
+    return {k: v for k, v in parse_label(label)[1].items() if k.startswith("model.")}
+
+
 def architecture(label: str) -> str:
     """The ``model.*`` settings of a cell label, comma-joined in label order (``""`` when it has none)."""
-    return ",".join(SETTING.findall(label))
+    return ",".join(f"{k}={v}" for k, v in model_settings(label).items())
 
 
 def matched_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> pd.DataFrame:
@@ -38,7 +43,7 @@ def matched_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, 
     frames = []
     for (_, dataset, setting), part in labelled[labelled["architecture"] != ""].groupby(
             ["model", "dataset", "architecture"], sort=True):
-        baseline = f"{BASELINE}[{setting}]"
+        baseline = variant_label(BASELINE, model_settings(part["regularizer"].iloc[0]))
         if baseline in set(part["regularizer"]) and part["regularizer"].nunique() > 1:
             tests = stats.compare_to_baseline(part.drop(columns="architecture"), primary[dataset], test=test,
                                               alpha=alpha, baseline=baseline)

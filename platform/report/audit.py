@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.report.render.format import fmt_p
 from ndebench.platform.report.render.sections import Cell, Section
-from ndebench.platform.report.render.tables import fmt_p
 from ndebench.platform.report.statistics import selection, stats
 from ndebench.regularizers.none import BASELINE
 

@@ -9,23 +9,29 @@ of the unregularized model: ``regularizer - none[n_mc=N]`` isolates the regulari
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
+from ndebench.platform.common.labels import parse_label
+from ndebench.platform.report.render.format import fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, to_markdown
-from ndebench.platform.report.render.tables import fmt, fmt_p, interval
 from ndebench.platform.report.statistics import stats
 from ndebench.regularizers.none import BASELINE
 
-CONTROL = re.compile(rf"^{BASELINE}\[n_mc=(\d+)\]$")
 SKIPPED = ("no none[n_mc=N] control cell: on an SDE model a regularizer predicting from N averaged passes is compared "
            "with one random pass of none, so its difference mixes the regularizer with ensembling; add "
            "`variants: {none: {n_mc: [5]}}` to the config")
 
 
+def passes(label: str) -> int | None:
+    """The number of passes N of a control cell ``none[n_mc=N]`` (a variant of ``none`` fixing ``n_mc`` alone,
+    :func:`~ndebench.platform.common.labels.parse_label`), None for any other cell."""
+    name, fixed = parse_label(label)
+    return int(fixed["n_mc"]) if name == BASELINE and fixed.keys() == {"n_mc"} else None
+
+
 def controls(runs: pd.DataFrame) -> dict[tuple[str, str], str]:
     """The control cell's label per (model, dataset) that has one (the first by label when several)."""
-    found = runs[runs["regularizer"].astype(str).str.match(CONTROL.pattern)]
+    found = runs[runs["regularizer"].map(passes).notna()]
     return {key: sorted(group["regularizer"])[0] for key, group in found.groupby(["model", "dataset"], sort=True)}
 
 
@@ -40,14 +46,14 @@ def control_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, 
         part = runs[(runs["model"] == model) & (runs["dataset"] == dataset)]
         tests = stats.compare_to_baseline(part, primary[dataset], test=test, alpha=alpha, baseline=label)
         names = tests["regularizer"].astype(str)
-        frames.append(tests[(names != BASELINE) & ~names.str.match(CONTROL.pattern)])
+        frames.append(tests[(names != BASELINE) & names.map(passes).isna()])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def sentence(comparisons: pd.DataFrame) -> str:
     """Which comparison isolates dropout from ensembling, naming the controls the study has."""
     labels = sorted(set(comparisons["baseline"]))
-    n = ", ".join(CONTROL.match(label).group(1) for label in labels)
+    n = ", ".join(str(passes(label)) for label in labels)
     models = ", ".join(sorted(set(comparisons["model"])))
     return (f"On {models}, {' and '.join(labels)} averages {n} passes of the unregularized model, as Continuum "
             f"Dropout's prediction does (which on an SDE also averages the Brownian noise): a regularizer against "

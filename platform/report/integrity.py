@@ -27,22 +27,25 @@ None catches a change made in the database itself (an admin of the store), nor a
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from ndebench.platform.record.completeness import counting
-from ndebench.platform.record.lease.ledger import KIND, claims, every_run
-from ndebench.platform.record.schema import FINISHED_STATUSES, TAG
+from ndebench.platform.record.lease.ledger import KIND, PREFIX, claims, every_run, is_lease_run, lease_runs
+from ndebench.platform.record.schema import FINISHED_STATUSES, PLAN_DIGEST, SWEEP_SHA, TAG
 from ndebench.platform.record.summaries import (
     DIGEST_VERSION,
     RESULT_METRICS,
     RESULTS_DIGEST,
     UNFINISHED,
     digest_of,
+    plan_digest,
     results_digest,
+    text_sha,
 )
-from ndebench.platform.record.tracking import client, run_status, search
+from ndebench.platform.record.tracking import client, run_status, search, study_yaml
 
 LISTED = 50
 DIGEST = f"{TAG}{RESULTS_DIGEST}"
@@ -63,16 +66,32 @@ def _results(run: Any) -> list[str]:
     return sorted(k for k in run.data.metrics if k.startswith(RESULT_METRICS))
 
 
-def _digest_flag(run: Any) -> dict[str, Any] | None:
+def _digests_since(runs: list[Any]) -> float:
+    """The start time (ms) from which every finished trial run must carry a digest of this format: the study run's
+    where it recorded :data:`~ndebench.platform.record.schema.SWEEP_SHA` (a param, which no writer can remove: the
+    study was begun by a release that digests every run), else the first run that carries one; ``inf`` when none
+    does (a study recorded before digests, whose runs are not held to one)."""
+    study = [r.info.start_time or 0 for r in runs if r.data.tags.get(f"{TAG}kind") == "study"
+             and SWEEP_SHA in r.data.params]
+    if study:
+        return float(min(study))
+    digested = [r.info.start_time or 0 for r in runs
+                if r.data.tags.get(DIGEST, "").startswith(f"{DIGEST_VERSION} ")]
+    return float(min(digested)) if digested else math.inf
+
+
+def _digest_flag(run: Any, since: float = math.inf) -> dict[str, Any] | None:
     recorded = run.data.tags.get(DIGEST)
-    if recorded is None:
-        return None
-    if recorded == UNFINISHED:
+    due = (run.info.start_time or 0) >= since
+    if recorded is None or recorded == UNFINISHED:
         status = run_status(run)
         return _flag(run, [], f"it reads as {status} but holds no digest of its end") if (
-            status in FINISHED_STATUSES) else None
+            status in FINISHED_STATUSES and (due or recorded == UNFINISHED)) else None
     parts = recorded.split() or [""]
     if parts[0] != DIGEST_VERSION:
+        if due:
+            return _flag(run, _results(run), "it carries the older digest (results only), though the study's runs "
+                                             "record the digest of their tags and params: one set by hand")
         return None if results_digest(run.data.metrics) == recorded else _flag(
             run, _results(run), f"its result metrics differ from those it recorded as it ended (digest {parts[0]} "
                                 "metric(s), of the older format: results only)")
@@ -84,6 +103,55 @@ def _digest_flag(run: Any) -> dict[str, Any] | None:
         return _flag(run, [], "its tags or params differ from those it recorded as it ended (what decides its cell, "
                               "seed, phase, kind, status or lease)")
     return None
+
+
+def _placed(run: Any) -> bool:
+    """Whether a reader has a place for the run: the study run, a cell or trial run of a stage, the report run, a
+    re-evaluation run."""
+    tags = run.data.tags
+    kind, phase = tags.get(f"{TAG}kind"), tags.get(f"{TAG}phase")
+    return kind == "study" or (kind in ("cell", "trial") and bool(phase)) or (
+        kind is None and phase in ("report", "reevaluate"))
+
+
+def unplaced(runs: list[Any]) -> list[dict[str, Any]]:
+    """Runs of the study no reader places (no ``ndebench.kind`` and ``ndebench.phase`` that say what it is: a run
+    whose tags were removed is left out of every table, so it is named instead), each with the lease epoch it
+    carries."""
+    return [_flag(r, _results(r), f"it carries no ndebench.kind and ndebench.phase a reader places (kind "
+                                  f"{r.data.tags.get(f'{TAG}kind', 'none')}, lease epoch "
+                                  f"{r.data.tags.get(f'{TAG}lease', 'none')}): no table counts it, so it may be a "
+                                  "run hidden by removing its tags")
+            for r in runs if not _placed(r) and not (r.data.tags.get(f"{TAG}kind") == KIND
+                                                      and f"{TAG}phase" not in r.data.tags)]
+
+
+def plan_flags(runs: list[Any]) -> list[dict[str, Any]]:
+    """The study run when the plan among ``runs`` (the evaluate cell runs' ``planned_hashes`` and the planned seeds,
+    what decides which runs count) differs from the digest the sweep recorded
+    (:func:`~ndebench.platform.record.summaries.plan_digest`), or when a study begun by this release has none."""
+    flagged = []
+    for run in runs:
+        if run.data.tags.get(f"{TAG}kind") != "study":
+            continue
+        sealed = run.data.tags.get(PLAN_DIGEST)
+        if sealed is None and SWEEP_SHA in run.data.params:
+            flagged.append(_flag(run, [], "the study run holds no digest of its plan (ndebench.plan_digest): the "
+                                          "planned configs and seeds that decide which runs count are unchecked"))
+        elif sealed is not None and sealed != plan_digest(runs):
+            flagged.append(_flag(run, [], "the plan (the evaluate cell runs' ndebench.planned_hashes, the planned "
+                                          "seeds) differs from the one the sweep recorded: it decides which runs "
+                                          "count"))
+    return flagged
+
+
+def sweep_flags(runs: list[Any], text: str | None) -> list[dict[str, Any]]:
+    """The study run when its ``sweep.yaml`` (``text``, as downloaded) differs from the SHA-256 it recorded as it
+    began (its param :data:`~ndebench.platform.record.schema.SWEEP_SHA`): the report's settings come from it."""
+    return [_flag(r, [], f"its sweep.yaml (sha256 {text_sha(text)[:16]}) differs from the one it recorded as it "
+                         f"began ({r.data.params[SWEEP_SHA][:16]}): the report ignores it")
+            for r in runs if r.data.tags.get(f"{TAG}kind") == "study" and SWEEP_SHA in r.data.params
+            and r.data.params[SWEEP_SHA] != text_sha(text)]
 
 
 def _twins(runs: list[Any]) -> list[dict[str, Any]]:
@@ -98,12 +166,16 @@ def _twins(runs: list[Any]) -> list[dict[str, Any]]:
 
 
 def changed_runs(runs: list[Any]) -> list[dict[str, Any]]:
-    """What the report flags among ``runs`` (as ``search_runs`` returns them): runs whose results, tags or params
-    differ from the digest they recorded as they ended, or that read as finished without a digest of their end,
-    and the runs of an evaluate (cell, seed) and config with more than one finished run: ``run_id, phase, cell,
-    seed, metrics`` (the ``test_*`` keys concerned), ``why``."""
-    flagged = [f for f in map(_digest_flag, _trials(runs)) if f is not None]
-    return sorted(flagged + _twins(runs), key=lambda f: (f["run_id"], f["why"]))
+    """What the report flags among ``runs`` (every run of the study, as ``search_runs`` returns them): runs whose
+    results, tags or params differ from the digest they recorded as they ended, or that read as finished without
+    a digest of their end (or with the older one in a study whose runs record this one), the runs of an evaluate
+    (cell, seed) and config with more than one finished run, runs no reader places (:func:`unplaced`) and a plan
+    that differs from its digest (:func:`plan_flags`): ``run_id, phase, cell, seed, metrics`` (the ``test_*`` keys
+    concerned), ``why``."""
+    since = _digests_since(runs)
+    flagged = [f for f in (_digest_flag(r, since) for r in _trials(runs)) if f is not None]
+    flagged += _twins(runs) + unplaced(runs) + plan_flags(runs)
+    return sorted(flagged, key=lambda f: (f["run_id"], f["why"]))
 
 
 def older_digests(runs: list[Any]) -> int:
@@ -136,15 +208,36 @@ def history_flags(mlflow_client: Any, runs: list[Any]) -> list[dict[str, Any]]:
     return flagged
 
 
+def hidden_as_lease(recorded: list[Any]) -> list[dict[str, Any]]:
+    """Runs of ``recorded`` tagged ``ndebench.kind=lease`` that hold no lease claim or carry a result: a run
+    retagged to hide it from every reader (which skip lease runs)."""
+    found = {c.run_id for c in claims(recorded)}
+    return [_flag(r, _results(r), "tagged as a lease run, but it holds no lease claim or carries results: a run "
+                                  "hidden from every reader")
+            for r in recorded if r.data.tags.get(f"{TAG}kind") == KIND and (_results(r) or r.info.run_id not in found)]
+
+
+def report_check(uri: str, study: str, runs: list[Any]) -> tuple[list[dict[str, Any]], str]:
+    """What a report of ``study`` flags and its fingerprint, given every run of the study (``runs``, one paged
+    search): :func:`changed_runs`, :func:`sweep_flags` and :func:`hidden_as_lease` of its active lease runs (one
+    filtered search and one artifact download)."""
+    experiment = client(uri).get_experiment_by_name(study)
+    leases = [r for r in lease_runs(client(uri), experiment.experiment_id)
+              if r.info.lifecycle_stage == "active"] if experiment is not None else []
+    sweep = study_yaml(uri, study, bound=False)
+    flagged = changed_runs(runs) + sweep_flags(runs, sweep) + hidden_as_lease(leases)
+    return sorted(flagged, key=lambda f: (f["run_id"], f["why"])), fingerprint(runs, sweep)
+
+
 def ledger_flags(recorded: list[Any], runs: list[Any]) -> list[dict[str, Any]]:
     """Against the lease records in ``recorded`` (every run of the study's experiment): runs tagged
-    ``ndebench.kind=lease`` that hold no claim or carry a result, and trial runs of ``runs`` whose lease epoch and
-    id are no claim's."""
+    ``ndebench.kind=lease`` that hold no claim or carry a result, lease records in runs that are no lease run (the
+    study run's, say: no driver's), and trial runs of ``runs`` whose lease epoch and id are no claim's."""
     found = claims(recorded)
-    flagged = [_flag(r, _results(r), "tagged as a lease run, but it holds no lease claim or carries results: a run "
-                                     "hidden from every reader")
-               for r in recorded if r.data.tags.get(f"{TAG}kind") == KIND
-               and (_results(r) or not any(c.run_id == r.info.run_id for c in found))]
+    flagged = hidden_as_lease(recorded)
+    flagged += [_flag(r, [], f"it holds a lease record ({next(k for k in r.data.params if k.startswith(PREFIX))}) "
+                             "but is no lease run: no driver wrote it there")
+                for r in recorded if not is_lease_run(r) and any(k.startswith(PREFIX) for k in r.data.params)]
     held = {(str(c.epoch), c.id) for c in found}
     for run in _trials(runs):
         epoch, lease_id = (run.data.tags.get(f"{TAG}{k}") for k in ("lease", "lease_id"))
@@ -162,13 +255,17 @@ def verify_runs(mlflow_client: Any, runs: list[Any], recorded: list[Any] | None 
     return sorted(flagged, key=lambda f: (f["run_id"], f["why"]))
 
 
-def fingerprint(runs: list[Any]) -> str:
+def fingerprint(runs: list[Any], sweep: str | None = None) -> str:
     """``"<n>:<sha256 prefix>"`` over the id and recomputed digest
     (:func:`~ndebench.platform.record.summaries.digest_of`) of each of the ``n`` evaluate runs a report counts
-    among ``runs``: it changes with any result, tag or param a reader uses, and with the run that counts."""
+    among ``runs``, and the SHA-256 of the study run's ``sweep.yaml`` (``sweep``, as downloaded; the report's
+    settings come from it): it changes with any result, tag, param or setting a reader uses, and with the run that
+    counts."""
     evaluate = [r for r in runs if r.data.tags.get(f"{TAG}phase") == "evaluate"]
     lines = sorted(f"{r.info.run_id} {digest_of(r)}" for r in counting(evaluate).counted.values())
-    return f"{len(lines)}:{hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:20]}"
+    counted = len(lines)
+    lines += [] if sweep is None else [f"sweep.yaml {text_sha(sweep)}"]
+    return f"{counted}:{hashlib.sha256(chr(10).join(lines).encode()).hexdigest()[:20]}"
 
 
 def study_changes(uri: str, study: str) -> list[dict[str, Any]]:
@@ -198,7 +295,10 @@ def verify_study(uri: str, study: str, expected: str | None = None) -> Verificat
     runs = search(uri, study)
     experiment = mlflow_client.get_experiment_by_name(study)
     recorded = every_run(mlflow_client, experiment.experiment_id) if experiment is not None else []
-    flagged, now = verify_runs(mlflow_client, runs, recorded), fingerprint(runs)
+    sweep = study_yaml(uri, study, bound=False)
+    flagged = sorted(verify_runs(mlflow_client, runs, recorded) + sweep_flags(runs, sweep),
+                     key=lambda f: (f["run_id"], f["why"]))
+    now = fingerprint(runs, sweep)
     changed = expected is not None and expected != now
     lines = [f"run {f['run_id']} ({f['phase']} {f['cell']} seed {f['seed']}): "
              + (f"{', '.join(f['metrics'])}: " if f["metrics"] else "") + f["why"] for f in flagged]

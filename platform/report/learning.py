@@ -12,21 +12,16 @@ pairs, those with a cell that did not learn first.
 from __future__ import annotations
 
 import math
-import textwrap
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.common.registry import UnknownNameError
-from ndebench.platform.report.render.figures import save_png_pdf
+from ndebench.platform.report.statistics.learned import FLAG, MARGIN
 from ndebench.platform.report.statistics.stats import CELL
 
-MARGIN = 0.05
 CURVE_KEYS = ("train_loss", "val_loss")
-FLAG = "did not learn"
 CURVE_PAIRS = 50
 
 
@@ -127,30 +122,3 @@ def mean_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     out = grouped[list(CURVE_KEYS)].mean()
     out["n"] = grouped.size()
     return out.reset_index()
-
-
-def learning_curve_figure(mean: pd.DataFrame, order: list[str], path: Path, title: str,
-                          chance: float = math.nan, flagged: set[str] | None = None) -> Path:
-    """Mean training (solid) and validation (dashed) loss per epoch (``n`` the runs averaged), one colour per
-    regularizer in ``order``, the y label saying over how many seeds, the chance level ``ln K`` as a grey line;
-    regularizers in ``flagged`` are marked "did not learn"."""
-    fig = Figure(figsize=(6.0, 4.0))
-    ax = fig.add_subplot()
-    for i, name in enumerate(order):
-        part = mean[mean["regularizer"] == name]
-        if part.empty:
-            continue
-        colour = f"C{i % 10}"
-        label = name + (f" ({FLAG})" if flagged and name in flagged else "")
-        ax.plot(part["epoch"], part["train_loss"], color=colour, label=f"{label}: train")
-        if np.isfinite(part["val_loss"].to_numpy(float)).any():
-            ax.plot(part["epoch"], part["val_loss"], color=colour, linestyle="--", label=f"{name}: validation")
-    if math.isfinite(chance):
-        ax.axhline(chance, color="0.5", linewidth=1, label=f"chance ln K = {chance:.3f}")
-    most = int(mean["n"].max()) if "n" in mean and len(mean) else 1
-    ax.set(xlabel="epoch", ylabel="loss (one seed per regularizer)" if most == 1 else
-           f"loss (mean over up to {most} seeds)")
-    ax.set_title(textwrap.fill(title, 60), fontsize="medium")
-    ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    return save_png_pdf(fig, path)

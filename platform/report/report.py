@@ -6,15 +6,13 @@ dataset, regularizer, seed, status``, metric columns ``test_*``, ``test_protocol
 dict from :func:`~ndebench.platform.common.metrics.calibration_bins`) into paper-style tables: rows are
 regularizers, column groups are models and columns datasets, cells are "mean (std)" over seeds with
 ``*``/``**`` for the t-test against ``none`` and the best value per column in bold. This module validates
-the runs, picks the metrics and writes the files; the table model and its Markdown and LaTeX renderers
-are :mod:`~ndebench.platform.report.render.tables`.
+the runs, picks the metrics and computes each analysis once; the table model is
+:mod:`~ndebench.platform.report.render.tables` and the files are written by :mod:`~ndebench.platform.report.document`.
 """
 from __future__ import annotations
 
-import dataclasses
-import itertools
-import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,29 +20,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES, LISTED_STATUSES
-from ndebench.platform.report import audit, controls, learning
+from ndebench.platform.report import audit, controls, document, learning
 from ndebench.platform.report.integrity import fingerprint_line, integrity_markdown, integrity_warning
-from ndebench.platform.report.leftout import left_out_markdown
 from ndebench.platform.report.machines import machines
 from ndebench.platform.report.paper.comparison import paper_comparison
-from ndebench.platform.report.render import sections
+from ndebench.platform.report.render import forest, papertex, sections
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
-from ndebench.platform.report.render.sections import md_escape
+from ndebench.platform.report.render.format import fmt, fmt_p
+from ndebench.platform.report.render.leftout import left_out_markdown
 from ndebench.platform.report.render.studyfigures import pooled_calibration, study_figures
 from ndebench.platform.report.render.tables import (
     LABELS,
     TEST_NAMES,
     Table,
-    failed_lines,
-    fmt,
-    fmt_p,
-    latex,
     markdown,
     status_line,
     study_sections,
     table_rows,
 )
 from ndebench.platform.report.statistics import significance, stats
+from ndebench.platform.report.statistics.coverage import seed_coverage
 from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
@@ -57,7 +52,10 @@ class ReportFiles:
     ``tables`` are the statistics of the tables, ``shown`` the sections ``table.md`` and ``table.tex`` render (the
     tables, their effect sizes and the across-dataset comparison), for ``report.html`` to render too, and
     ``paper`` the sections comparing the study with the paper's numbers (``paper=True``); ``changed`` the runs whose
-    results changed after they ended and ``fingerprint`` the line naming the study's fingerprint (``""`` if none)."""
+    results changed after they ended and ``fingerprint`` the line naming the study's fingerprint (``""`` if none);
+    ``audit`` the selection audit's section and ``control`` the MC control's (none when the study has nothing to
+    audit or no control cell) and ``notes`` the sentences of the critical-difference gates and the machines, each
+    computed once for ``table.md`` and handed to ``report.html`` and the analyses' files."""
 
     directory: Path
     results_csv: Path
@@ -70,10 +68,14 @@ class ReportFiles:
     paper: tuple[sections.Section, ...] = ()
     changed: tuple[dict[str, Any], ...] = ()
     fingerprint: str = ""
+    audit: tuple[sections.Section, ...] = ()
+    control: tuple[sections.Section, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def paths(self) -> tuple[Path, ...]:
-        return (self.results_csv, self.table_md, self.table_tex, self.summary_json, *self.figures)
+        full = self.table_tex.parent.glob("table_full.tex")
+        return (self.results_csv, self.table_md, self.table_tex, *full, self.summary_json, *self.figures)
 
 
 def primary_metrics(runs: pd.DataFrame) -> dict[str, str]:
@@ -156,7 +158,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None,
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
                  paper: bool = False, protocol: dict[str, str] | None = None,
-                 changed: list[dict[str, Any]] | None = None, fingerprint: str | None = None) -> ReportFiles:
+                 changed: list[dict[str, Any]] | None = None, fingerprint: str | None = None,
+                 failed: Mapping[str, str] | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths; rows are named by each
     run's ``label`` (:func:`~ndebench.platform.report.render.tables.table_rows`).
 
@@ -202,6 +205,11 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     (:func:`~ndebench.platform.report.integrity.changed_runs`): runs whose results changed after they ended, a
     warning atop ``table.md`` and a list at its end, and ``summary.json`` (``changed_results``). ``fingerprint``
     (:func:`~ndebench.platform.report.integrity.fingerprint`): ``summary.json``'s and a line of ``table.md``.
+    ``failed`` (cell label -> its first error): the cells the sweep recorded as failed, the last section of
+    ``table.md`` and ``table.tex``.
+
+    ``table.md`` is one ordered list of parts written once (:func:`~ndebench.platform.report.document.write_tables`),
+    and each analysis in it is computed once; :class:`ReportFiles` hands its results on to ``report.html``.
 
     Runs still ``running`` (a sweep in progress) or ``stopped`` are counted and listed but left out of the
     statistics; each cell names the ``planned_seeds`` (default: every seed recorded in the study) that have no
@@ -215,57 +223,58 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     directory = Path(out_dir) / study
     directory.mkdir(parents=True, exist_ok=True)
     coverage = seed_coverage(runs, planned_seeds)
+    left_out, changed = left_out or [], changed or []
+    warned, listed = (f"{integrity_warning(changed)}\n\n" if changed else None), integrity_markdown(changed)
     if not has_results(runs):
-        return _flag_changed(_report_without_results(runs, directory, study, coverage, test, alpha, left_out or [],
-                                                     changed or []), changed or [])
+        table_md, table_tex = document.write_tables(directory, [warned, document.no_results_text(runs, study, coverage),
+                                                                left_out_markdown(left_out), listed],
+                                                    f"% Study {study}: generated by ndebench. No run finished ok; see "
+                                                    "table.md.\n", failed)
+        summary = {"study": study, "test": test, "alpha": alpha, "results": False,
+                   "runs": {str(k): int(v) for k, v in runs["status"].value_counts().items()},
+                   "failed": document.records(runs.loc[runs["status"] != "ok",
+                                                       [c for c in (*REQUIRED, "message") if c in runs.columns]]),
+                   "left_out_runs": left_out, "changed_results": changed}
+        return ReportFiles(directory, document.write_csv(runs, directory), table_md, table_tex,
+                           document.write_json(summary | _coverage_json(coverage), directory), (),
+                           changed=tuple(changed))
     pending = runs[~runs["status"].isin(COUNTED_STATUSES)]
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
-    strong = alpha / 5
+    everything = pd.concat([runs, pending], ignore_index=True)
+    # Each analysis once: the files below, report.html and the analyses' own files show these objects.
     tables = study_tables(runs, primary, test, alpha, correction, coverage)
     across = stats.compare_across_datasets(runs, primary, alpha=alpha)
-    everything = pd.concat([runs, pending], ignore_index=True)
-    results_csv = _write_csv(everything, directory)
-    table_md = directory / "table.md"
     gates = cd_gates(runs, primary, alpha)
     mode, figure_note = figure_mode(figures, pair_count(runs))
-    table_md.write_text(markdown(study, everything, tables, across, alpha)
-                        + "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items())
-                        + f"\n{figure_note}\n" + "".join(f"\n{protocol[k]}\n" for k in ("rows", "tests")
-                                                           if protocol and k in protocol))
-    table_tex = directory / "table.tex"
-    table_tex.write_text(latex(study, tables, across, alpha))
     check = learning.learning_check(runs)
     selection = audit.selection_audit(with_primary_metrics(cells, metric)[0], primary)
     control = controls.control_comparisons(runs, primary, test, alpha)
-    with table_md.open("a") as handle:
-        if not selection.empty:
-            handle.write("\n" + sections.to_markdown(audit.audit_section(selection, primary)))
-        handle.write(controls.controls_markdown(control) + left_out_markdown(left_out or []))
-        compared, compared_json = paper_comparison(runs, primary, test=test) if paper else ([], {})
-        handle.write("".join("\n" + sections.to_markdown(s) for s in compared))
-        machine = machines(everything)
-        noted = fingerprint_line(study, fingerprint, changed or []) if fingerprint else ""
-        handle.write("".join(f"\n{line}\n" for line in (machine["note"], noted) if line))
-    summary = (_summary(study, everything, tables, across, primary, test, alpha, strong) | _coverage_json(coverage)
+    compared, compared_json = paper_comparison(runs, primary, test=test) if paper else ([], {})
+    machine = machines(everything)
+    noted = fingerprint_line(study, fingerprint, changed) if fingerprint else ""
+    audited = [audit.audit_section(selection, primary)] if not selection.empty else []
+    controlled = [s for s in [controls.control_section(control)] if s is not None]
+    shown = study_sections(study, tables, across, alpha)
+    table_md, table_tex = document.write_tables(directory, [
+        warned, markdown(study, everything, tables, across, alpha),
+        "".join(f"- {model}: {sentence}\n" for model, (_, sentence) in gates.items()), f"\n{figure_note}\n",
+        *(f"\n{protocol[k]}\n" for k in ("rows", "tests") if protocol and k in protocol),
+        *audited, *controlled, left_out_markdown(left_out), *compared,
+        *(f"\n{line}\n" for line in (machine["note"], noted) if line), listed,
+    ], papertex.document(study, tables, alpha), failed)
+    papertex.write_full(directory, study, tables, across, alpha)
+    summary = (_summary(study, everything, tables, across, primary, test, alpha) | _coverage_json(coverage)
                | _learning_json(check) | audit.audit_json(selection) | controls.controls_json(control)
-               | {"left_out_runs": left_out or [], "changed_results": changed or []} | compared_json
+               | {"left_out_runs": left_out, "changed_results": changed} | compared_json
                | ({"protocol": protocol} if protocol else {}) | ({"fingerprint": fingerprint} if fingerprint else {})
                | {"figures": {"mode": mode, "setting": figures, "note": figure_note}, "machines": machine})
-    summary_json = directory / "summary.json"
-    summary_json.write_text(json.dumps(_clean(summary), indent=2, allow_nan=False))
-    paths = study_figures(runs, primary, directory, alpha, gates, mode, curves, check)
-    return _flag_changed(ReportFiles(directory, results_csv, table_md, table_tex, summary_json, tuple(paths),
-                                     tuple(tables), tuple(study_sections(study, tables, across, alpha)),
-                                     tuple(compared), fingerprint=noted), changed or [])
-
-
-def _flag_changed(files: ReportFiles, changed: list[dict[str, Any]]) -> ReportFiles:
-    """``table.md`` opened with a warning and closed with the list of the runs whose results changed after they
-    ended (:mod:`~ndebench.platform.report.integrity`), when there are any."""
-    if changed:
-        text = files.table_md.read_text()
-        files.table_md.write_text(f"{integrity_warning(changed)}\n\n{text}{integrity_markdown(changed)}")
-    return dataclasses.replace(files, changed=tuple(changed))
+    mean = learning.mean_curves(curves, runs) if curves is not None and not curves.empty else None
+    paths = study_figures(runs, primary, directory, alpha, gates, mode, mean, check)
+    paths += forest.forest_figures(tables, directory) if mode != "none" else []
+    notes = [f"{model}: {sentence}" for model, (_, sentence) in gates.items()] + [n for n in [machine["note"]] if n]
+    return ReportFiles(directory, document.write_csv(everything, directory), table_md, table_tex,
+                       document.write_json(summary, directory), tuple(paths), tuple(tables), tuple(shown),
+                       tuple(compared), tuple(changed), noted, tuple(audited), tuple(controlled), tuple(notes))
 
 
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
@@ -287,102 +296,19 @@ def cd_gates(runs: pd.DataFrame, primary: dict[str, str], alpha: float) -> dict[
             for model, group in runs.groupby("model", sort=True)}
 
 
-def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) -> pd.DataFrame:
-    """Per cell (every model x dataset x regularizer combination seen in ``runs``): the planned seeds without
-    any run (``missing_seeds``), the seeds still ``running`` or ``stopped``, and a one-line ``note``.
-
-    ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
-    seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
-    models, datasets, regularizers = (sorted(set(runs[c])) for c in stats.CELL)
-    recorded: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-    for model, dataset, regularizer, status, seed in runs[[*stats.CELL, "status", "seed"]].itertuples(
-            index=False, name=None):
-        recorded.setdefault((model, dataset, regularizer), []).append((status, int(seed)))
-    pairs = set(runs[["model", "dataset"]].itertuples(index=False, name=None))
-    with_reg = set(runs[["model", "regularizer"]].itertuples(index=False, name=None))
-    rows = []
-    for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
-        cell = recorded.get((model, dataset, regularizer), [])
-        # A sweep crosses models, datasets and regularizers: a combination without runs is planned when each
-        # of its parts has runs with the others' (the model on the dataset, the regularizer on the model).
-        if not cell and not ((model, dataset) in pairs and (model, regularizer) in with_reg):
-            continue
-        by_status: dict[str, list[int]] = {}
-        for status, seed in sorted(cell):
-            by_status.setdefault(status, []).append(seed)
-        missing = [seed for seed in seeds if seed not in {s for _, s in cell}]
-        notes = [f"{len(v)} {k} (seed {', '.join(map(str, v))})" for k, v in by_status.items()
-                 if k not in COUNTED_STATUSES]
-        notes += [f"no run for seed {', '.join(map(str, missing))}"] if missing else []
-        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "missing_seeds": missing,
-                     "running_seeds": by_status.get("running", []), "stopped_seeds": by_status.get("stopped", []),
-                     "note": "; ".join(notes)})
-    return pd.DataFrame(rows, columns=[*stats.CELL, "missing_seeds", "running_seeds", "stopped_seeds", "note"])
-
-
 def _learning_json(check: pd.DataFrame) -> dict[str, Any]:
-    return {"learning": {"margin": learning.MARGIN, "cells": _records(check)},
-            "did_not_learn": _records(check.loc[check["learned"].eq(False),
+    return {"learning": {"margin": learning.MARGIN, "cells": document.records(check)},
+            "did_not_learn": document.records(check.loc[check["learned"].eq(False),
                                                 [*stats.CELL, "final_train_loss", "chance"]])}
 
 
 def _coverage_json(coverage: pd.DataFrame) -> dict[str, Any]:
-    return {"incomplete_cells": _records(coverage[coverage["note"] != ""])}
-
-
-def _write_csv(runs: pd.DataFrame, directory: Path) -> Path:
-    path = directory / "results.csv"
-    runs.drop(columns="calibration", errors="ignore").to_csv(path, index=False)
-    return path
-
-
-def _report_without_results(runs: pd.DataFrame, directory: Path, study: str, coverage: pd.DataFrame,
-                            test: str, alpha: float, left_out: list[dict[str, Any]],
-                            changed: list[dict[str, Any]]) -> ReportFiles:
-    """The report of a study none of whose runs finished ok with a metric: counts, gaps and messages."""
-    results_csv = _write_csv(runs, directory)
-    lines = [f"# Study {study}", "", status_line(runs), "",
-             "No evaluate-phase run finished ok with a test metric, so there is no table.", ""]
-    gaps = coverage[coverage["note"] != ""]
-    if not gaps.empty:
-        lines += ["## Incomplete cells", ""] + [f"- {md_escape(f'{r.model} / {r.dataset} / {r.regularizer}')}: "
-                                                 f"{r.note}" for r in gaps.itertuples(index=False)] + [""]
-    lines += failed_lines(runs)
-    table_md = directory / "table.md"
-    table_md.write_text("\n".join(lines) + left_out_markdown(left_out))
-    table_tex = directory / "table.tex"
-    table_tex.write_text(f"% Study {study}: generated by ndebench. No run finished ok; see table.md.\n")
-    summary = {"study": study, "test": test, "alpha": alpha, "results": False,
-               "runs": {str(k): int(v) for k, v in runs["status"].value_counts().items()},
-               "failed": _records(runs.loc[runs["status"] != "ok",
-                                           [c for c in (*REQUIRED, "message") if c in runs.columns]]),
-               "left_out_runs": left_out, "changed_results": changed}
-    summary_json = directory / "summary.json"
-    summary_json.write_text(json.dumps(_clean(summary | _coverage_json(coverage)), indent=2, allow_nan=False))
-    return ReportFiles(directory, results_csv, table_md, table_tex, summary_json, ())
-
-
-# summary.json and figures -----------------------------------------------------------------------------
-
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    return frame.to_dict(orient="records")
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, NaN and infinities to None."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return {"incomplete_cells": document.records(coverage[coverage["note"] != ""])}
 
 
 def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.DataFrame, primary: dict[str, str],
-             test: str, alpha: float, strong: float) -> dict[str, Any]:
+             test: str, alpha: float) -> dict[str, Any]:
+    strong = alpha / 5
     return {
         "study": study, "test": test, "test_description": TEST_NAMES[test], "alpha": alpha,
         "strong_alpha": strong, "baseline": BASELINE,
@@ -392,9 +318,9 @@ def _summary(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
         "runs": {s: int((runs["status"] == s).sum())
                  for s in (*LISTED_STATUSES, *sorted(set(runs["status"]) - set(LISTED_STATUSES)))},
         "primary_metric": primary,
-        "tables": [{"title": t.title, "cells": _records(t.cell_stats), "comparisons": _records(t.comparisons)}
-                   for t in tables],
-        "across_datasets": {"correction": stats.CORRECTION, "rows": _records(across)},
+        "tables": [{"title": t.title, "cells": document.records(t.cell_stats),
+                    "comparisons": document.records(t.comparisons)} for t in tables],
+        "across_datasets": {"correction": stats.CORRECTION, "rows": document.records(across)},
         "calibration": pooled_calibration(runs),
     }
 

@@ -1,14 +1,15 @@
 """One study's report end to end: what ``ndebench report`` (and ``ndebench run`` after its sweep) writes.
 
-:func:`report_study` reads the study's runs from MLflow (:mod:`~ndebench.platform.record.runs`), writes the tables
-(:func:`~ndebench.platform.report.report.build_report`), the failed cells, the further analyses and ``report.html``
-(:func:`~ndebench.platform.report.analyses.write_analyses`), and logs every file to the study's MLflow run.
-:func:`report` does the same from a results frame already read.
+:func:`report_study` reads the study frame from MLflow (:mod:`~ndebench.platform.record.runs`) and :func:`report`
+reports it with its :class:`ReportSettings`: what else it reads from the store (:func:`read_record`), the tables,
+the failed cells and every analysis in them (:func:`~ndebench.platform.report.report.build_report`), the further
+analyses' files and ``report.html`` (:func:`~ndebench.platform.report.analyses.write_analyses`), and every file logged
+to the study's MLflow run.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,16 @@ from ndebench.platform.common.choices import default_test
 from ndebench.platform.record import tracking
 from ndebench.platform.record.completeness import left_out_finished
 from ndebench.platform.record.runs import planned_seeds as recorded_seeds
-from ndebench.platform.record.runs import recorded, runs_frame, study_frame
+from ndebench.platform.record.runs import runs_frame, study_frame
+from ndebench.platform.record.schema import TAG
+from ndebench.platform.record.summaries import TIME_METRICS
 from ndebench.platform.record.tracking import search
 from ndebench.platform.report.analyses import write_analyses
-from ndebench.platform.report.integrity import changed_runs, fingerprint, integrity_warning
+from ndebench.platform.report.integrity import integrity_warning, report_check
 from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
-from ndebench.platform.report.render.sections import Cell, Section, to_latex, to_markdown
 from ndebench.platform.report.render.tables import table_rows
-from ndebench.platform.report.report import ReportFiles, build_report, format_console_table, has_results
+from ndebench.platform.report.report import ReportFiles, build_report, format_console_table
 
 SENTENCES = {
     ("paper", "shared"): "protocol paper, base.scope shared (the paper's): each (model, dataset)'s model and training "
@@ -65,6 +67,23 @@ def design_test(test: str | None, protocol: dict[str, str] | None) -> tuple[str,
 
 
 @dataclass(frozen=True)
+class ReportSettings:
+    """How a report tests and draws: ``test`` (None: :func:`design_test`), ``alpha``, ``correction``, ``metric`` (one
+    primary metric for every dataset; None: each dataset's), ``figures`` (``auto``, ``all``, ``summary``, ``none``,
+    :mod:`~ndebench.platform.report.render.drawing`), ``paper`` (the study beside the Continuum Dropout paper's
+    numbers, :mod:`~ndebench.platform.report.paper.comparison`) and ``protocol`` (:func:`protocol_note`: which
+    protocol produced the rows; read from the study run when the report reads a tracking store)."""
+
+    test: str | None = None
+    alpha: float = 0.05
+    correction: str = "none"
+    metric: str | None = None
+    figures: str = "auto"
+    paper: bool = False
+    protocol: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     """What :func:`report` returns: the written ``files`` (``files.directory``, ``files.paths``), the
     Markdown (``table.md``) and LaTeX (``table.tex``) text of the tables, the ``console`` summary that
@@ -78,85 +97,86 @@ class Report:
     paths: tuple[Path, ...] = ()
 
 
-def report(runs: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None, *,
-           test: str | None = None, alpha: float = 0.05, correction: str = "none", metric: str | None = None,
-           planned_seeds: list[int] | None = None, curves: pd.DataFrame | None = None, uri: str | None = None,
-           frame: pd.DataFrame | None = None, failed: Mapping[str, str] | None = None,
-           figures: str = "auto", left_out: list[dict[str, Any]] | None = None, paper: bool = False,
-           protocol: dict[str, str] | None = None, changed: list[dict[str, Any]] | None = None,
-           noted: str | None = None) -> Report:
-    """The report of ``study`` (default: the one study in ``runs["study"]``) from a results frame
-    (:func:`~ndebench.platform.record.runs.study_frame`, as ``api.results`` returns it, its rows named by ``label``
-    (:func:`~ndebench.platform.report.analyses.table_rows`); or any frame with the columns ``model, dataset,
-    regularizer, seed, status`` and ``test_*``), written to ``out_dir/<study>/`` by
-    :func:`~ndebench.platform.report.report.build_report` (see it for the statistics: mean (sample std) over
-    seeds, two-sided ``test`` against ``none`` at ``alpha`` with ``correction``, the primary ``metric`` of each
-    dataset unless one is given; ``test`` None: :func:`design_test`, the paired test under the paper protocol, else
-    Student's); cells name the
-    ``planned_seeds`` without a run, default every seed recorded; cells that did not learn are flagged, and
-    ``curves``, e.g. ``learning.read_curves(tracking.client(uri), list(runs.run_id))``, adds the learning-curve
-    figures; ``figures`` (``auto``, ``all``, ``summary``, ``none``) chooses which figures are drawn,
-    :mod:`~ndebench.platform.report.render.drawing`). The ``failed`` cells (label -> first error) are a section
-    of ``table.md`` and ``table.tex`` (:func:`failed_section`).
+@dataclass(frozen=True)
+class StudyRecord:
+    """What a report reads from the tracking store beside the study frame: the ``planned_seeds``, the mean learning
+    ``curves`` of the runs whose figures are drawn, the finished runs ``left_out``, the runs ``changed`` after they
+    ended, the study's ``fingerprint``, its ``protocol`` and its ``reevaluated`` runs."""
 
-    With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: the planned seeds
-    and (unless given) the learning curves read from there, of one seed per cell of the pairs whose figures are
-    drawn (:func:`~ndebench.platform.report.learning.curve_runs`), the finished runs left out as duplicates in
-    ``table.md``, the paper's further analyses and ``report.html`` from ``frame`` (default: the study frame
-    with its times, :func:`~ndebench.platform.record.runs.study_frame`), and every file logged as an artifact of
-    the study's MLflow run; ``left_out``
-    (:func:`~ndebench.platform.record.completeness.left_out_finished`) and
-    ``changed`` (:func:`~ndebench.platform.report.integrity.changed_runs`) and ``noted`` (the study's
-    :func:`~ndebench.platform.report.integrity.fingerprint`, named in ``table.md`` and ``report.html``) spare
-    reading the study's runs again; the ``console`` opens with the warning of ``table.md`` when runs changed.
-    ``paper``: the study beside the Continuum Dropout paper's reported numbers
-    (:mod:`~ndebench.platform.report.paper.comparison`), in ``table.md``, ``report.html`` and ``summary.json``;
-    ``protocol`` (:func:`protocol_note`, read from the study run with ``uri``)
-    says which protocol produced the rows."""
+    planned_seeds: list[int] | None = None
+    curves: pd.DataFrame | None = None
+    left_out: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[dict[str, Any]] = field(default_factory=list)
+    fingerprint: str | None = None
+    protocol: dict[str, str] | None = None
+    reevaluated: pd.DataFrame | None = None
+
+
+def evaluate_runs(everything: list[Any]) -> list[Any]:
+    """The evaluate-phase runs (trial and cell runs) among ``everything``, the study's runs."""
+    return [r for r in everything if r.data.tags.get(f"{TAG}phase") == "evaluate"]
+
+
+def read_record(uri: str, study: str, frame: pd.DataFrame, settings: ReportSettings,
+                everything: list[Any] | None = None) -> StudyRecord:
+    """:class:`StudyRecord` of ``study`` at ``uri``, for a report of ``frame`` with ``settings``; ``everything``:
+    every run of the study (``tracking.search``) when already read, all of them checked
+    (:func:`~ndebench.platform.report.integrity.report_check`). The learning curves are read for one seed per cell
+    of the pairs whose figures are drawn
+    (:func:`~ndebench.platform.report.learning.curve_runs`)."""
+    everything = search(uri, study) if everything is None else everything
+    found = evaluate_runs(everything)
+    named = table_rows(frame)
+    mode, _ = figure_mode(settings.figures, pair_count(named))
+    curves = None
+    if mode != "none":
+        curves = read_curves(tracking.client(uri), curve_runs(named, learning_check(named),
+                                                              flagged_only=mode == "summary"))
+    return StudyRecord(recorded_seeds(uri, study), curves, left_out_finished(uri, study, found),
+                       *report_check(uri, study, everything), settings.protocol or study_protocol(uri, study),
+                       runs_frame(uri, study, "reevaluate", histories=False))
+
+
+def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None,
+           settings: ReportSettings | None = None, *, uri: str | None = None, everything: list[Any] | None = None,
+           failed: Mapping[str, str] | None = None) -> Report:
+    """The report of ``study`` (default: the one study in ``frame["study"]``) from its study frame
+    (:func:`~ndebench.platform.record.runs.study_frame`, as ``api.results`` returns it, its rows named by their
+    ``label``, :func:`~ndebench.platform.report.render.tables.table_rows`; or any frame with the columns ``model,
+    dataset, regularizer, seed, status`` and ``test_*``), written to ``out_dir/<study>/`` by
+    :func:`~ndebench.platform.report.report.build_report` (see it for the statistics) with ``settings``
+    (:class:`ReportSettings`); ``failed`` (label -> first error): the cells the sweep recorded as failed, the last
+    section of ``table.md`` and ``table.tex``.
+
+    With ``uri``, the tracking store the runs are in, it is everything ``ndebench report`` does: what the report
+    reads beside the frame (:func:`read_record`; ``everything``, the study's runs when already read), the
+    paper's further analyses and ``report.html`` (:func:`~ndebench.platform.report.analyses.write_analyses`; from
+    the study frame with its times, read again when ``frame`` lacks them), and every file logged as an artifact of
+    the study's MLflow run; the ``console`` opens with the warning of ``table.md`` when runs changed."""
+    settings = settings or ReportSettings()
     if study is None:
-        names = sorted(set(runs["study"])) if "study" in runs.columns else []
+        names = sorted(set(frame["study"])) if "study" in frame.columns else []
         if len(names) != 1:
             raise ValueError(f"name the study to report; the runs hold {names or 'no study column'}")
         study = names[0]
-    named = table_rows(runs)
-    if uri is not None:
-        frame = study_frame(uri, study, histories=True) if frame is None else frame
-        planned_seeds = recorded_seeds(uri, study) if planned_seeds is None else planned_seeds
-        mode, _ = figure_mode(figures, pair_count(named))
-        if curves is None and mode != "none":
-            chosen = curve_runs(named, learning_check(named), flagged_only=mode == "summary")
-            curves = read_curves(tracking.client(uri), chosen)
-        left_out = left_out_finished(uri, study) if left_out is None else left_out
-        if changed is None or noted is None:
-            found = search(uri, study)
-            changed = changed_runs(found) if changed is None else changed
-            noted = fingerprint(found) if noted is None else noted
-        protocol = study_protocol(uri, study) if protocol is None else protocol
-    test, protocol = design_test(test, protocol)
-    files = build_report(runs, Path(out_dir), study, metric=metric, test=test, alpha=alpha,
-                         correction=correction, planned_seeds=planned_seeds, curves=curves, left_out=left_out,
-                         figures=figures, paper=paper, protocol=protocol, changed=changed, fingerprint=noted)
+    if uri is not None and not set(TIME_METRICS) <= set(frame.columns):
+        runs = None if everything is None else evaluate_runs(everything)
+        frame = study_frame(uri, study, histories=True, runs=runs)
+    record = read_record(uri, study, frame, settings, everything) if uri is not None else StudyRecord()
+    test, protocol = design_test(settings.test, record.protocol or settings.protocol)
+    files = build_report(frame, Path(out_dir), study, metric=settings.metric, test=test, alpha=settings.alpha,
+                         correction=settings.correction, planned_seeds=record.planned_seeds, curves=record.curves,
+                         left_out=record.left_out, figures=settings.figures, paper=settings.paper, protocol=protocol,
+                         changed=record.changed, fingerprint=record.fingerprint, failed=failed)
+    named = table_rows(frame)
     mine = named[named["study"] == study] if "study" in named.columns else named
-    console = format_console_table(mine, metric=metric, test=test, alpha=alpha, correction=correction,
-                                   table=files.tables[0] if files.tables else None)
+    console = format_console_table(mine, metric=settings.metric, test=test, alpha=settings.alpha,
+                                   correction=settings.correction, table=files.tables[0] if files.tables else None)
     console = f"{integrity_warning(list(files.changed))}\n{console}" if files.changed else console
-    if failed:
-        section = failed_section(failed)
-        for path, text in ((files.table_md, "\n" + to_markdown(section)), (files.table_tex, "\n" + to_latex(section))):
-            with path.open("a") as handle:
-                handle.write(text)
     paths = list(files.paths)
     if uri is not None:
-        paths += _analyses(named, files, study, uri, frame, alpha)
+        paths += _analyses(frame, files, study, uri, settings.alpha, record.reevaluated)
     return Report(files, files.table_md.read_text(), files.table_tex.read_text(), console, tuple(paths))
-
-
-
-def failed_section(failed: Mapping[str, str]) -> Section:
-    """The cells the sweep recorded as failed (label -> its first error), one row each."""
-    return Section("Failed cells", ["cell", "first error"],
-                   [[Cell(label), Cell(message)] for label, message in failed.items()],
-                   "Cells with no ok run, each with its first error; `ndebench run ... --resume` runs them again.")
 
 
 def study_protocol(uri: str, study: str) -> dict[str, str] | None:
@@ -165,16 +185,14 @@ def study_protocol(uri: str, study: str) -> dict[str, str] | None:
     return protocol_note(found[0].data.params) if found else None
 
 
-def _analyses(runs: pd.DataFrame, files: ReportFiles, study: str, uri: str, frame: pd.DataFrame | None,
-              alpha: float) -> list[Path]:
+def _analyses(frame: pd.DataFrame, files: ReportFiles, study: str, uri: str, alpha: float,
+              reevaluated: pd.DataFrame | None) -> list[Path]:
     """The further analyses and ``report.html`` (when any run has results), then every file logged to MLflow."""
     paths: list[Path] = []
-    if has_results(runs):
+    if files.tables:
         experiment = tracking.client(uri).get_experiment_by_name(study)
-        paths += write_analyses(
-            frame, runs, files, study, alpha=alpha,
-            reevaluated=runs_frame(uri, study, "reevaluate", histories=False),
-            experiment_id=experiment.experiment_id if experiment else None, **report_ui(uri))
+        paths += write_analyses(frame, files, study, alpha=alpha, reevaluated=reevaluated,
+                                experiment_id=experiment.experiment_id if experiment else None, **report_ui(uri))
     tracking.log_report_artifacts(uri, study, [*files.paths, *paths])
     return paths
 
@@ -196,14 +214,13 @@ def report_study(study: str, uri: str, out_dir: str | Path = "reports", *, test:
     its times) read from ``uri`` (absolute, the study in it), reported by :func:`report` with everything the
     command writes (``test`` None: :func:`design_test`). ``None`` when no evaluate run finished and cells
     ``failed``; ``ValueError`` when the study's evaluate runs are missing."""
-    found = recorded(uri, study)
-    runs = study_frame(uri, study, histories=True, runs=found)
+    # Every run of the study, read once: the report counts its evaluate runs and checks all of them (a run whose
+    # phase and kind were removed is named, not lost).
+    everything = search(uri, study)
+    runs = study_frame(uri, study, histories=True, runs=evaluate_runs(everything))
     if runs.empty and failed:
         return None
     if runs.empty:
         raise ValueError(f"study {study!r} has no evaluate-phase runs in {uri}; run the sweep first")
-    left_out, changed, noted = left_out_finished(uri, study, found), changed_runs(found), fingerprint(found)
-    # Millions of MLflow entities would make every later garbage collection (statsmodels runs some) slow.
-    del found
-    return report(runs, out_dir, study, test=test, alpha=alpha, correction=correction, uri=uri, frame=runs,
-                  failed=failed, figures=figures, left_out=left_out, paper=paper, changed=changed, noted=noted)
+    settings = ReportSettings(test=test, alpha=alpha, correction=correction, figures=figures, paper=paper)
+    return report(runs, out_dir, study, settings, uri=uri, everything=everything, failed=failed)

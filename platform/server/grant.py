@@ -2,9 +2,10 @@
 
 The admin account stays with whoever runs the server. Run as that admin (``$MLFLOW_TRACKING_USERNAME`` /
 ``$MLFLOW_TRACKING_PASSWORD``), ``grant`` creates the study's experiment if it is missing (and refuses one on which
-a user other than an admin and the worker may do more than read: MLflow makes the creator of an experiment its
-manager, who could then rewrite or delete the worker's runs, or grant itself or another account in, even after
-giving up its own permission), creates the worker user
+a user other than an admin and the worker may do more than read, or on which the worker already has ``MANAGE``:
+MLflow makes the creator of an experiment its manager, who could then rewrite or delete the worker's runs, or grant
+itself or another account in, or hand the experiment, with what it planted there, to the worker before giving up
+its own permission), creates the worker user
 with a random password (or keeps an existing user's password), and gives it ``EDIT`` on that experiment only
 (MLflow's basic-auth permissions; the server's default for everything else is ``READ``). The new password is
 written to an owner-only file in the format of MLflow's own ``~/.mlflow/credentials``, never printed, so it reaches
@@ -60,6 +61,17 @@ def holders(uri: str, experiment_id: str, worker: str) -> list[str]:
         client.get_user_permission(name, "experiment", experiment_id).permission).can_use)
 
 
+def _manages(uri: str, experiment_id: str, username: str) -> bool:
+    """Whether ``username`` has ``MANAGE`` on the experiment (granted directly)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.server.auth.client import AuthServiceClient
+
+    try:
+        return AuthServiceClient(uri).get_user_permission(username, "experiment", experiment_id).permission == "MANAGE"
+    except MlflowException:  # no such user, or no permission of its own on the experiment
+        return False
+
+
 def grant_worker(uri: str, study: str, username: str, credentials_file: Path) -> Grant:
     """Give ``username`` (created with a random 32-character password if missing) ``EDIT`` on ``study``'s
     experiment on the tracking server ``uri``, as the admin of ``$MLFLOW_TRACKING_USERNAME``; a new password goes
@@ -68,7 +80,7 @@ def grant_worker(uri: str, study: str, username: str, credentials_file: Path) ->
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
     from mlflow.server.auth.client import AuthServiceClient
-    from ndebench.platform.record.tracking import ensure_experiment
+    from ndebench.platform.record.store import ensure_experiment
 
     if not uri.startswith(("http://", "https://")):
         raise AuthError(f"--tracking-uri {uri!r}: users exist on a tracking server run with `ndebench server "
@@ -82,6 +94,12 @@ def grant_worker(uri: str, study: str, username: str, credentials_file: Path) ->
         raise AuthError(f"study {study!r}: its experiment (id {existing.experiment_id}) exists and "
                         f"{', '.join(repr(o) for o in others)}, not an admin or {username!r}, may write or manage it: "
                         "they could rewrite or delete the worker's runs, so grant refuses it; choose another study "
+                        "name, or have an admin delete that experiment (`mlflow experiments delete` and `mlflow gc`) "
+                        "first")
+    if existing is not None and _manages(uri, existing.experiment_id, username):
+        raise AuthError(f"study {study!r}: its experiment (id {existing.experiment_id}) exists and {username!r} "
+                        f"already has MANAGE on it, which grant never gives: the experiment's maker handed it over "
+                        "and may have left runs or lease records in it, so grant refuses it; choose another study "
                         "name, or have an admin delete that experiment (`mlflow experiments delete` and `mlflow gc`) "
                         "first")
     experiment_id = ensure_experiment(uri, study)

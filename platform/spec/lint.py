@@ -1,13 +1,13 @@
 """Every error of a sweep YAML file at once, with its line and the closest valid key or name, before torch loads.
 
 :func:`lint_file` walks the file's YAML node tree (``yaml.compose``: each node keeps its line) and checks what can
-be checked without the registries: every key against its section's keys, model and dataset names and their keys
-against :mod:`.names`, regularizer names, keys and values against their declarations
-(:mod:`ndebench.regularizers.catalog`), and each setting of the typed sections against its rule
-(:mod:`ndebench.platform.common.fields`). It never raises for a config problem: it returns them all, each with a
-``difflib`` suggestion where one is close. :func:`ndebench.platform.spec.config.load_spec` stays the complete
-validation (value ranges of hyperparameters, model/dataset/regularizer pairings, solvers, the protocol), run
-once this finds nothing.
+be checked without the registries: every key against its section's keys; the names and keys of models, datasets
+and regularizers against the plugin folders' declarations (:mod:`ndebench.models.catalog`,
+:mod:`ndebench.datasets.catalog`, :mod:`ndebench.regularizers.catalog`), and regularizer values against their
+rules; each setting of the typed sections against its rule (:mod:`ndebench.platform.common.fields`). It never
+raises for a config problem: it returns them all, each with a ``difflib`` suggestion where one is close.
+:func:`ndebench.platform.spec.config.load_spec` stays the complete validation (value ranges of hyperparameters,
+model/dataset/regularizer pairings, solvers, the protocol), run once this finds nothing.
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ndebench.datasets.catalog import BUILTINS as DATASETS
+from ndebench.models.catalog import BUILTINS as MODELS
+from ndebench.models.catalog import SOLVER_KEYS
 from ndebench.platform.common import fields as typed
-from ndebench.platform.spec import names
 from ndebench.platform.spec.sweepspec import (
     BASE_SCOPES,
     PROTOCOLS,
@@ -36,6 +38,9 @@ from ndebench.platform.spec.sweepspec import (
     TuneConfig,
 )
 from ndebench.regularizers.catalog import BUILTINS
+
+ENTRY_POINT_GROUPS = ("ndebench.models", "ndebench.regularizers", "ndebench.datasets")
+FAMILIES = frozenset(name for name, declared in DATASETS.items() if declared.family)
 
 TOP_KEYS = {
     "study", "description", "models", "datasets", "regularizers", "model", "training", "dataset_options",
@@ -155,10 +160,10 @@ def _check_config(root: yaml.Node, top: dict[str, tuple[yaml.Node, yaml.Node]], 
             check_study_name(_value(value["study"]))
         except ConfigError as exc:
             _add(out, value["study"], "study", str(exc))
-    open_names = "plugins" in value or any(entry_points(group=group) for group in names.ENTRY_POINT_GROUPS)
-    models = _names(value.get("models"), "models", "model", _registered("models") | names.MODELS, open_names, out,
+    open_names = "plugins" in value or any(entry_points(group=group) for group in ENTRY_POINT_GROUPS)
+    models = _names(value.get("models"), "models", "model", _registered("models") | MODELS, open_names, out,
                     root)
-    datasets = _names(value.get("datasets"), "datasets", "dataset", _registered("datasets") | names.DATASETS,
+    datasets = _names(value.get("datasets"), "datasets", "dataset", _registered("datasets") | DATASETS,
                       open_names, out, root)
     regularizers = _check_regularizers(value.get("regularizers"), open_names, out, root)
     _check_model_section(value.get("model"), models, out)
@@ -172,8 +177,8 @@ def _check_config(root: yaml.Node, top: dict[str, tuple[yaml.Node, yaml.Node]], 
     _check_rule(value.get("description"), "description", typed.text, out)
     _check_rule(value.get("data_dir"), "data_dir", typed.hint_rule(str | None), out)
     families = {d.partition("/")[0] for d in datasets}
-    if families and families <= set(names.DATASETS):
-        options = {o for family in families for o in names.DATASETS[family]}
+    if families and families <= set(DATASETS):
+        options = {o for family in families for o in DATASETS[family].options}
         _check_keys(value.get("dataset_options"), options, "dataset_options", out)
     _check_keys(value.get("variants"), regularizers, "variants", out)
 
@@ -219,19 +224,19 @@ def _check_hyperparams(name: str, node: yaml.Node, out: list[Problem]) -> None:
 def _check_model_section(node: yaml.Node | None, models: list[str], out: list[Problem]) -> None:
     """``model:``: shared hyperparameters, valid for every listed model, and per-model blocks."""
     entries = _entries(node, "model", out) if node is not None else None
-    known = [m for m in models if m in names.MODELS]
+    known = [m for m in models if m in MODELS]
     if not entries or not known:
         return
-    shared = sorted(set.intersection(*(set(names.MODELS[m]) for m in known)))
+    shared = sorted(set.intersection(*(set(MODELS[m].hyperparams) for m in known)))
     for key, (key_node, value) in entries.items():
-        if key in names.MODELS:
+        if key in MODELS:
             if key not in models:
                 _add(out, key_node, f"model.{key}", f"model.{key}: a block for model {key!r}, which is not in "
                      f"models {models}")
             else:
-                _check_keys(value, names.MODELS[key], f"model.{key}", out)
+                _check_keys(value, MODELS[key].hyperparams, f"model.{key}", out)
             continue
-        lacking = [m for m in known if key not in names.MODELS[m]]
+        lacking = [m for m in known if key not in MODELS[m].hyperparams]
         if lacking:
             _add(out, key_node, f"model.{key}", f"model: {key!r} is not a hyperparameter of model(s) "
                  f"{', '.join(lacking)}{suggest(key, shared)}; valid: {', '.join(shared)} (or a per-model block)")
@@ -241,12 +246,12 @@ def _check_solver(node: yaml.Node | None, out: list[Problem]) -> None:
     """``solver:``: settings directly, or per model name (or ``default``) a block of them."""
     entries = _entries(node, "solver", out) if node is not None else None
     for key, (key_node, value) in (entries or {}).items():
-        if key == "default" or key in names.MODELS:
-            _check_keys(value, names.SOLVER_KEYS, f"solver.{key}", out)
-        elif key not in names.SOLVER_KEYS:
-            valid = [*names.SOLVER_KEYS, *names.MODELS]
+        if key == "default" or key in MODELS:
+            _check_keys(value, SOLVER_KEYS, f"solver.{key}", out)
+        elif key not in SOLVER_KEYS:
+            valid = [*SOLVER_KEYS, *MODELS]
             _add(out, key_node, f"solver.{key}", f"solver: unknown key {key!r}{suggest(key, valid)}; valid: "
-                 f"{', '.join(names.SOLVER_KEYS)}, or a model name with a block of them")
+                 f"{', '.join(SOLVER_KEYS)}, or a model name with a block of them")
 
 
 def _check_tune(node: yaml.Node | None, out: list[Problem]) -> None:
@@ -349,16 +354,16 @@ def _registered(folder: str) -> dict[str, tuple[str, ...]]:
 
 def _name_problem(name: str, kind: str, valid: dict[str, Any]) -> str | None:
     family, slash, member = name.partition("/")
-    listed = [f"{n}/<member>" if n in names.DATASET_FAMILIES else n for n in valid] if kind == "dataset" else valid
+    listed = [f"{n}/<member>" if n in FAMILIES else n for n in valid] if kind == "dataset" else valid
     if family not in valid:
         return f"unknown {kind} {name!r}{suggest(name if not slash else family, valid)}; valid: {', '.join(listed)}"
     if kind != "dataset":
         return None if not slash else f"unknown {kind} {name!r}; valid: {', '.join(listed)}"
-    if family not in names.DATASETS:
+    if family not in DATASETS:
         return None  # registered in this process: its members are the registry's to check
-    if family in names.DATASET_FAMILIES and not member:
+    if family in FAMILIES and not member:
         return f"dataset {name!r} needs a member, e.g. {family}/BasicMotions (`ndebench datasets list`)"
-    if family not in names.DATASET_FAMILIES and slash:
+    if family not in FAMILIES and slash:
         return f"dataset {family!r} takes no '/<member>' suffix (got {name!r})"
     return None
 

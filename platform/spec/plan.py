@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ndebench.models.registry import model_info
+from ndebench.platform.common.labels import cell_name, variant_label
 from ndebench.platform.common.metrics import decisive
 from ndebench.platform.spec.sweepspec import ConfigError, Space, SweepSpec, TuneConfig
 from ndebench.regularizers.none import BASELINE
@@ -39,11 +40,17 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return f"{self.model}__{self.dataset.replace('/', '-')}__{self.variant or self.regularizer}"
+        return f"{self.model}__{self.dataset.replace('/', '-')}__{self.name}"
 
     @property
     def label(self) -> str:
-        return f"{self.model} x {self.dataset} x {self.variant or self.regularizer}"
+        return f"{self.model} x {self.dataset} x {self.name}"
+
+    @property
+    def name(self) -> str:
+        """The cell's name (:func:`~ndebench.platform.common.labels.cell_name`): its variant label, else its
+        regularizer."""
+        return cell_name(self.regularizer, self.variant)
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -78,10 +85,6 @@ class Stage:
     @property
     def trials(self) -> int:
         return sum(c.budget for c in self.cells)
-
-
-def variant_label(regularizer: str, params: dict[str, Any]) -> str:
-    return f"{regularizer}[{','.join(f'{k}={v}' for k, v in params.items())}]"
 
 
 def fixed_key(key: str) -> str:

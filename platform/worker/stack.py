@@ -4,18 +4,21 @@ one batched solve per mini-batch instead of K.
 Each member is a whole trial of its own (:class:`~ndebench.platform.worker.loop.Training`): its seed, data split,
 initial weights, batch order, regularizer generator, head-dropout stream (the torch global generator it would
 have had alone), optimizer, scheduler, early stopping, checkpoints and result. Only the latent solve is shared:
-a copy of the first member's model whose ``nn.Linear`` layers outside the head are :class:`StackedLinear`
-(member k's rows through member k's weights) and whose regularizer is :class:`StackedRegularizer` (member k's
-draw from member k's generator, its ``modulate`` on member k's rows). The mini-batches of the members are
-concatenated member-major, ``(K * B, ...)``; the head, the loss, gradient clipping and the optimizer step stay
-per member. Validation and test solve all members' batches at once too (:meth:`Stack.evaluate`), each member's
-predictions and metrics computed as its trial's alone.
+a copy of the first member's model whose ``nn.Linear`` and ``nn.GRUCell`` layers outside the head are stacked
+(:mod:`~ndebench.platform.worker.stacklayers`: member k's rows through member k's weights), whose regularizer is
+:class:`StackedRegularizer` (member k's draw from member k's generator, its ``modulate`` on member k's rows) and
+whose SDE noise is member k's own Brownian motion on member k's rows
+(:class:`~ndebench.models.integrate.StackedRNG`). The mini-batches of the members are concatenated
+member-major, ``(K * B, ...)``; the head, the loss, gradient clipping and the optimizer step stay per member.
+Validation and test solve all members' batches at once too (:meth:`Stack.evaluate`), each member's predictions
+and metrics computed as its trial's alone.
 
-A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear``, a stochastic
-latent such as an SDE's Brownian motion), members that differ in a shape, or members that differ in more than
-their seed and their regularizer's hyperparameters (:func:`differing`), train one after another in this process
-(:func:`run_trial`), with the reason in ``note``. With ``solver.cuda_graph: stack`` a stack's training step is one
-region, its weights stacked (:mod:`~ndebench.platform.worker.stackgraph`).
+A model that cannot be stacked this way (a vector field with parameters other than ``nn.Linear`` and
+``nn.GRUCell``, an SDE whose trial alone draws captured increments on the device), members that differ in a
+shape, or members that differ in more than their seed and their regularizer's hyperparameters
+(:func:`differing`), train one after another in this process (:func:`run_trial`), with the reason in ``note``
+of every member's result. With ``solver.cuda_graph: stack`` a stack's training step is one region instead, its
+members' weights stacked (:mod:`~ndebench.platform.worker.stackgraph`).
 """
 from __future__ import annotations
 
@@ -30,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from ndebench.models.base import Inputs, NDEClassifier, Prediction, cat_inputs, repeat_batch
-from ndebench.models.integrate import TrialRNG, step_limit
+from ndebench.models.graphs import CAPTURED
+from ndebench.models.integrate import StackedRNG, TrialRNG, step_limit
 from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
@@ -40,6 +43,7 @@ from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.platform.worker.stackexact import rounds_alone
 from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
+from ndebench.platform.worker.stacklayers import stack_layers, stackable
 from ndebench.regularizers.base import PassSpec, Regularizer
 from torch import nn
 
@@ -47,40 +51,6 @@ EpochHook = Callable[[dict[str, float]], None]
 CheckpointHook = Callable[[int, Callable[[], dict[str, Any]]], None]
 EpochTrainer = Callable[[list["Member"]], dict[int, float | None]]
 Evaluator = Callable[[list["Member"], str], list[tuple[dict[str, float], dict[str, Any]]]]
-
-
-class StackedLinear(nn.Module):
-    """K members' ``nn.Linear(in, out)`` on a member-major input ``(K * B, ..., in)``: member k's rows through
-    member k's layer ``W_k x + b_k``; each member's gradient reaches its own parameters.
-
-    Batched (the default): one ``torch.baddbmm`` of ``(K, B * ..., in)`` by the members' weights, stacked once
-    per pass by :meth:`gather`, ``(K, in, out)``. Exact: one ``F.linear`` per member, the kernel of the member
-    alone (bit for bit on the CPU) at the price of K calls and K autograd nodes per layer and solver step.
-    Measured on the quickstart's Neural CDE (2-core CPU, 5 members): a stacked training epoch costs 1.9x one
-    member's alone batched, 3.0x exact."""
-
-    def __init__(self, name: str, exact: bool):
-        super().__init__()
-        self.name, self.exact = name, exact
-        self.layers: list[nn.Linear] = []
-        self.weight: torch.Tensor | None = None
-        self.bias: torch.Tensor | None = None
-
-    def gather(self, models: Sequence[nn.Module]) -> None:
-        self.layers = [m.get_submodule(self.name) for m in models]
-        if not self.exact:
-            self.weight = torch.stack([layer.weight for layer in self.layers]).transpose(1, 2)
-            biases = [layer.bias if layer.bias is not None else torch.zeros_like(layer.weight[:, 0])
-                      for layer in self.layers]
-            self.bias = torch.stack(biases).unsqueeze(1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.exact:
-            return torch.cat([F.linear(rows, layer.weight, layer.bias)
-                              for rows, layer in zip(x.chunk(len(self.layers)), self.layers, strict=True)])
-        assert self.weight is not None and self.bias is not None, "gather() before forward"
-        rows = x.reshape(self.weight.shape[0], -1, x.shape[-1])
-        return torch.baddbmm(self.bias, rows, self.weight).reshape(*x.shape[:-1], self.weight.shape[-1])
 
 
 class StackedRegularizer(Regularizer):
@@ -120,15 +90,18 @@ class StackedRegularizer(Regularizer):
 
 def unstackable(model: NDEClassifier) -> str | None:
     """Why ``model``'s latent solve cannot be stacked (``None``: it can): every module outside the head and the
-    regularizer must be an ``nn.Linear`` or hold no parameters or buffers of its own (the root's ``times``
-    aside), the latent must be deterministic given the regularizer's draws, and the regularizer must act through
-    its draws alone (its ``stack_blocker``)."""
+    regularizer must be an ``nn.Linear`` or ``nn.GRUCell``, hold only scalar parameters, or hold no parameters or
+    buffers of its own (the root's ``times`` aside), an SDE's Brownian motion must be torchsde's (a captured
+    solve draws its increments from a device generator as one tensor, which no stack can split into the
+    members'), and the regularizer must act through its draws alone (its ``stack_blocker``)."""
     if model.regularizer.stack_blocker is not None:
         return f"regularizer {type(model.regularizer).__name__}: {model.regularizer.stack_blocker}"
-    if model.stochastic_latent:
-        return f"{type(model).__name__} has a stochastic latent (its Brownian noise is one stream per solve)"
+    device = next(model.parameters()).device
+    if model.stochastic_latent and model.graph_note(device) == CAPTURED:
+        return (f"{type(model).__name__} alone draws its Brownian increments in a captured solve on {device.type}, "
+                "one tensor per pass from its own device generator")
     for name, module in model.named_modules():
-        if name.split(".")[0] in {"head", "regularizer"} or isinstance(module, nn.Linear):
+        if name.split(".")[0] in {"head", "regularizer"} or stackable(module):
             continue
         own = [n for n, _ in module.named_parameters(recurse=False)]
         own += [n for n, _ in module.named_buffers(recurse=False) if not (name == "" and n == "times")]
@@ -192,16 +165,10 @@ class Stack:
         self.model.solver = dataclasses.replace(first.solver, cuda_graph="off")
         self.model._graph_notes.clear()
         self.model.head = nn.Identity()
-        self.linears: list[StackedLinear] = []
-        for name, module in list(self.model.named_modules()):
-            if isinstance(module, nn.Linear) and not name.startswith("regularizer"):
-                parent, _, attr = name.rpartition(".")
-                stacked = StackedLinear(name, exact)
-                setattr(self.model.get_submodule(parent), attr, stacked)
-                self.linears.append(stacked)
+        self.linears = stack_layers(self.model, exact)
         self.regularizer = StackedRegularizer(first.regularizer)
         self.model.regularizer = self.regularizer
-        self.rng = TrialRNG.from_seed(0)  # nothing draws from it: the regularizer draws from the members'
+        self.rng = StackedRNG.from_seed(0)  # its own streams unused: the members' regularizers and noise draw
 
     def latent(self, members: Sequence[Member], inputs: Inputs, rngs: Sequence[TrialRNG] | None = None
                ) -> torch.Tensor:
@@ -211,6 +178,7 @@ class Stack:
         for linear in self.linears:
             linear.gather(models)
         rngs = rngs or [m.training.rng for m in members]
+        self.rng.members = list(rngs)
         self.regularizer.members = [(m.regularizer, rng) for m, rng in zip(models, rngs, strict=True)]
         self.model.train(models[0].training)
         return self.model.latent(inputs, self.rng)
@@ -339,7 +307,7 @@ def run_stack(
     leaves the stack at the end of the epoch it stops in, and the next epoch stacks the running ones alone.
 
     Every member draws from its own generators, so its randomness is that of its trial alone. The arithmetic:
-    the batched matrix products of :class:`StackedLinear` sum in another order than one member's, a few float32
+    the batched matrix products of the stacked layers sum in another order than one member's, a few float32
     ulps per step (over 2 epochs, about 1e-5 relative in the test NLL): the same metrics in law, not the same
     bits. With ``exact`` each member's layers run alone: on the CPU a member's result is then bit for bit its
     trial's alone where every elementwise kernel rounds alike on K * B rows as on B (the quickstart's Neural CDE

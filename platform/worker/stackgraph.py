@@ -3,10 +3,13 @@ solve, head and loss, one backward gives each member its own gradient, one optim
 
 The members' weights are held stacked (:class:`StackedWeights`): one leaf ``(K, *shape)`` per parameter name,
 member k's own parameters views of row k (``.data`` and ``.grad``) while an epoch trains, so the stacked solve
-(:class:`~ndebench.platform.worker.stack.StackedLinear` reading the leaves) and each member's own head
-accumulate into the same gradient, and every step reads the current weights. The solve is the fixed-grid
-:class:`~ndebench.models.graphs.GridSolve` (an inline :class:`~ndebench.models.graphs.GraphCache`); each
-member's mask is drawn in the region from its own regularizer generator.
+(:mod:`~ndebench.platform.worker.stacklayers` reading the leaves) and each member's own head accumulate
+into the same gradient, and every step reads the current weights. The solve is the fixed-grid
+:class:`~ndebench.models.graphs.GridSolve` (an inline :class:`~ndebench.models.graphs.GraphCache`; ODE-RNN's
+per-interval solves stay torchdiffeq's, so it trains in a region on the CPU only); each member's mask is drawn
+in the region from its own regularizer generator. An SDE steps Euler-Maruyama on torchsde's own step times,
+each member's increments asked of its own Brownian motion as its trial alone asks them
+(:class:`~ndebench.models.integrate.StackedRNG`) and handed to the solve as one noise tensor.
 
 On CUDA the region is captured as one CUDA graph per batch shape (torch's whole-network capture: warm-up on a
 side stream, then ``torch.cuda.graph``; each replay reads static input buffers) with every member's device
@@ -30,15 +33,24 @@ from torch import nn
 
 
 def region_blocker(model: NDEClassifier) -> str | None:
-    """Why a stack of ``model``'s trials cannot train as one region (``None``: it can): its solve must be one
-    that :func:`~ndebench.models.graphs.graph_decision` would capture (ODE or CDE; the stack's SDEs are not
-    stacked at all) and its regularizer must hold no parameters (a penalty is a member's own)."""
-    solver = model.solver
+    """Why a stack of ``model``'s trials cannot train as one region (``None``: it can): its solve must step on
+    a grid that :func:`~ndebench.models.graphs.graph_decision` would capture (a fixed-step ODE or CDE method, or
+    Euler-Maruyama, without adjoint or ``step_size``), its regularizer must hold no parameters (a penalty is a
+    member's own) and, on CUDA, the model's own solve must be one it captures. On the CPU the region runs
+    eagerly, so a model whose field reads per-batch data (a control path, ODE-RNN's observations) trains in it
+    too. An SDE on CUDA does not: a member's increments must be its trial's alone, which torchsde's
+    ``BrownianInterval`` draws with a generator it seeds on the host at every query (no capture holds that)."""
+    solver, device = model.solver, next(model.parameters()).device
+    sde = model.family == "sde"
     note = graph_decision(setting="on", device="cuda", method=solver.method, adjoint=solver.adjoint,
-                          step_size=solver.step_size, kind="sde" if model.family == "sde" else "ode",
-                          model_blocker=model.graph_blocker, regularizer_blocker=model.regularizer.graph_blocker())
+                          step_size=solver.step_size, kind="sde" if sde else "ode",
+                          model_blocker=model.graph_blocker if device.type == "cuda" else None,
+                          regularizer_blocker=model.regularizer.graph_blocker())
     if note != CAPTURED:
         return note.removeprefix("eager: ")
+    if sde and device.type == "cuda":
+        return ("torchsde's BrownianInterval, whose increments a member must share with its trial alone, seeds a "
+                "generator on the host at every query (not capturable)")
     if any(True for _ in model.regularizer.parameters()):
         return f"the regularizer {type(model.regularizer).__name__} holds parameters"
     return None
@@ -209,20 +221,21 @@ class StackRegion:
     def _latent(self, inputs: Inputs, rngs: Sequence[TrialRNG] | None = None) -> torch.Tensor:
         """``z(T)`` ``(K * B, H)`` from the stacked weights; training mode with the members' training generators,
         or evaluation mode drawing from ``rngs``."""
-        for linear in self.stack.linears:
-            if linear.exact:  # each member's own layer, its weights views of the stack's: its gradient lands there
-                linear.gather(self.models)
+        for layer in self.stack.linears:
+            if getattr(layer, "exact", False):  # each member's own layer, its weights views of the stack's
+                layer.gather(self.models)
                 continue
-            weight = self.weights.params[self.layers[f"{linear.name}.weight"]]
-            bias = self.layers.get(f"{linear.name}.bias")
-            linear.weight = weight.transpose(1, 2)
-            biases = self.weights.params[bias] if bias is not None else weight.new_zeros(weight.shape[:2])
-            linear.bias = biases[:, None]
+            layer.use(lambda p, name=layer.name: self._leaf(f"{name}.{p}"))
         generators = rngs or [m.training.rng for m in self.members]
+        self.stack.rng.members = list(generators)
         self.stack.regularizer.members = [(m.built.model.regularizer, rng)
                                           for m, rng in zip(self.members, generators, strict=True)]
         self.stack.model.train(rngs is None)
         return self.stack.model.latent(inputs, self.stack.rng)
+
+    def _leaf(self, name: str) -> torch.Tensor | None:
+        index = self.layers.get(name)
+        return None if index is None else self.weights.params[index]
 
     @torch.no_grad()
     def evaluate(self, split: str) -> list[tuple[dict[str, float], dict[str, Any]]]:

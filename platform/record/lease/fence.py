@@ -2,10 +2,11 @@
 still its own.
 
 Epoch ``n`` of a study's lease (:mod:`~ndebench.platform.record.lease.ledger`) is the fencing token of the driver
-that claimed it. That driver is fenced once any valid claim of a higher epoch exists (another driver took the study
-over, or someone with write access to the study made one), or once its own claim no longer stands under its own
-id (its lease run deleted, its record released or gone): every write of the driver and of its trials (a
-:class:`FencedClient` checks before each) then raises :class:`LeaseLostError` instead, and the driver exits 3.
+that claimed it. That driver is fenced once any valid claim of a higher epoch exists in an active lease run
+(another driver took the study over, or someone with write access to the study made one), or once its own claim
+no longer stands under its own id (its lease run deleted, its record released or gone): every write of the driver
+and of its trials (a :class:`FencedClient` checks before each) then raises :class:`LeaseLostError` instead, and
+the driver exits 3.
 
 A check reads the store at most once per ``max_age_s`` (the heartbeat's interval): a write within that time of
 the last read goes through on its verdict, so a trial of a driver just taken over may still log an epoch. What
@@ -88,7 +89,7 @@ class Fence:
             return (f"the study's experiment (id {self._experiment_id}) was renamed to {experiment.name!r}; it "
                     f"stopped writing (rename it back to {self.study!r} and --resume continues it)")
         found = claims(lease_runs(self.client, self._experiment_id))
-        newer = [c for c in found if c.valid and c.epoch > self.epoch]
+        newer = [c for c in found if c.valid and c.active and c.epoch > self.epoch]
         if newer:
             top = max(newer, key=lambda c: c.epoch)
             return (f"driver {top.holder} took it over (lease epoch {top.epoch}); it stopped writing, and the study "
@@ -128,7 +129,7 @@ class FencedClient:
 
 
 def fence_writes(fence: Fence | None) -> None:
-    """From now on :func:`fenced` clients (every :func:`~ndebench.platform.record.tracking.client`) check
+    """From now on :func:`fenced` clients (every :func:`~ndebench.platform.record.store.client`) check
     ``fence`` (the driver's) before each write; ``None`` ends that."""
     _DRIVER[:] = [fence] if fence else []
 

@@ -10,8 +10,9 @@ experiment under ``ndebench server --auth``) can write any of it.
 A driver that finds epochs held watches all their counters for :func:`stale_s` seconds on its own clock
 (``CLOCK_BOOTTIME``, which also counts a suspended machine): a counter that moves is a live driver (refused,
 exit 2), none moving means the holders are lost, and the study is taken over at an epoch above every recorded
-one (every claim in any run of the study's experiment, whatever its tags or lifecycle). No wall clock is
-compared across machines. A holder on this very machine (same boot and PID namespace) whose process no longer
+one (every claim in an active lease run, retagged or not, and every active run's ``ndebench.lease``; a record a
+writer left elsewhere, or in a run an admin deleted, numbers nothing, so none locks the study for good). No wall
+clock is compared across machines. A holder on this very machine (same boot and PID namespace) whose process no longer
 exists is gone at once.
 """
 from __future__ import annotations
@@ -36,15 +37,16 @@ from ndebench.platform.record.lease.ledger import (
     epoch_of,
     every_run,
     fields_of,
+    is_lease_run,
     lease_runs,
     new_lease_run,
     released_tag,
     token,
     unnumbered,
 )
-from ndebench.platform.record.lease.legacy import beat_old_lease, end_old_lease, keep_old_lease
+from ndebench.platform.record.lease.legacy import beat_old_lease, end_old_lease, keep_old_lease, outbid_old_lease
 from ndebench.platform.record.schema import TAG
-from ndebench.platform.record.tracking import ensure_experiment, raw_client, retry
+from ndebench.platform.record.store import ensure_experiment, raw_client, retry
 
 STALE_ENV = "NDEBENCH_LEASE_STALE_S"
 STALE_S = 60.0
@@ -126,23 +128,27 @@ class Holder:
         return int(pid) == os.getpid() or not _pid_exists(int(pid))
 
 
-def _numbered(mlflow_client: Any, experiment_id: str, say: Any) -> list[int]:
-    """The epoch of every claim in any run of the experiment, and every run's ``ndebench.lease`` (so that the trial
-    runs of a study recorded under the older lease stay below the new epoch); one line names the records that
-    name no epoch."""
-    runs = retry(lambda: every_run(mlflow_client, experiment_id))
+def _numbered(mlflow_client: Any, experiment_id: str, say: Any) -> list[tuple[int, str]]:
+    """``(epoch, run id)`` of every claim in an active lease run of the experiment (one tagged
+    ``ndebench.kind=lease``, or holding lease records only: a lease run retagged to hide it) and every active run's
+    ``ndebench.lease`` (so that the trial runs of a study recorded under the older lease stay below the new epoch);
+    one line names the records that name no epoch. A record in any other run (the study run, a trial run) no driver
+    wrote, and a deleted run numbers nothing: deleting a run is the remedy for what it holds."""
+    runs = [r for r in retry(lambda: every_run(mlflow_client, experiment_id)) if r.info.lifecycle_stage == "active"]
     odd = unnumbered(runs)
     if odd:
         run_id, key = odd[0]
         say(f"ignoring {len(odd)} lease record(s) that name no epoch (1 to {len(str(MAX_EPOCH))} ASCII digits), "
             f"e.g. {key[:40]!r}{'...' if len(key) > 40 else ''} in run {run_id}")
-    tagged = (epoch_of(r.data.tags.get(f"{TAG}lease", "")) for r in runs)
-    return [c.epoch for c in claims(runs)] + [n for n in tagged if n is not None]
+    tagged = [(epoch_of(r.data.tags.get(f"{TAG}lease", "")), r.info.run_id) for r in runs]
+    return [(c.epoch, c.run_id) for c in claims([r for r in runs if is_lease_run(r)])] + [
+        (n, run_id) for n, run_id in tagged if n is not None]
 
 
 def _say_renamed(mlflow_client: Any, study: str, experiment_id: str, say: Any) -> None:
     """One line naming the experiments, other than ``experiment_id``, whose lease runs are tagged as ``study``'s: a
-    study renamed away, which this first take starts over (informative only, since anyone may make such a run)."""
+    study renamed away, perhaps, which this first take starts over. Informative only: anyone may make such a run, so
+    the line advises nothing that would hand the study to that experiment's owner."""
     from mlflow.entities import ViewType
 
     others = [e for e in mlflow_client.search_experiments(view_type=ViewType.ALL, max_results=1000)
@@ -152,9 +158,9 @@ def _say_renamed(mlflow_client: Any, study: str, experiment_id: str, say: Any) -
         f"tags.`{TAG}study` = '{study}'", run_view_type=ViewType.ALL, max_results=10)) if others else []
     names = {e.experiment_id: e.name for e in others}
     for where in sorted({r.info.experiment_id for r in found}):
-        say(f"study {study!r} was recorded before in experiment {names[where]!r} (id {where}), renamed away from "
-            f"{study!r}: this driver starts the study over in experiment {experiment_id}; to continue that record "
-            f"instead, stop it, delete experiment {experiment_id} and rename {names[where]!r} back")
+        say(f"this driver starts study {study!r} in experiment {experiment_id}; experiment {names[where]!r} (id "
+            f"{where}) holds a lease run tagged as {study!r}'s, as a study renamed away would, but anyone may make "
+            "such a run: ask an admin who made it before trusting its runs")
 
 
 def _moving(mlflow_client: Any, experiment_id: str, held: list[Claim], stale: float) -> Claim | None:
@@ -213,10 +219,15 @@ class Lease:
             moving = _moving(mlflow_client, experiment_id, live, stale)
             if moving is not None:
                 raise conflict(study, Holder.of(moving), stale)
-        epoch = 1 + max([c.epoch for c in found] + _numbered(mlflow_client, experiment_id, say), default=0)
+        top, where = max([(c.epoch, c.run_id) for c in found if c.active]
+                         + _numbered(mlflow_client, experiment_id, say), default=(0, ""))
+        epoch = top + 1
         if epoch > MAX_EPOCH:
-            raise DriverConflictError(f"study {study!r}: a lease record of epoch {epoch - 1} leaves no epoch to claim "
-                                      f"(at most {MAX_EPOCH}); an admin must delete the run that holds it")
+            raise DriverConflictError(
+                f"study {study!r}: a lease record of epoch {top} in run {where} leaves no epoch to claim (at most "
+                f"{MAX_EPOCH}); no driver counts that high, so a writer made it: an admin deletes run {where} (a "
+                "deleted run numbers no epoch), or sets that run's ndebench.lease tag back, or the study goes on "
+                "under a new name")
         lease_id, holder, machine = secrets.token_hex(8), f"{socket.gethostname()}:{os.getpid()}", _machine()
         run_ids = _claim_everywhere(mlflow_client, experiment_id, study, epoch,
                                     token(holder, machine or "unknown", lease_id), stale)
@@ -240,6 +251,7 @@ class Lease:
                     retry(lambda run_id=run_id, count=count: mlflow_client.set_tag(run_id, beat_tag(self.epoch),
                                                                                    str(count)))
                 if self.legacy_id:
+                    self.legacy_id = outbid_old_lease(mlflow_client, self.study, self.legacy_id)
                     beat_old_lease(mlflow_client, self.legacy_id, count)
             except LeaseLostError:
                 return

@@ -11,7 +11,8 @@ them. Every write needs ``EDIT`` on the study's experiment (``ndebench server --
 experiment: nothing shows in the experiment list, readers of the study skip it
 (:func:`~ndebench.platform.record.tracking.search`), and once the study's run exists it is that run's child
 (:func:`nest_lease_runs`), folded under it in MLflow's runs table. A record without a holder, machine, id and counter is
-ignored; its number still counts, so no epoch is ever claimed twice. An epoch is 1 to :data:`EPOCH_DIGITS` ASCII
+ignored; its number still counts while its run is active, so no epoch is claimed twice unless an admin deleted
+the run that held it (the remedy for a record no driver wrote). An epoch is 1 to :data:`EPOCH_DIGITS` ASCII
 digits without a leading zero (:func:`epoch_of`): a record ``ndebench.lease.<anything else>`` names no epoch and
 is ignored, so that no writer's record can push the next claim's key past MLflow's limit.
 """
@@ -97,6 +98,13 @@ def claims(runs: list[Any]) -> list[Claim]:
                 found.append(Claim(epoch, fields.get("holder", ""), fields.get("machine", ""), fields.get("id", ""),
                                    tags.get(beat_tag(epoch)), released_tag(epoch) in tags, run.info.run_id, active))
     return found
+
+
+def is_lease_run(run: Any) -> bool:
+    """A lease run: tagged ``ndebench.kind=lease``, or holding lease records and no other param (one retagged to
+    hide it). A lease record in any other run (the study run, a trial run) is no driver's."""
+    params = run.data.params
+    return run.data.tags.get(f"{TAG}kind") == KIND or (bool(params) and all(k.startswith(PREFIX) for k in params))
 
 
 def unnumbered(runs: list[Any]) -> list[tuple[str, str]]:

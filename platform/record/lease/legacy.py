@@ -4,9 +4,12 @@ Releases before the lease moved into the study's experiment took epoch ``n`` of 
 ``S::lease::<n>`` (tags ``ndebench.lease.holder``, ``ndebench.lease.machine``, counter ``ndebench.lease.beat``,
 ``ndebench.lease.released``), and see nothing of the study's own lease. A driver of this release makes the
 experiment one above the newest such name while it holds the study, increments its counter with its own and
-deletes it when it ends: an older driver started meanwhile finds it held and moving and exits 2. Names that are no
-epoch (:func:`~ndebench.platform.record.lease.ledger.epoch_of`), which anyone may create, are ignored; a name taken
-first by someone else leaves this driver without the older lease (one line says so), never stops it.
+deletes it when it ends: an older driver started meanwhile finds it held and moving and exits 2. Anyone may create
+such a name, and an older driver reads only the newest (a still one, a stranger's, it takes over): so at every beat
+this driver makes its own the newest again (:func:`outbid_old_lease`), which also fences an older driver that took
+one (a newer name fences it). Names that are no epoch (:func:`~ndebench.platform.record.lease.ledger.epoch_of`) are
+ignored; a name taken first by someone else leaves this driver without the older lease (one line says so), never
+stops it.
 """
 from __future__ import annotations
 
@@ -57,6 +60,26 @@ def keep_old_lease(mlflow_client: Any, study: str, holder: str, machine: str, sa
         say(f"the lease of the older format ({name!r}) could not be made ({str(exc).splitlines()[0][:120]}): a "
             "driver of a release before this one would not see this driver")
         return None
+
+
+def outbid_old_lease(mlflow_client: Any, study: str, experiment_id: str) -> str:
+    """Keep the older-format lease ``experiment_id`` the study's newest: where a name above it exists (made by
+    anyone, or by an older driver that took it), make the one above that, held by the same holder, and delete
+    ``experiment_id``; the id now held (``experiment_id`` where nothing is above it or the new name could not be
+    made)."""
+    old = old_lease_experiments(mlflow_client, study)
+    own = next((n for n, e in old if e.experiment_id == experiment_id), None)
+    if own is None or own == max(n for n, _ in old):
+        return experiment_id
+    tags = mlflow_client.get_experiment(experiment_id).tags
+    name = lease_name(study, 1 + max(n for n, _ in old))
+    try:
+        made = mlflow_client.create_experiment(name, tags={
+            k: tags[k] for k in (HOLDER, MACHINE, f"{TAG}kind", "mlflow.note.content") if k in tags} | {BEAT: "0"})
+    except Exception:  # noqa: BLE001 - taken meanwhile: the next beat outbids again
+        return experiment_id
+    end_old_lease(mlflow_client, experiment_id)
+    return made
 
 
 def beat_old_lease(mlflow_client: Any, experiment_id: str, count: int) -> None:

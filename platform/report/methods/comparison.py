@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.common.labels import cell_name
 from ndebench.platform.report.statistics import bayes, significance, stats
 from ndebench.regularizers.none import BASELINE
 from scipy.stats import friedmanchisquare
@@ -54,8 +55,9 @@ def tuned_cells(runs: pd.DataFrame) -> pd.DataFrame:
     ``label`` where the frame has one, else its ``regularizer``."""
     if "variant" in runs.columns:
         runs = runs[runs["variant"].fillna("") == ""]
-    name = runs["label"] if "label" in runs.columns else runs["regularizer"]
-    return runs.assign(method=name.where(name.fillna("") != "", runs["regularizer"]))
+    names = runs["label"] if "label" in runs.columns else [None] * len(runs)
+    return runs.assign(method=[cell_name(r, n if isinstance(n, str) else None)
+                               for r, n in zip(runs["regularizer"], names, strict=True)])
 
 
 def compare_models(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> list[ModelComparison]:

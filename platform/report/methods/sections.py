@@ -14,8 +14,9 @@ import pandas as pd
 from ndebench.platform.report.methods.claims import table2_claims
 from ndebench.platform.report.methods.comparison import FOCUS, REFERENCES, ROPE, ModelComparison, compare_models
 from ndebench.platform.report.render import figures
+from ndebench.platform.report.render.format import fmt, fmt_p
 from ndebench.platform.report.render.sections import Cell, Section, mean_std
-from ndebench.platform.report.render.tables import LABELS, TEST_NAMES, fmt, fmt_p
+from ndebench.platform.report.render.tables import LABELS, TEST_NAMES
 from ndebench.platform.report.statistics import bayes, significance
 from ndebench.regularizers.none import BASELINE
 
@@ -154,7 +155,7 @@ def methods_json(compared: list[ModelComparison], test: str, alpha: float) -> di
                 "average_ranks": {m: float(r) for m, r in c.ranks.items()},
                 "friedman": {k: clean(float(v)) for k, v in c.friedman.items()},
                 "pairwise_wilcoxon": records(c.pairs, ["a", "b", "n_datasets", "p", "p_holm"]),
-                "bayes": {other: {"n": r.n, "better": r.better, "equivalent": r.equivalent, "worse": r.worse,
-                                  "decision": r.decision} for other, r in c.bayes.items()},
+                "bayes": {other: {"n": r.n, "better": clean(r.better), "equivalent": clean(r.equivalent),
+                                  "worse": clean(r.worse), "decision": r.decision} for other, r in c.bayes.items()},
                 "table2_claims": [dataclasses.asdict(k) for k in table2_claims(c, alpha)],
             } for c in compared}}

@@ -10,7 +10,7 @@ Two comparisons, from the paper's numbers shipped as data (:mod:`~ndebench.platf
   name a dataset option the runs do not carry, so a Sepsis study is listed as not reported); times (Tables 7,
   15) are not a test metric and are not compared.
 - **Across datasets** (Tables 9-11): per model, the study's Continuum Dropout improvement over ``none`` (mean +- SE
-  over datasets, :func:`~ndebench.platform.report.summary.summary_rows`) on all its datasets and split into
+  over datasets, :func:`~ndebench.platform.report.statistics.across.summary_rows`) on all its datasets and split into
   univariate and multivariate ones by their channel count, beside the paper's row for the same split, the number of
   the study's sets among the paper's, and the gain a best-of-20 selection on the test means of 5 seeds shows by
   chance when no grid point differs from ``none``, estimated from the study's own seed spread
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.report import summary
+from ndebench.platform.common.labels import is_extension, parse_settings, variant_label
 from ndebench.platform.report.paper import agreement, evidence, needs, pairing
 from ndebench.platform.report.paper.data import (
     PAPER_K,
@@ -42,11 +42,11 @@ from ndebench.platform.report.paper.data import (
 )
 from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import selection, stats
+from ndebench.platform.report.statistics.across import channel_count, summary_rows
 from ndebench.platform.report.statistics.effects import mean_interval
 from ndebench.regularizers.none import BASELINE
 
 PROPOSED = "continuum_dropout"
-EXTENSION = "scope=time"
 EXTENSION_NOTE = ("scope: time is ndebench's extension for CDEs (a paused component keeps integrating the data); "
                   "the paper pauses the whole increment, so these cells are not compared with its Continuum Dropout")
 CELL_COLUMNS = ["table", "model", "dataset", "regularizer", "metric", "paper_mean", "paper_std", "paper_n",
@@ -54,12 +54,8 @@ CELL_COLUMNS = ["table", "model", "dataset", "regularizer", "metric", "paper_mea
 
 
 def _label(row: Any) -> str:
-    return row.regularizer if not row.setting else f"{row.regularizer}[{row.setting}]"
-
-
-def is_extension(label: str) -> bool:
-    """Whether a cell label names the ``scope: time`` extension (e.g. ``continuum_dropout[scope=time]``)."""
-    return EXTENSION in label.replace(" ", "")
+    """The study's name of a paper cell: its regularizer with the ``setting`` it fixes (``k=v,...``)."""
+    return variant_label(row.regularizer, parse_settings(row.setting))
 
 
 def _study_cells(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame:
@@ -133,10 +129,10 @@ def chance_gains(runs: pd.DataFrame, primary: dict[str, str], model: str, datase
 
 
 def _proposed_rows(runs: pd.DataFrame, primary: dict[str, str], datasets: list[str]) -> dict[str, pd.Series]:
-    """Per model, the :func:`~ndebench.platform.report.summary.summary_rows` row of ``continuum_dropout``."""
+    """Per model, the :func:`~ndebench.platform.report.statistics.across.summary_rows` row of ``continuum_dropout``."""
     if not datasets:
         return {}
-    rows = summary.summary_rows(runs[runs["dataset"].isin(datasets)], {d: primary[d] for d in datasets})
+    rows = summary_rows(runs[runs["dataset"].isin(datasets)], {d: primary[d] for d in datasets})
     return {r["model"]: r for _, r in rows.iterrows() if r["regularizer"] == PROPOSED} if len(rows) else {}
 
 
@@ -145,7 +141,7 @@ def compare_summary(runs: pd.DataFrame, primary: dict[str, str],
     """Per model of Tables 9-11 and split (``all``, ``univariate``, ``multivariate``): the paper's row beside the
     study's improvement of ``continuum_dropout`` over ``none`` on its accuracy datasets of that split, with the
     chance gain of best-of-20; and notes on what cannot be compared."""
-    channels = channels or {d: summary.channel_count(d) for d in primary}
+    channels = channels or {d: channel_count(d) for d in primary}
     paper = paper_summary().set_index(["split", "model"])
     theirs = paper_datasets().groupby("split")["dataset"].apply(set).to_dict()
     accuracy = [d for d, m in primary.items() if m == "test_accuracy"]

@@ -6,6 +6,7 @@ already uses matplotlib).
 """
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from ndebench.platform.common.metrics import expected_calibration_error
+from ndebench.platform.report.statistics.learned import FLAG
 
 # TrueType (Type 42) fonts embedded in PDF and PostScript: the submission checks of IEEE PDF eXpress and ACM refuse
 # matplotlib's default Type 3 fonts.
@@ -114,3 +116,30 @@ def critical_difference_diagram(ranks: pd.Series, pairs: pd.DataFrame, alpha: fl
     ax.set_title(f"{title}\naverage rank (1 = best); bars: Holm-adjusted Wilcoxon p >= {alpha:g}",
                  fontsize="small", pad=18)
     return save_png_pdf(fig, path, bbox_inches="tight")
+
+
+def learning_curve_figure(mean: pd.DataFrame, order: list[str], path: Path, title: str,
+                          chance: float = math.nan, flagged: set[str] | None = None) -> Path:
+    """Mean training (solid) and validation (dashed) loss per epoch (``n`` the runs averaged), one colour per
+    regularizer in ``order``, the y label saying over how many seeds, the chance level ``ln K`` as a grey line;
+    regularizers in ``flagged`` are marked "did not learn"."""
+    fig = Figure(figsize=(6.0, 4.0))
+    ax = fig.add_subplot()
+    for i, name in enumerate(order):
+        part = mean[mean["regularizer"] == name]
+        if part.empty:
+            continue
+        colour = f"C{i % 10}"
+        label = name + (f" ({FLAG})" if flagged and name in flagged else "")
+        ax.plot(part["epoch"], part["train_loss"], color=colour, label=f"{label}: train")
+        if np.isfinite(part["val_loss"].to_numpy(float)).any():
+            ax.plot(part["epoch"], part["val_loss"], color=colour, linestyle="--", label=f"{name}: validation")
+    if math.isfinite(chance):
+        ax.axhline(chance, color="0.5", linewidth=1, label=f"chance ln K = {chance:.3f}")
+    most = int(mean["n"].max()) if "n" in mean and len(mean) else 1
+    ax.set(xlabel="epoch", ylabel="loss (one seed per regularizer)" if most == 1 else
+           f"loss (mean over up to {most} seeds)")
+    ax.set_title(textwrap.fill(title, 60), fontsize="medium")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    return save_png_pdf(fig, path)

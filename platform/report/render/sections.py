@@ -13,12 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from ndebench.platform.report.render import latex
 from ndebench.platform.report.render.figures import save_png_pdf
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-# Shrinks a table wider than the text to fit, leaves narrower ones at their natural size (graphicx).
-_FIT_WIDTH = r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%"
 
 
 @dataclass
@@ -41,9 +37,11 @@ class Section:
 
     ``align``: one letter per column, ``l`` or ``r`` (default: ``l`` first, ``c`` after in LaTeX, all left in
     Markdown); ``groups``: titles spanning consecutive columns after the first, ``(title, width)`` (LaTeX: a
-    header row of its own; Markdown and HTML: ``group / column``); ``label``: the LaTeX ``\\label``; ``fit``:
-    shrink the LaTeX table to the text width; ``tex_caption`` and ``md_caption``: the caption with its own markup
-    in that format (significance markers), where it differs from ``caption``."""
+    header row of its own; Markdown and HTML: ``group / column``); ``label``: the LaTeX ``\\label`` (LaTeX
+    tables are laid out by :mod:`~ndebench.platform.report.render.latex`); ``tex_caption``
+    and ``md_caption``: the caption with its own markup in that format (significance markers), where it differs
+    from ``caption``; ``short_caption``: the caption as LaTeX (one or two lines: what, test, correction, alpha), the
+    full caption then following the table in ``\\footnotesize`` (default: the title)."""
 
     title: str
     header: list[str]
@@ -55,9 +53,9 @@ class Section:
     align: str = ""
     groups: list[tuple[str, int]] = field(default_factory=list)
     label: str = ""
-    fit: bool = False
     tex_caption: str = ""
     md_caption: str = ""
+    short_caption: str = ""
 
     def titles(self) -> list[str]:
         """The column titles with their group's title (``neural_cde / GunPoint``), as Markdown and HTML show them."""
@@ -69,7 +67,7 @@ class Section:
 
 def latex_escape(text: str) -> str:
     """Escape LaTeX's special characters (``continuum_dropout`` -> ``continuum\\_dropout``)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    return latex.escape(text)
 
 
 def md_escape(text: str) -> str:
@@ -112,37 +110,10 @@ def to_markdown(section: Section) -> str:
 
 
 def to_latex(section: Section) -> str:
-    """A booktabs table; flagged cells in ``\\textcolor{red}`` (needs ``xcolor``), bold ones ``\\textbf``,
-    markers as superscripts, notes and warnings small; ``fit`` wraps it in a ``\\resizebox`` (``graphicx``); a
-    section without a header is a ``\\paragraph`` of its caption and notes."""
-    def cell(c: Cell) -> str:
-        text = latex_escape(c.text).replace("–", "--")
-        text = rf"\textbf{{{text}}}" if c.bold else text
-        text = rf"\textcolor{{red}}{{{text}}}" if c.flag else text
-        text += "$^{" + c.marker.replace("†", r"\dagger") + "}$" if c.marker else ""
-        text += rf" {{\scriptsize [{latex_escape(c.note)}]}}" if c.note else ""
-        return text + (rf" {{\scriptsize\itshape {latex_escape(c.warning)}}}" if c.warning else "")
-
-    if not section.header:
-        notes = "".join(rf" {latex_escape(note)}" for note in section.notes)
-        return rf"\paragraph{{{latex_escape(section.title)}}} {latex_escape(section.caption)}{notes}" + "\n"
-    k = len(section.header)
-    columns = section.align or f"l{'c' * (k - 1)}"
-    lines = [r"\begin{table}[htbp]", r"\centering",
-             rf"\caption{{{section.tex_caption or latex_escape(section.caption)}}}"]
-    lines += [rf"\label{{{section.label}}}"] if section.label else []
-    lines += [_FIT_WIDTH] if section.fit else []
-    lines += [rf"\begin{{tabular}}{{{columns}}}", r"\toprule"]
-    if section.groups:
-        lines.append(" & ".join([""] + [rf"\multicolumn{{{w}}}{{c}}{{{latex_escape(g)}}}" for g, w in section.groups])
-                     + r" \\")
-        starts = [2 + sum(w for _, w in section.groups[:i]) for i in range(len(section.groups))]
-        lines.append(" ".join(rf"\cmidrule(lr){{{a}-{a + w - 1}}}" for a, (_, w) in zip(starts, section.groups,
-                                                                                       strict=True)))
-    lines += [" & ".join(latex_escape(h) for h in section.header) + r" \\", r"\midrule"]
-    lines += [" & ".join(cell(c) for c in row) + r" \\" for row in section.rows]
-    end = r"\end{tabular}}" if section.fit else r"\end{tabular}"
-    return "\n".join(lines + [r"\bottomrule", end, r"\end{table}", ""])
+    """A booktabs table set at the document's size in a column or across the page
+    (:func:`~ndebench.platform.report.render.latex.section_table`); a section without a header is a
+    ``\\paragraph`` of its caption and notes."""
+    return latex.section_table(section)
 
 
 def to_html(section: Section, images: dict[Path, str]) -> str:
@@ -178,6 +149,6 @@ def write(sections: list[Section], directory: Path, stem: str, heading: str) -> 
         return []
     md, tex = directory / f"{stem}.md", directory / f"{stem}.tex"
     md.write_text(f"# {heading}\n\n" + "\n".join(to_markdown(s) for s in sections))
-    tex.write_text(f"% {heading}: generated by ndebench. Needs \\usepackage{{booktabs,xcolor}}.\n\n"
+    tex.write_text(f"% {heading}: generated by ndebench. Needs \\usepackage{{booktabs}}.\n\n"
                    + "\n".join(to_latex(s) for s in sections))
     return [md, tex]

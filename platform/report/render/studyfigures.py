@@ -14,7 +14,6 @@ from typing import Any
 
 import pandas as pd
 from ndebench.platform.common.metrics import merge_calibration_bins
-from ndebench.platform.report import learning
 from ndebench.platform.report.render import figures
 from ndebench.platform.report.render.drawing import Job, draw
 from ndebench.platform.report.render.tables import LABELS, regularizer_order
@@ -89,13 +88,13 @@ def model_jobs(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alp
     return jobs
 
 
-def learning_jobs(runs: pd.DataFrame, curves: pd.DataFrame, check: pd.DataFrame, directory: Path) -> list[Job]:
-    """A learning-curve figure per (model, dataset) pair in ``curves``."""
-    mean = learning.mean_curves(curves, runs)
+def learning_jobs(runs: pd.DataFrame, mean: pd.DataFrame, check: pd.DataFrame, directory: Path) -> list[Job]:
+    """A learning-curve figure per (model, dataset) pair in ``mean`` (the mean curves per cell and epoch,
+    :func:`~ndebench.platform.report.learning.mean_curves`)."""
     chance = check.drop_duplicates(["model", "dataset"]).set_index(["model", "dataset"])["chance"]
     flagged = {k: set(g["regularizer"]) for k, g in check[check["learned"].eq(False)].groupby(["model", "dataset"])}
     order = regularizer_order(runs)
-    return [(learning.learning_curve_figure,
+    return [(figures.learning_curve_figure,
              (part, order, directory / f"learning_{slug(model, dataset)}.png", curve_title(model, dataset, part),
               float(chance.get((model, dataset), math.nan)), flagged.get((model, dataset), set())))
             for (model, dataset), part in mean.groupby(["model", "dataset"], sort=True)]
@@ -113,7 +112,8 @@ def curve_title(model: str, dataset: str, mean: pd.DataFrame) -> str:
 def study_figures(runs: pd.DataFrame, primary: dict[str, str], directory: Path, alpha: float,
                   gates: dict[str, tuple[bool, str]], mode: str, curves: pd.DataFrame | None,
                   check: pd.DataFrame) -> list[Path]:
-    """Draw the figures of ``mode`` (``all``, ``summary`` or ``none``), per-pair ones in parallel when many."""
+    """Draw the figures of ``mode`` (``all``, ``summary`` or ``none``), per-pair ones in parallel when many;
+    ``curves``: the mean learning curves (:func:`~ndebench.platform.report.learning.mean_curves`), if read."""
     if mode == "none":
         return []
     jobs = pair_jobs(runs, primary, directory) if mode == "all" else []

@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from ndebench.platform.common.labels import cell_label
 from ndebench.platform.record.schema import LISTED_STATUSES
-from ndebench.platform.report.learning import FLAG, MARGIN
-from ndebench.platform.report.paper.comparison import EXTENSION
+from ndebench.platform.report.render import latex as tex
+from ndebench.platform.report.render.format import DIGITS, fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
+from ndebench.platform.report.statistics.learned import FLAG, MARGIN
 from ndebench.regularizers.none import BASELINE
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
@@ -34,7 +36,7 @@ TEST_NAMES = {
     "welch": "Welch's two-sample t-test (scipy.stats.ttest_ind, equal_var=False)",
     "paired": "paired t-test over the seeds both cells share (scipy.stats.ttest_rel)",
 }
-DIGITS = 3
+SHORT_TESTS = {"student": "Student's t-test", "welch": "Welch's t-test", "paired": "paired t-test"}
 
 
 @dataclass
@@ -61,10 +63,10 @@ class Table:
         """The table of ``metrics`` (dataset -> metric column) over the runs with a status in
         :data:`~ndebench.platform.record.schema.COUNTED_STATUSES`: cell means and stds
         (:func:`~ndebench.platform.report.statistics.stats.summarize_cells`), ``test`` against ``none`` marked at
-        ``alpha``
-        after ``correction``, the notes of ``coverage`` (:func:`~ndebench.platform.report.report.seed_coverage`)
-        and the cells in ``flagged`` (``(model, dataset, regularizer)`` -> why,
-        :func:`~ndebench.platform.report.learning.flags`) marked "did not learn"."""
+        ``alpha`` after ``correction``, the notes of ``coverage``
+        (:func:`~ndebench.platform.report.statistics.coverage.seed_coverage`) and the cells in ``flagged``
+        (``(model, dataset, regularizer)`` -> why, :func:`~ndebench.platform.report.learning.flags`) marked "did not
+        learn"."""
         flagged = flagged or {}
         summaries, comparisons = [], []
         for metric in sorted(set(metrics.values())):
@@ -103,6 +105,10 @@ class Table:
         return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction,
                    {k: v for k, v in flagged.items() if k in by_cell})
 
+    def metric_label(self) -> str:
+        """The table's metrics as a reader names them (``accuracy``, ``accuracy / AUROC``)."""
+        return " / ".join(LABELS.get(m, m) for m in self.metric_names())
+
     def metric_names(self) -> list[str]:
         """The distinct metric columns of the table, sorted."""
         return sorted({m for _, _, m in self.columns})
@@ -110,22 +116,15 @@ class Table:
 
 def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) as the tables, which key their
-    rows on ``regularizer``, name them: each cell by its ``label`` (else its ``variant``, else its regularizer), so
-    that each fixed-parameter variant is a row of its own, and a run with ``scope: time`` (ndebench's extension, not
-    the paper's method) with ``scope=time`` in its name."""
+    rows on ``regularizer``, name them: each cell by its name (:func:`~ndebench.platform.common.labels.cell_label`
+    of its ``label``, else of its ``variant`` or regularizer, and of its ``params.regularizer.scope``), so that each
+    fixed-parameter variant is a row of its own and a ``scope: time`` cell is never named as the paper's method."""
     names = runs["label"] if "label" in runs else runs["variant"] if "variant" in runs else None
     if names is None:
         return runs
-    labels = names.where(names.fillna("") != "", runs["regularizer"])
-    if "params.regularizer.scope" in runs:
-        labels = labels.where(runs["params.regularizer.scope"] != "time", labels.map(_extension_label))
-    return runs.assign(regularizer=labels)
-
-
-def _extension_label(label: str) -> str:
-    if EXTENSION in label:
-        return label
-    return f"{label[:-1]},{EXTENSION}]" if label.endswith("]") else f"{label}[{EXTENSION}]"
+    scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
+    return runs.assign(regularizer=[cell_label(r, n if isinstance(n, str) else None, s)
+                                    for r, n, s in zip(runs["regularizer"], names, scopes, strict=True)])
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
@@ -260,8 +259,10 @@ def table_section(study: str, table: Table, alpha: float) -> Section:
     return Section("Primary metric" if table.title == "primary" else table.title,
                    ["regularizer"] + [column_title(table, d, metric) for _, d, metric in table.columns], rows,
                    text.replace("\\*", "*"), align="l" + "r" * len(table.columns),
-                   groups=_model_width(table.columns), label=_label(study, table.title), fit=True,
-                   tex_caption=caption(table, alpha, tex=True), md_caption=text)
+                   groups=_model_width(table.columns), label=_label(study, table.title),
+                   tex_caption=caption(table, alpha, tex=True), md_caption=text,
+                   short_caption=tex.significance_caption(table.metric_label(), table.usual_n, table.test,
+                                                          table.correction, alpha))
 
 
 ONE_DATASET = ("a (model, regularizer) that shares a single dataset with none has no comparison across datasets "
@@ -282,24 +283,28 @@ def across_section(study: str, across: pd.DataFrame, alpha: float) -> Section | 
                                        "% change", "wins", "Wilcoxon p", "Holm p"], rows, _across_caption(alpha),
                    notes=sorted({n for n in across["note"] if n}) + ([f"{single} row(s) left out: {ONE_DATASET}."]
                                                                      if single else []),
-                   align="llrrrrrr", label=_label(study, "across"), fit=True)
+                   align="llrrrrrr", label=_label(study, "across"),
+                   short_caption=f"Across datasets: Wilcoxon signed-rank test, Holm-corrected, $\\alpha = {alpha:g}$")
 
 
-def effects_section(study: str, table: Table) -> Section | None:
+def effects_section(study: str, table: Table, alpha: float) -> Section | None:
     """The test of every cell of ``table`` against ``none``, with its effect sizes; None when it has none."""
     rows = effect_rows(table)
     if not rows:
         return None
     align = "lllr" + "r" * (len(rows[0]) - 4)
     return Section(tests_title(table), effect_header(table), [[Cell(x) for x in row] for row in rows],
-                   effects_caption(table), align=align, label=_label(study, f"effects {table.title}"), fit=True)
+                   effects_caption(table), align=align, label=_label(study, f"effects {table.title}"),
+                   short_caption=f"Tests of {table.metric_label()} against none: {SHORT_TESTS[table.test]}, "
+                                 + ("uncorrected" if table.correction == "none" else f"{table.correction}-corrected")
+                                 + f", $\\alpha = {alpha:g}$")
 
 
 def study_sections(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> list[Section]:
     """The sections of ``table.md``, ``table.tex`` and the top of ``report.html``: the tables, the test of every
     tested cell of each with its p-value and effect sizes, and the across-dataset comparison."""
     found = [table_section(study, t, alpha) for t in tables]
-    found += [effects_section(study, t) for t in tables]
+    found += [effects_section(study, t, alpha) for t in tables]
     return [s for s in [*found, across_section(study, across, alpha)] if s is not None]
 
 
@@ -310,7 +315,7 @@ def markdown(study: str, runs: pd.DataFrame, tables: list[Table], across: pd.Dat
     lines = [f"# Study {study}", "", status_line(runs), ""]
     lines += [line for t in tables for line in (to_markdown(table_section(study, t, alpha)).rstrip("\n"), "")]
     lines += flagged_lines(tables[0]) if tables else []
-    lines += [line for t in tables if (effects := effects_section(study, t))
+    lines += [line for t in tables if (effects := effects_section(study, t, alpha))
               for line in (to_markdown(effects).rstrip("\n"), "")]
     section = across_section(study, across, alpha)
     if section is None:
@@ -338,31 +343,10 @@ def _across_caption(alpha: float) -> str:
             f"alpha = {alpha:g}.")
 
 
-def fmt(x: float, digits: int = DIGITS, sign: bool = False) -> str:
-    """``x`` with ``digits`` decimals (``sign``: always signed); ``n/a`` for None or NaN."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def fmt_p(p: float) -> str:
-    """A p-value: 4 decimals, scientific below 1e-4, ``n/a`` for None or NaN."""
-    if p is None or math.isnan(p):
-        return "n/a"
-    return f"{p:.2e}" if p < 1e-4 else f"{p:.4f}"
-
-
 def latex(study: str, tables: list[Table], across: pd.DataFrame, alpha: float) -> str:
-    """``table.tex`` of a study: one booktabs ``table`` per section of :func:`study_sections`."""
-    return (f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs,graphicx}}.\n\n"
+    """``table_full.tex`` of a study: one booktabs table per section of :func:`study_sections`."""
+    return (f"% Study {study}: generated by ndebench. Needs \\usepackage{{booktabs}}.\n\n"
             + "\n".join(to_latex(s) for s in study_sections(study, tables, across, alpha)))
-
-
-def interval(low: float, high: float, digits: int = DIGITS) -> str:
-    """``[low, high]`` with signs, or ``""`` when the interval is undefined."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return ""
-    return f"[{fmt(low, digits, True)}, {fmt(high, digits, True)}]"
 
 
 def _df(df: float) -> str:
