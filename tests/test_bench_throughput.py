@@ -39,6 +39,7 @@ def test_throughput_json_names_the_rate_device_stack_and_concurrency(config, cap
     assert {"trials_per_hour", "device", "stack", "concurrent"} <= set(result)
     assert (result["device"], result["stack"], result["concurrent"], result["trials"]) == ("cpu", 2, 1, 2)
     assert result["cell"] == "neural_cde/synthetic/continuum_dropout" and result["statuses"] == {"ok": 2}
+    assert 1.0 <= result["mean_active_members"] <= 2.0 and result["notes"] == []
     # wall_s is printed to the millisecond: its rounding (at most 0.5 ms) bounds the relative difference.
     assert result["trials_per_hour"] == pytest.approx(2 / result["wall_s"] * 3600,
                                                       rel=0.0005 / result["wall_s"] + 1e-4)
@@ -87,10 +88,26 @@ def test_best_tries_the_layouts_in_order_until_a_bigger_one_loses_and_lists_them
         asked.append((stack, concurrent))
         return {"trials_per_hour": rates[stack, concurrent], "stack": stack, "concurrent": concurrent}
 
-    best = best_throughput(measure, layouts("cuda", 16), say=lambda s: None)
+    best = best_throughput(measure, layouts("cuda", 16, 32), say=lambda s: None)
     assert asked == list(GPU_LAYOUTS[:3]) and (best["stack"], best["concurrent"]) == (64, 1)
     assert best["tried"] == [{"stack": s, "concurrent": c, "trials_per_hour": rates[s, c]} for s, c in asked]
-    assert layouts("cpu", 16) == [(1, 16), (5, 16)] and layouts("cuda:1", 2) == list(GPU_LAYOUTS)
+    assert layouts("cuda:1", 2, 32) == list(GPU_LAYOUTS)
+
+
+def test_best_on_the_cpu_tries_the_config_stack_and_smaller_ones_and_says_the_ratio_to_one_at_a_time():
+    from ndebench.platform.bench.throughput import best_throughput, layouts
+
+    assert layouts("cpu", 2, 32) == [(1, 2), (4, 2), (16, 2), (32, 2)]
+    assert layouts("cpu", 2, 5) == [(1, 2), (4, 2), (5, 2)] and layouts("cpu", 2, 1) == [(1, 2)]
+    rates = {1: 100.0, 4: 250.0, 16: 380.0, 32: 410.0}
+    said = []
+    best = best_throughput(lambda stack, c: {"trials_per_hour": rates[stack], "stack": stack, "concurrent": c,
+                                             "mean_active_members": float(stack)},
+                           layouts("cpu", 2, 32), say=said.append)
+    assert [row["vs_one"] for row in best["tried"]] == [1.0, 2.5, 3.8, 4.1]
+    assert (best["stack"], best["vs_one"]) == (32, 4.1)
+    assert said[-1] == ("bench throughput --best: stack 32 x 2 process(es): 410.0 trials/h, 4.1x one at a time, "
+                        "32.0 members per stacked epoch")
 
 
 def test_best_refuses_a_stack_or_processes_given_too(config, capsys):

@@ -36,7 +36,7 @@ def _drain(searcher):
     return configs
 
 
-def test_only_cells_whose_points_differ_in_the_regularizer_alone_stack_and_never_under_asha():
+def test_only_cells_whose_points_differ_in_the_regularizer_alone_stack_and_never_under_asha_or_tpe():
     stage = _stage()
     assert stack_sizes(stage, 1) == ({}, "")
     sizes, line = stack_sizes(stage, 4)
@@ -44,6 +44,9 @@ def test_only_cells_whose_points_differ_in_the_regularizer_alone_stack_and_never
     assert stack_sizes(_stage(training={"lr": [0.01, 0.1]}), 4)[0] == {}
     sizes, line = stack_sizes(_stage(tune={"sampler": "grid", "scheduler": "asha"}), 4)
     assert sizes == {} and "not applied: ASHA" in line
+    sizes, line = stack_sizes(_stage(tune={"sampler": "tpe"}), 4)
+    assert sizes == {} and "not applied: TPE proposes each point from the trials ended before it" in line
+    assert stack_sizes(_stage(tune={"sampler": "random"}), 4)[0] == {_cd(_stage()).key: 4}
 
 
 def test_a_grid_is_dealt_into_stacks_and_each_member_is_told_its_own_outcome():

@@ -86,6 +86,7 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
         assert run.data.params == other.data.params | {"study": "stacked"}
         assert {k for k in run.data.tags if k.startswith(TAG)} == {k for k in other.data.tags if k.startswith(TAG)}
         assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
+        assert (run.data.tags[f"{TAG}stack"], other.data.tags[f"{TAG}stack"]) == ("3", "1")  # stacks of 3: 15 + 3
         expected = {k: v for k, v in other.data.metrics.items() if k.startswith("test_") and k != "test_ece"}
         assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)
 

@@ -59,7 +59,7 @@ def cell_configs(spec: SweepSpec, cell: tuple[str, str, str], trials: int, devic
 
 def _work(configs: list[dict[str, Any]], stack: int, threads: int, barrier: Any, out: Any) -> None:
     """One process: wait for the others, then train ``configs`` in stacks of ``stack``; put (start, end, statuses,
-    notes, CPU seconds) on ``out``."""
+    notes, CPU seconds, members per stacked epoch) on ``out``."""
     import torch
     from ndebench.platform.worker.spec import TrialSpec
     from ndebench.platform.worker.stack import run_stack
@@ -71,10 +71,11 @@ def _work(configs: list[dict[str, Any]], stack: int, threads: int, barrier: Any,
     if barrier is not None:
         barrier.wait()
     start, cpu = time.time(), time.process_time()
-    statuses = []
+    statuses: list[str] = []
+    widths: list[int] = []
     for first in range(0, len(specs), stack):
-        statuses += [r.status for r in run_stack(specs[first:first + stack], note=notes.append)]
-    out.put((start, time.time(), statuses, notes, time.process_time() - cpu))
+        statuses += [r.status for r in run_stack(specs[first:first + stack], note=notes.append, widths=widths)]
+    out.put((start, time.time(), statuses, notes, time.process_time() - cpu, widths))
 
 
 def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = "cpu", stack: int = 1,
@@ -88,7 +89,9 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
     ``trials_per_hour = trials / wall * 3600``, ``wall`` from the first process's start to the last one's end
     (imports before the start are left out, as a sweep's reused workers pay them once; each trial's data
     loading is in). ``trials_per_cpu_hour`` divides by the processes' CPU seconds instead (``cpu_s``, all their
-    threads): on a machine other work shares, the figure that does not move with that work."""
+    threads): on a machine other work shares, the figure that does not move with that work.
+    ``mean_active_members``: the members a stacked epoch trains, on average over the stacked epochs (1.0 when no
+    epoch was stacked)."""
     from ndebench.platform.bench.speed import check_device
 
     if stack < 1 or concurrent < 1:
@@ -117,7 +120,9 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
     wall = max(r[1] for r in results) - min(r[0] for r in results)
     cpu = sum(r[4] for r in results)
     statuses = Counter(s for r in results for s in r[2])
+    widths = [w for r in results for w in r[5]]
     return {"trials_per_hour": round(count / wall * 3600, 1), "device": device, "stack": stack,
+            "mean_active_members": round(sum(widths) / len(widths), 2) if widths else 1.0,
             "trials_per_cpu_hour": round(count / cpu * 3600, 1), "cpu_s": round(cpu, 3),
             "concurrent": concurrent, "threads": threads, "trials": count, "wall_s": round(wall, 3),
             "cell": "/".join(chosen), "statuses": dict(statuses),
@@ -129,28 +134,41 @@ def bench_throughput(spec: SweepSpec, *, cell: str | None = None, device: str = 
 GPU_LAYOUTS = ((16, 1), (64, 1), (64, 4), (128, 4))
 
 
-def layouts(device: str, cpus: int) -> list[tuple[int, int]]:
+# The stack sizes `bench throughput --best` tries on the CPU up to the config's resources.stack, which it tries last.
+CPU_STACKS = (1, 4, 16)
+
+
+def layouts(device: str, cpus: int, stack: int) -> list[tuple[int, int]]:
     """The ``(stack, processes)`` layouts :func:`best_throughput` tries on ``device``: :data:`GPU_LAYOUTS` on a GPU;
-    on the CPU one process per core, trials alone and in stacks of 5."""
+    on the CPU one process per core, with trials one at a time, then in the stacks of :data:`CPU_STACKS` below
+    ``stack`` (the config's ``resources.stack``), then in stacks of ``stack``: the sizes a sweep of it would use."""
     if device.startswith("cuda"):
         return list(GPU_LAYOUTS)
-    return [(1, cpus), (5, cpus)]
+    return [(size, cpus) for size in sorted({s for s in CPU_STACKS if s < stack} | {stack, 1})]
 
 
 def best_throughput(measure: Callable[[int, int], dict[str, Any]], candidates: list[tuple[int, int]],
                     say: Callable[[str], None] = print) -> dict[str, Any]:
     """The row of ``measure(stack, processes)`` (a :func:`bench_throughput` row) with the most trials per hour among
     ``candidates``, tried in order until one trains fewer trials per hour than the best before it (a bigger
-    layout that loses ends the search); ``tried`` lists every layout run with its rate."""
+    layout that loses ends the search); ``tried`` lists every layout run with its rate and, where the first layout
+    trains one trial at a time, ``vs_one``: its rate over that one's (the best row too)."""
     best: dict[str, Any] | None = None
     tried = []
+    one = None
     for stack, processes in candidates:
         row = measure(stack, processes)
-        tried.append({"stack": stack, "concurrent": processes, "trials_per_hour": row["trials_per_hour"]})
-        say(f"bench throughput --best: stack {stack} x {processes} process(es): {row['trials_per_hour']} trials/h")
-        if best is not None and row["trials_per_hour"] < best["trials_per_hour"]:
+        rate = row["trials_per_hour"]
+        one = one if one is not None else (rate if stack == 1 else 0.0)
+        ratio = {"vs_one": round(rate / one, 2)} if one else {}
+        tried.append({"stack": stack, "concurrent": processes, "trials_per_hour": rate, **ratio})
+        say(f"bench throughput --best: stack {stack} x {processes} process(es): {rate} trials/h"
+            + (f", {ratio['vs_one']}x one at a time" if ratio else "")
+            + (f", {row['mean_active_members']} members per stacked epoch" if "mean_active_members" in row else ""))
+        if best is not None and rate < best["trials_per_hour"]:
             break
-        best = row if best is None or row["trials_per_hour"] >= best["trials_per_hour"] else best
+        if best is None or rate >= best["trials_per_hour"]:
+            best = {**row, **ratio}
     if best is None:
         raise ValueError("bench throughput --best: no layout to try")
     return {**best, "tried": tried}

@@ -294,8 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="what to time (default: models)")
     bench.add_argument("config", nargs="?", help="throughput: the sweep config (YAML) whose evaluate cell to train")
     bench.add_argument("--cell", help="throughput: MODEL/DATASET/REGULARIZER (default: the config's first cell)")
-    bench.add_argument("--stack", type=_positive_int, default=1,
-                       help="throughput: trials trained as one stacked model (as resources.stack; default: 1)")
+    bench.add_argument("--stack", type=_positive_int, default=None,
+                       help="throughput: trials trained as one stacked model (default: the config's resources.stack; "
+                            "1: one at a time)")
     bench.add_argument("--concurrent", type=_positive_int, default=1,
                        help="throughput: processes training at once (default: 1)")
     bench.add_argument("--best", action="store_true",

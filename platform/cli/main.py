@@ -311,11 +311,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             return bench_throughput(spec, cell=args.cell, device=args.device, stack=stack, concurrent=concurrent,
                                     trials=args.trials, threads=args.threads, say=say)
 
-        if args.best and (args.stack, args.concurrent) != (1, 1):
+        if args.best and (args.stack is not None or args.concurrent != 1):
             raise ValueError("bench throughput --best chooses the stack and the processes itself: drop --stack "
                              f"{args.stack} and --concurrent {args.concurrent}")
-        result = (best_throughput(measure, layouts(args.device, os.cpu_count() or 1), say) if args.best
-                  else measure(args.stack, args.concurrent))
+        result = (best_throughput(measure, layouts(args.device, os.cpu_count() or 1, spec.resources.stack), say)
+                  if args.best else measure(args.stack or spec.resources.stack, args.concurrent))
         print(json.dumps(result) if args.json else "\n".join(f"{key:16s} {value}" for key, value in result.items()))
         return 0
     if args.target == "platform":

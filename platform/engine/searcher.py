@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 import optuna
+from ndebench.platform.common.metrics import decisive
 from ndebench.platform.engine.searchspace import Past, distribution, make_study
 from ndebench.platform.engine.stacktrainable import STACK
 from ndebench.platform.spec.config import AshaConfig, TuneConfig
@@ -121,7 +122,7 @@ class CellSearcher(Searcher):
             state = optuna.trial.TrialState.PRUNED if result.get("status") == RUNNING else optuna.trial.TrialState.FAIL
             study.tell(trial, state=state)
         else:
-            study.tell(trial, float(value))
+            study.tell(trial, decisive(float(value)))  # what the chosen point reads: TPE ranks as the choice does
 
 
 class LiveFIFOScheduler(FIFOScheduler):

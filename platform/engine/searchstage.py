@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from ndebench.platform.common.metrics import decisive
 from ndebench.platform.engine.searchspace import Past, contains
 from ndebench.platform.engine.stacktrainable import member_outcomes, stack_group
 from ndebench.platform.engine.stages import StageContext, trial_dirname
@@ -97,7 +98,7 @@ def _past(history: list[Any], search: CellSearch, sampler: str) -> Past:
         usable = score is not None and math.isfinite(score)
         state = (TrialState.COMPLETE if usable else TrialState.PRUNED if trial.status == "stopped"
                  else TrialState.FAIL)
-        ended.append((values, state, score if usable else None))
+        ended.append((values, state, decisive(score) if usable else None))  # as the searcher tells a live one
     unfinished = tuple(v for t, v, _ in history if t.status in RESUMABLE_STATUSES)
     return Past(tuple(reversed(ended)), unfinished)
 
@@ -107,7 +108,8 @@ def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
     what the stage line says of it. A cell stacks when every searched key is a regularizer hyperparameter
     (``regularizer.*``: its points share every model, training and solver setting, hence every shape), and only
     without ASHA: ASHA stops whole Tune trials, and a stack's members reach each rung together, so it could not
-    stop one member and keep the others as it does unstacked trials."""
+    stop one member and keep the others as it does unstacked trials; and only under the ``grid`` and ``random``
+    samplers, whose points do not depend on the trials that ended before (a TPE stack of K would ask K at once)."""
     if size <= 1:
         return {}, ""
     cells = {c.key: size for c in stage.cells
@@ -116,6 +118,9 @@ def stack_sizes(stage: Stage, size: int) -> tuple[dict[str, int], str]:
         return {}, ""
     if stage.tune.scheduler == "asha":
         return {}, f"; resources.stack={size} not applied: ASHA stops Tune trials, not the members of a stack"
+    if stage.tune.sampler == "tpe":
+        return {}, (f"; resources.stack={size} not applied: TPE proposes each point from the trials ended before it, "
+                    "and a stack would ask its points at once")
     return cells, f"; up to {size} points per Tune trial, stacked, in {len(cells)} of {len(stage.cells)} cell(s)"
 
 

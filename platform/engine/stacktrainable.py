@@ -216,8 +216,7 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
             return
     finals = []
     for m, result in zip(members, results, strict=True):
-        if notes:
-            m.recorder.set_tags({"stack_note": notes[0]})
+        m.recorder.set_tags({"stack": str(len(members))} | ({"stack_note": notes[0]} if notes else {}))
         finals.append(finish_run(m.recorder, result, phase, m.summaries(), save_weights))
     report = _final(results, members)
     if phase != "evaluate":

@@ -21,6 +21,7 @@ from typing import Any
 
 from ndebench.models.registry import model_info
 from ndebench.platform.common.labels import cell_name, variant_label
+from ndebench.platform.common.metrics import decisive
 from ndebench.platform.spec.sweepspec import ConfigError, Space, SweepSpec, TuneConfig
 from ndebench.regularizers.none import BASELINE
 
@@ -222,10 +223,11 @@ def stage_for_cells(stage: Stage, keys: set[str]) -> Stage:
 
 def pick_best(candidates: list[tuple[dict[str, Any], float]], mode: str) -> dict[str, Any]:
     """The chosen values among (searched values, objective) pairs: the best objective under ``mode`` (``min`` or
-    ``max``); a tie goes to the values that sort first, so that the choice never depends on the order in which
+    ``max``) at :data:`~ndebench.platform.common.metrics.DECISION_DIGITS` significant digits; a tie goes to the
+    values that sort first, so that the choice never depends on the order in which
     trials ended (an interrupted and resumed search chooses what an uninterrupted one does)."""
     sign = 1.0 if mode == "min" else -1.0
-    return min(candidates, key=lambda c: (sign * c[1], json.dumps(c[0], sort_keys=True, default=str)))[0]
+    return min(candidates, key=lambda c: (sign * decisive(c[1]), json.dumps(c[0], sort_keys=True, default=str)))[0]
 
 
 def check_grids(spec: SweepSpec) -> None:

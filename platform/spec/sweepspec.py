@@ -47,6 +47,9 @@ SCHEDULERS = ("fifo", "asha")
 SELECTS = ("best_epoch", "last_epoch")
 MAX_SEED = 2**32 - 1  # NumPy's and Optuna's seeds are 32-bit
 MAX_STACK = 64
+# resources.stack unless set: a constant of the config, never of the machine, so a study's numbers do not depend on
+# where it ran (docs/performance.md measures it against 1, 5, 16 and 64).
+DEFAULT_STACK = 32
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,8 @@ class Resources:
     gpu: float = typed.checked(0.0, typed.either(typed.number(0, 1), typed.integer(1)))
     system_metrics: bool = True
     # Trials that share every shape (an evaluate cell's seeds and variants, a tune cell's grid points) train as one
-    # stacked model, up to this many.
-    stack: int = typed.checked(1, typed.integer(1, MAX_STACK))
+    # stacked model, up to this many; 1 trains every trial alone.
+    stack: int = typed.checked(DEFAULT_STACK, typed.integer(1, MAX_STACK))
 
 
 @dataclass(frozen=True)

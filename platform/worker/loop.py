@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from ndebench.models.integrate import TrialRNG, step_limit
+from ndebench.platform.common.metrics import decisive
 from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.spec.config import TrainingConfig
 from ndebench.platform.worker.build import BuiltTrial, build_trial
@@ -138,13 +139,16 @@ class Training:
                            self.protocol | {"graph": self.model.graph_note(spec.device)}, weights=best.weights)
 
     def end_epoch(self, val: dict[str, float]) -> None:
-        """Step the scheduler, keep the best weights by validation NLL and decide on early stopping."""
+        """Step the scheduler, keep the best weights by validation NLL and decide on early stopping, each reading the
+        NLL at :data:`~ndebench.platform.common.metrics.DECISION_DIGITS` significant digits (an improvement must show
+        there)."""
+        loss = decisive(val["nll"])
         if self.cfg.scheduler == "plateau":
-            self.scheduler.step(val["nll"])
+            self.scheduler.step(loss)
         else:
             self.scheduler.step()
         self.last_val = {f"val_{k}": v for k, v in val.items()} | {"val_loss": val["nll"]}
-        if val["nll"] < self.best.val_loss:
+        if loss < decisive(self.best.val_loss):
             self.best = BestState(val["nll"], self.epoch, copy.deepcopy(self.model.state_dict()),
                                   {f"val_{k}": v for k, v in val.items()})
         else:

@@ -41,6 +41,7 @@ from ndebench.platform.worker.build import BuiltTrial, build_trial
 from ndebench.platform.worker.evaluation import evaluate, score, trial_loss
 from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
+from ndebench.platform.worker.stackexact import rounds_alone
 from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
 from ndebench.platform.worker.stacklayers import stack_layers, stackable
 from ndebench.regularizers.base import PassSpec, Regularizer
@@ -290,6 +291,7 @@ def run_stack(
     note: Callable[[str], None] | None = None,
     on_stack_epoch: Callable[[], None] | None = None,
     exact: bool = False,
+    widths: list[int] | None = None,
 ) -> list[TrialResult]:
     """Train and evaluate the trials ``specs`` as one stack; the results in the order of ``specs``.
 
@@ -300,7 +302,9 @@ def run_stack(
     every unfinished member ends with status ``timeout``. ``note`` receives one line when the stack falls back
     to training its members one after another (see the module docstring). ``on_stack_epoch()`` is called after
     each epoch of the stack, once every running member's hooks ran (after each member's checkpoint hook when the
-    members train one after another): where a caller reports the stack's progress and checkpoints.
+    members train one after another): where a caller reports the stack's progress and checkpoints. ``widths``
+    gains the number of members each stacked epoch trains (nothing when they train one after another): a member
+    leaves the stack at the end of the epoch it stops in, and the next epoch stacks the running ones alone.
 
     Every member draws from its own generators, so its randomness is that of its trial alone. The arithmetic:
     the batched matrix products of the stacked layers sum in another order than one member's, a few float32
@@ -335,16 +339,18 @@ def run_stack(
         why = stack.mismatch(members)
         if why is not None:
             return fallback(why)
+        if not exact and not rounds_alone(stack, members):  # an ulp that would move early stopping
+            stack = Stack(members[0].built.model, exact=True)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
         evaluate: Evaluator = stack.evaluate
-        if specs[0].solver is not None and specs[0].solver.cuda_graph == "stack":
+        if _region_asked(specs[0]):
             region = "exact arithmetic asked" if exact else region_blocker(members[0].built.model)
             if region is None:
                 epochs = regions = RegionEpochs(stack, epochs, note)
                 evaluate = regions.evaluate
             elif note is not None:
                 note(f"stack of {k} trained as batched eager passes, not as one region: {region}")
-        _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch)
+        _train(epochs, evaluate, members, hooks[0], hooks[1], on_stack_epoch, widths)
         done = [m for m in members if m.result is None]
         for m in done:
             m.training.load_selected(m.spec)
@@ -357,6 +363,13 @@ def run_stack(
         if limit is None:
             raise
         raise limit from exc
+
+
+def _region_asked(spec: TrialSpec) -> bool:
+    """Whether ``spec``'s stack trains as one region (``solver.cuda_graph: stack``). Not by default, on the CPU
+    either: its fixed-grid solve rounds otherwise than an ODE's solve alone, an ulp that training amplifies into
+    another early stop (docs/performance.md), where the eager stack is checked bit for bit (:func:`rounds_alone`)."""
+    return spec.solver is not None and spec.solver.cuda_graph == "stack"
 
 
 def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> CheckpointHook | None:
@@ -372,10 +385,13 @@ def _then(hook: CheckpointHook | None, after: Callable[[], None] | None) -> Chec
 
 
 def _train(epochs: EpochTrainer, evaluate: Evaluator, members: list[Member], on_epoch: list[EpochHook | None],
-           on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None) -> None:
+           on_checkpoint: list[CheckpointHook | None], on_stack_epoch: Callable[[], None] | None,
+           widths: list[int] | None) -> None:
     hooks = {id(m): (e, c) for m, e, c in zip(members, on_epoch, on_checkpoint, strict=True)}
     running = [m for m in members if m.running]
     while running:
+        if widths is not None:
+            widths.append(len(running))
         start = time.perf_counter()
         for m in running:
             m.training.epoch += 1

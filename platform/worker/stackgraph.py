@@ -101,6 +101,7 @@ class StackedWeights:
             options["capturable"] = self.params[0].device.type == "cuda"
         self.optimizer = type(template)(self.params, **options)
         self.lr = torch.ones(len(models), dtype=self.params[0].dtype, device=self.params[0].device)
+        self.shared_lr = False
         for i, param in enumerate(self.params):
             own = [o.state.get(o.param_groups[0]["params"][i], {}) for o in optimizers]
             self.optimizer.state[param] = _fresh_state(self.optimizer, param) if not any(own) else self._stacked(own)
@@ -125,6 +126,12 @@ class StackedWeights:
         self.load(models)
         with torch.no_grad():
             self.lr.copy_(torch.tensor([o.param_groups[0]["lr"] for o in optimizers], dtype=self.lr.dtype))
+        rates = {o.param_groups[0]["lr"] for o in optimizers}
+        # One learning rate for all (a cell's seeds, a regularizer grid) on the CPU: the optimizer steps at it, each
+        # member's step then its own alone's bit for bit; else at 1, scaled per member (a few ulps apart), which a
+        # CUDA graph replays with the learning rates of later epochs.
+        self.shared_lr = len(rates) == 1 and self.lr.device.type == "cpu"
+        self.optimizer.param_groups[0]["lr"] = rates.pop() if self.shared_lr else 1.0
         for k, model in enumerate(models):
             for name, param in zip(self.names, self.params, strict=True):
                 own = model.get_parameter(name)
@@ -154,7 +161,9 @@ class StackedWeights:
     def step(self, active: torch.Tensor, max_norm: float | None) -> None:
         grads: list[torch.Tensor] = [param.grad for param in self.params]  # type: ignore[misc]
         if max_norm:
-            norms = torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads])
+            # Each member's norm reduced as clip_grad_norm_ reduces its gradients alone: a row-wise reduction of the
+            # stack sums in another order, an ulp that training amplifies tenfold per epoch (docs/protocol.md).
+            norms = torch.stack([torch.stack([torch.linalg.vector_norm(row) for row in g]) for g in grads])
             coef = (max_norm / (torch.linalg.vector_norm(norms, dim=0) + 1e-6)).clamp(max=1.0)
             for g in grads:
                 g.mul_(_rows(coef, g))
@@ -163,7 +172,8 @@ class StackedWeights:
         self.optimizer.step()
         anyone = active.any()
         for param, old, saved in zip(self.params, before, states, strict=True):
-            param.copy_(torch.where(_rows(active, param), old + _rows(self.lr, param) * (param - old), old))
+            stepped = param if self.shared_lr else old + _rows(self.lr, param) * (param - old)
+            param.copy_(torch.where(_rows(active, param), stepped, old))
             for key, value in self.optimizer.state[param].items():
                 value.copy_(torch.where(anyone if value.dim() == 0 else _rows(active, value), value, saved[key]))
 
@@ -212,6 +222,9 @@ class StackRegion:
         """``z(T)`` ``(K * B, H)`` from the stacked weights; training mode with the members' training generators,
         or evaluation mode drawing from ``rngs``."""
         for layer in self.stack.linears:
+            if getattr(layer, "exact", False):  # each member's own layer, its weights views of the stack's
+                layer.gather(self.models)
+                continue
             layer.use(lambda p, name=layer.name: self._leaf(f"{name}.{p}"))
         generators = rngs or [m.training.rng for m in self.members]
         self.stack.rng.members = list(generators)
