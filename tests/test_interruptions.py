@@ -38,7 +38,9 @@ GRID = {
     "regularizers": {"none": {}, "continuum_dropout": {"p": [0.1, 0.3], "m": [5, 10]}},
     "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1]},
     "training": {"epochs": 6, "min_epochs": 6, "patience": 6, "lr": [0.01, 0.02]},
-    "base": {"sampler": "grid"}, "tune": {"sampler": "grid"}, "resources": {"cpu": 1},
+    # One trial at a time (stack 1): a stop in the tune stage then leaves some of its grid points done and some not,
+    # which one stack of all four would not; tests/test_stack_sweep.py kills and resumes stacks.
+    "base": {"sampler": "grid"}, "tune": {"sampler": "grid"}, "resources": {"cpu": 1, "stack": 1},
     "report": {"figures": "none"},
 }
 TPE = {
