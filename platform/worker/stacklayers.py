@@ -48,8 +48,7 @@ class StackedLinear(nn.Module):
     def gather(self, models: Sequence[nn.Module]) -> None:
         self.layers = [m.get_submodule(self.name) for m in models]
         if not self.exact:
-            self.use(lambda p: torch.stack([getattr(layer, p) for layer in self.layers])
-                     if getattr(self.layers[0], p) is not None else None)
+            self.use(_stacked(self.layers))
 
     def use(self, leaf: Leaf) -> None:
         weight = leaf("weight")
@@ -74,6 +73,11 @@ class StackedLinear(nn.Module):
         return (own @ y.reshape(k, -1, *y.shape[1:])).reshape(y.shape[0], -1, y.shape[-1])
 
 
+def _stacked(layers: Sequence[nn.Module]) -> Leaf:
+    """The members' parameter of a name stacked on a leading member axis (``None`` where the layers have none)."""
+    return lambda p: torch.stack([getattr(layer, p) for layer in layers]) if getattr(layers[0], p) is not None else None
+
+
 class StackedGRUCell(nn.Module):
     """K members' ``nn.GRUCell(in, H)`` on ``x`` ``(K * B, in)`` and ``h`` ``(K * B, H)``: torch's GRU cell,
     ``r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)``, ``z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)``,
@@ -89,8 +93,7 @@ class StackedGRUCell(nn.Module):
     def gather(self, models: Sequence[nn.Module]) -> None:
         self.layers = [m.get_submodule(self.name) for m in models]
         if not self.exact:
-            self.use(lambda p: torch.stack([getattr(layer, p) for layer in self.layers])
-                     if getattr(self.layers[0], p) is not None else None)
+            self.use(_stacked(self.layers))
 
     def use(self, leaf: Leaf) -> None:
         w_ih, w_hh = leaf("weight_ih"), leaf("weight_hh")
