@@ -110,19 +110,22 @@ def test_resume_fills_every_hole(tmp_path):
         assert code == 1, out
         statuses = {key: run_status(current(runs)) for key, runs in attempts(uri, "holes").items()}
         cells = {c.split("__")[-1]: c for c, _ in statuses}
+        # A cell's seeds train stacked (resources.stack, default 32): seed 1's exception ends seed 0 with it.
         assert statuses == {(cells["none"], 0): "ok", (cells["none"], 1): "ok",
-                            (cells["raise_on_seed1"], 0): "ok", (cells["raise_on_seed1"], 1): "error",
+                            (cells["raise_on_seed1"], 0): "error", (cells["raise_on_seed1"], 1): "error",
                             (cells["nan_drift"], 0): "diverged", (cells["nan_drift"], 1): "diverged"}
-        assert out.strip().splitlines()[-1] == ("[ndebench] exit 1: 1 failed cell(s); 1 of 6 planned evaluate "
-                                                 "run(s) not ok (1 error) (`ndebench run ... --resume` reruns them)")
+        assert out.strip().splitlines()[-1] == ("[ndebench] exit 1: 2 failed cell(s); 2 of 6 planned evaluate "
+                                                 "run(s) not ok (2 error) (`ndebench run ... --resume` reruns them)")
         # A seed that never got a run (its worker died before it opened one), then the fault is fixed.
         client(uri).delete_run(attempts(uri, "holes")[(cells["none"], 1)][0].info.run_id)
         flag.unlink()
 
         code, out = _run([*args, "--resume", "--retry-diverged", "--set", "evaluate.seeds=[0, 1, 2]"])
         assert code == 0, out
-        assert "stage evaluate: 7 trial(s) over 3 cell(s), seeds [0, 1, 2], 2 already recorded" in out
+        assert "stage evaluate: 8 trial(s) over 3 cell(s), seeds [0, 1, 2], 1 already recorded" in out
         for line in ("rerun neural_cde x synthetic x none seed 1: no run yet",
+                     "rerun neural_cde x synthetic x raise_on_seed1 seed 0: its last run ended error",
+                     "stage evaluate: 2 trial(s) whose last run ended error or timeout train alone, not stacked",
                      "rerun neural_cde x synthetic x raise_on_seed1 seed 1: its last run ended error",
                      "rerun neural_cde x synthetic x nan_drift seed 0: diverged, --retry-diverged",
                      "rerun neural_cde x synthetic x none seed 2: no run yet"):
@@ -132,7 +135,10 @@ def test_resume_fills_every_hole(tmp_path):
         assert sorted(found) == sorted((cell, seed) for cell in cells.values() for seed in (0, 1, 2))
         assert all(run_status(current(runs)) == "ok" for runs in found.values())
         superseded = [r for runs in found.values() for r in runs if r.data.tags.get(SUPERSEDED)]
-        assert Counter(run_status(r) for r in superseded) == {"error": 1, "diverged": 2}
+        assert Counter(run_status(r) for r in superseded) == {"error": 2, "diverged": 2}
+        stacked = {key: current(runs).data.tags.get(f"{TAG}stack") for key, runs in found.items()}
+        assert stacked[(cells["raise_on_seed1"], 0)] == stacked[(cells["raise_on_seed1"], 1)] == "1"
+        assert (stacked[(cells["none"], 1)], stacked[(cells["nan_drift"], 0)]) == ("2", "3")
         frame = evaluate_runs(uri, "holes", with_calibration=False)
         assert len(frame) == 9 and set(frame.status) == {"ok"}
         assert "9 evaluate-phase runs: 9 ok, 0 diverged, 0 error." in out

@@ -141,6 +141,10 @@ def test_the_variants_of_a_regularizer_stack_with_its_tuned_cell_and_other_setti
     assert {k: v.get(STACK) for k, v in stacks.items()} == {
         "cd#0+0+1": ["cd#0", "cd[p=0.1]#0", "cd#1"], "cd[p=0.1]#1": None, "none#0+1": ["none#0", "none#1"],
         "cd[h=16]#0+1": ["cd[h=16]#0", "cd[h=16]#1"]}
+    alone = stack_trials(trials, 3, alone={"cd#1", "none#0"})
+    assert {k: v.get(STACK) for k, v in alone.items()} == {
+        "cd#1": None, "none#0": None, "cd#0+0+1": ["cd#0", "cd[p=0.1]#0", "cd[p=0.1]#1"], "none#1": None,
+        "cd[h=16]#0+1": ["cd[h=16]#0", "cd[h=16]#1"]}
     outcome = {"config": {"cell": "cd", "trial": "cd#0+0+1"}, "result": {"status": "ok"}, "error": ""}
     members = member_outcomes({"cd": [outcome], "cd[p=0.1]": []}, stacks)
     assert {cell: [o["config"]["trial"] for o in group] for cell, group in members.items()} == {

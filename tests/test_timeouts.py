@@ -156,13 +156,14 @@ class SlowNone(NoRegularizer):
         return super().penalty()
 '''
 # The slow grid point's first batch outlasts the limit, which is checked before the next one; the limit leaves
-# the other trials (a second or two each) a margin of seven times on a loaded machine.
+# the other trials (a second or two each) a margin of seven times on a loaded machine. One trial at a time
+# (stack 1): in a stack the limit bounds the whole stack, so both grid points would time out together.
 SWEEP = {
     "study": "slow", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
     "regularizers": {"none": {}, "slow_none": {"delay_s": [0.0, 16.0]}}, "model": {"hidden_size": 8},
     "training": {"epochs": 2, "min_epochs": 2, "patience": 2, "lr": 0.01},
     "tune": {"sampler": "grid", "trial_timeout_s": 15}, "evaluate": {"seeds": [0]},
-    "resources": {"system_metrics": False}, "report": {"figures": "none"},
+    "resources": {"system_metrics": False, "stack": 1}, "report": {"figures": "none"},
 }
 
 

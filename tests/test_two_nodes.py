@@ -19,9 +19,10 @@ from ndebench.platform.record.tracking import TAG, search
 
 pytestmark = [pytest.mark.system, pytest.mark.cluster]
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+# Two stacks of two seeds (stack 2), one per one-CPU node; one stack of all four would need only one node.
 CONFIG = {
     "study": "two_nodes", "models": ["neural_cde"], "datasets": ["synthetic"], "regularizers": ["none"],
-    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1, 2, 3]},
+    "model": {"hidden_size": 8}, "evaluate": {"seeds": [0, 1, 2, 3]}, "resources": {"stack": 2},
     "training": {"epochs": 3, "min_epochs": 3, "lr": 0.01}, "report": {"figures": "none"},
 }
 

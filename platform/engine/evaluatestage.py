@@ -39,6 +39,10 @@ from ndebench.platform.spec.plan import Cell, chosen_keys
 CODE_TAGS = ("version", "git_commit", "git_dirty")
 
 
+# An exception or the time limit in a stack ends every member of it; rerun stacked, one member's fault would again.
+RERUN_ALONE = ("error", "timeout")
+
+
 def rerun_reason(runs: list[Any], config_hash: str, code: dict[str, str], retry_diverged: bool) -> str | None:
     """Why a planned (cell, seed) with these earlier ``runs`` (oldest first) is run again, or ``None`` when its
     current run of ``config_hash`` stands: ``ok``, or ``diverged`` with the same ``code`` (the driver's
@@ -70,7 +74,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
         _refuse_unsafe_trial_dirs(ctx)
     found = attempts(ctx.tracking_uri, ctx.spec.study) if ctx.resume else {}
     code = {k: v for k, v in driver_provenance().items() if k in CODE_TAGS}
-    trials, reasons, skipped, kept = {}, {}, 0, 0
+    trials, reasons, skipped, kept, alone = {}, {}, 0, 0, set()
     planned = {cell.key: {seed: config_hash(dict(configs[cell.key], phase="evaluate", seed=seed))
                           if cell.key in configs else None for seed in ctx.spec.evaluate.seeds} for cell in cells}
     for seed in ctx.spec.evaluate.seeds:  # seed-major, so that different cells share the cluster
@@ -86,6 +90,8 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
             else:
                 trials[f"{cell.key}#{seed}"] = config
                 reasons[(cell.label, seed)] = why
+                if runs and run_status(current(runs)) in RERUN_ALONE:
+                    alone.add(f"{cell.key}#{seed}")
     states = cell_states(ctx.tracking_uri, ctx.spec.study, "evaluate") if ctx.resume else {}
     by_key = {c.key: c for c in cells}
     rerun_cells = {t.split("#")[0] for t in trials}
@@ -110,9 +116,13 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
              f"{list(ctx.spec.evaluate.seeds)}" + (f", {skipped} already recorded" if skipped else ""))
     if ctx.resume:
         ctx.say_reruns(reasons, kept)
+    if alone and ctx.spec.resources.stack > 1:
+        ctx.say(f"stage evaluate: {len(alone)} trial(s) whose last run ended {' or '.join(RERUN_ALONE)} train alone, "
+                "not stacked, so that one trial's fault cannot end the others of a stack again")
     outcomes: dict[str, list[dict[str, Any]]] = {k: [] for k in parents}
     if trials:
-        stacks = stack_trials(trials, ctx.spec.resources.stack)  # a Tune trial per stack: a cell's seeds, its variants'
+        # A Tune trial per stack: a cell's seeds, its variants'.
+        stacks = stack_trials(trials, ctx.spec.resources.stack, alone)
         budgets = {k: sum(t.startswith(f"{k}#") for t in stacks) for k in parents}
         progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
                                  ctx.ray.say_console, ctx.progress_every_s)

@@ -14,6 +14,7 @@ import contextlib
 import json
 import sys
 import traceback
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -249,15 +250,17 @@ def stack_group(config: dict[str, Any]) -> str:
     return json.dumps(shared, sort_keys=True, default=str)
 
 
-def stack_trials(trials: dict[str, dict[str, Any]], size: int) -> dict[str, dict[str, Any]]:
+def stack_trials(trials: dict[str, dict[str, Any]], size: int, alone: Collection[str] = ()
+                 ) -> dict[str, dict[str, Any]]:
     """The Tune trials of an evaluate stage's ``trials`` (``<cell>#<seed>`` -> config): the trials of each
     :func:`stack_group` in stacks of up to ``size`` in the order given, a stack as ``<first member's
-    cell>#<seed>+<seed>...`` (its members' seeds) -> ``{"stack": [keys]}``; a stack of one stays its trial's own
-    key and config."""
+    cell>#<seed>+<seed>...`` (its members' seeds) -> ``{"stack": [keys]}``; a stack of one, and each key in
+    ``alone``, stays its trial's own key and config."""
     groups: dict[str, list[str]] = {}
+    out: dict[str, dict[str, Any]] = {key: trials[key] for key in trials if key in alone}
     for key, config in trials.items():
-        groups.setdefault(stack_group(config), []).append(key)
-    out: dict[str, dict[str, Any]] = {}
+        if key not in alone:
+            groups.setdefault(stack_group(config), []).append(key)
     for keys in groups.values():
         for first in range(0, len(keys), size):
             chunk = keys[first:first + size]
