@@ -8,29 +8,40 @@ import pytest
 from fakes import record_trial
 from ndebench.platform.cli.main import main
 from ndebench.platform.record.recorder import TrialRecorder
-from ndebench.platform.report.learning import MARGIN, chance_loss, class_counts, flags, learning_check, mean_curves
+from ndebench.platform.report.learning import chance_loss, class_counts, flags, learning_check, mean_curves
 from ndebench.platform.report.render.studyfigures import curve_title
+from scipy import stats as sps
 
 STUDY = "learning"
 
 
-def _runs(losses: dict[str, list[float]], num_classes: int = 2) -> pd.DataFrame:
+def _runs(accuracies: dict[str, list[float]], num_classes: int = 2) -> pd.DataFrame:
     return pd.DataFrame([{"model": "neural_cde", "dataset": "uea/GunPoint", "regularizer": reg, "seed": seed,
-                          "status": "ok", "final_train_loss": loss, "num_classes": num_classes}
-                         for reg, values in losses.items() for seed, loss in enumerate(values)])
+                          "status": "ok", "test_accuracy": accuracy, "final_train_loss": 0.5,
+                          "num_classes": num_classes}
+                         for reg, values in accuracies.items() for seed, accuracy in enumerate(values)])
 
 
-def test_chance_is_ln_k_and_the_threshold_is_five_percent_below_it():
+def test_a_cell_learned_when_its_test_accuracy_is_shown_above_one_over_k():
     assert chance_loss(2) == math.log(2) and chance_loss(10) == math.log(10)
     with pytest.raises(ValueError, match="num_classes=1"):
         chance_loss(1)
-    edge = (1 - MARGIN) * math.log(2)
-    check = learning_check(_runs({"none": [0.3, 0.4], "below": [edge - 1e-9] * 2, "at": [edge] * 2,
-                                  "chance": [0.70, 0.68]})).set_index("regularizer")
-    assert check.loc["none", "final_train_loss"] == pytest.approx(0.35)
-    assert bool(check.loc["below", "learned"]) and not check.loc["at", "learned"]
-    assert not check.loc["chance", "learned"] and check.loc["chance", "chance"] == pytest.approx(math.log(2))
-    assert set(flags(learning_check(_runs({"none": [0.3], "at": [edge]})))) == {("neural_cde", "uea/GunPoint", "at")}
+    # Car-like: 4 classes, chance 0.25; a mean of 0.267 over 5 seeds is not shown above it, 0.40 is.
+    cells = {"none": [0.40, 0.42, 0.38, 0.41, 0.39], "near": [0.22, 0.30, 0.27, 0.25, 0.295],
+             "below": [0.233, 0.2, 0.25, 0.22, 0.26], "one": [0.26], "flat": [0.25] * 5}
+    check = learning_check(_runs(cells, num_classes=4)).set_index("regularizer")
+    assert (check["chance_accuracy"] == 0.25).all() and check.loc["none", "chance"] == pytest.approx(math.log(4))
+    for name in ("none", "near", "below"):
+        expected = sps.ttest_1samp(cells[name], 0.25, alternative="greater").pvalue
+        assert check.loc[name, "p_above_chance"] == pytest.approx(expected, rel=1e-12)
+        assert check.loc[name, "learned"] == (expected < 0.05)
+    assert check.loc["none", "learned"] and not check.loc["near", "learned"] and not check.loc["below", "learned"]
+    # One seed or no spread: no test, the mean against chance.
+    assert check.loc["one", "learned"] and math.isnan(check.loc["one", "p_above_chance"])
+    assert not check.loc["flat", "learned"] and check.loc["flat", "test_accuracy"] == pytest.approx(0.25)
+    assert set(flags(check.reset_index())) == {("neural_cde", "uea/GunPoint", r) for r in ("near", "below", "flat")}
+    assert flags(check.reset_index())[("neural_cde", "uea/GunPoint", "near")].startswith(
+        "did not learn: test accuracy 0.267 over 5 seed(s) vs chance 1/K = 0.250 (one-sided p ")
 
 
 def test_unknown_class_counts_come_from_the_registry_or_leave_the_cell_unjudged():
@@ -67,20 +78,23 @@ def test_a_report_flags_the_cell_that_did_not_learn_and_draws_its_learning_curve
     monkeypatch.chdir(tmp_path)
     for seed in range(3):
         _record(uri, "none", seed, [0.80, 0.60, 0.45, 0.38 + 0.01 * seed], 0.90 + 0.01 * seed)
-        _record(uri, "continuum_dropout", seed, [0.85, 0.74, 0.70, 0.69 - 0.01 * seed], 0.55 + 0.02 * seed)
+        _record(uri, "continuum_dropout", seed, [0.85, 0.74, 0.70, 0.69 - 0.01 * seed], 0.47 + 0.04 * seed)
     assert main(["report", "--study", STUDY, "--tracking-uri", uri]) == 0
     assert "did not learn" in capsys.readouterr().out
     folder = tmp_path / "reports" / STUDY
     table = (folder / "table.md").read_text()
     row = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
     assert "did not learn" in row["continuum_dropout"] and "did not learn" not in row["none"]
-    assert "- neural_cde / uea/GunPoint / continuum_dropout: did not learn: final train loss 0.680" in table
-    assert "not 5% below chance" in table and "did not learn" in (folder / "table.tex").read_text()
+    assert "- neural_cde / uea/GunPoint / continuum_dropout: did not learn: test accuracy 0.510 over 3" in table
+    assert "not shown above chance 1/K" in table and "did not learn" in (folder / "table.tex").read_text()
     summary = json.loads((folder / "summary.json").read_text())
-    assert [(c["regularizer"], round(c["final_train_loss"], 3)) for c in summary["did_not_learn"]] == [
-        ("continuum_dropout", 0.68)]
+    p = sps.ttest_1samp([0.47, 0.51, 0.55], 0.5, alternative="greater").pvalue
+    flagged = summary["did_not_learn"]
+    assert [(c["regularizer"], round(c["test_accuracy"], 3), c["p_above_chance"]) for c in flagged] == [
+        ("continuum_dropout", 0.51, pytest.approx(p))]
     cells = {c["regularizer"]: c for c in summary["learning"]["cells"]}
     assert cells["none"]["learned"] is True and cells["none"]["chance"] == pytest.approx(math.log(2))
+    assert cells["continuum_dropout"]["final_train_loss"] == pytest.approx(0.68)
     figure = folder / "learning_neural-cde_uea-GunPoint.png"
     assert figure.stat().st_size > 0 and figure.with_suffix(".pdf").exists()
     pdfs = sorted(folder.glob("*.pdf"))

@@ -231,6 +231,34 @@ def test_an_across_dataset_row_lands_in_its_verdict(improvements, verdict):
         assert row["power_at_paper"] > 0.99
 
 
+def test_a_row_below_its_seed_noise_floor_is_also_read_with_the_floor_as_its_se():
+    """The rule drops a row whose SE over sets is below the SE its sets' seed noise gives (a choice); the other
+    reading takes the floor as the SE: a Welch test of study minus paper on SE sqrt(floor^2 + paper SE^2) with
+    Welch-Satterthwaite df, Holm over the rows then tested, and its verdict, written beside the rule's."""
+    improvements = [-0.05 + 0.004 * k for k in (-2, -1, 0, 1, 2, -1.5, 1.5, 0)]
+    runs = _improvement_study("neural_cde", improvements)
+    across, _ = paper.compare_summary(runs, _primary(runs), dict.fromkeys(sorted(set(runs["dataset"])), 1))
+    study = np.array(improvements)
+    floor = 2 * sps.sem(study)
+    rows = agreement.across_agreement(across, {("neural_cde", "univariate"): floor}).set_index("split")
+    uni, every = rows.loc["univariate"], rows.loc["all"]
+    assert uni["study_se_missing"] and math.isnan(uni["p_difference"]) and uni["floor_se"] == floor
+    se_paper, k = 0.020, len(improvements)
+    se = math.hypot(floor, se_paper)
+    df = se**4 / (floor**4 / (k - 1) + se_paper**4 / 14)
+    t = (study.mean() - 0.098) / se
+    assert uni["p_difference_floored"] == pytest.approx(2 * sps.t.sf(abs(t), df), rel=1e-9)
+    assert math.isnan(every["floor_se"]) and every["p_difference_floored"] == every["p_difference"]
+    holm = multipletests([every["p_difference"], uni["p_difference_floored"]], method="holm")[1]
+    assert (every["p_difference_holm_floored"], uni["p_difference_holm_floored"]) == pytest.approx(tuple(holm))
+    assert uni["verdict"] == "inconclusive" and uni["verdict_floored"] == "differs"
+    powers = pd.DataFrame({"model": ["neural_cde"] * 2, "split": ["all", "univariate"], "ceiling_sets": [[], []]})
+    section = agreement.across_section(agreement.with_ceilings(rows.reset_index(), powers))
+    note = next(n for n in section.notes if n.startswith("Seed-noise floor (a choice)"))
+    assert f"neural_cde univariate: floor {floor:.4f}, p {uni['p_difference_floored']:.3g}" in note
+    assert "over the 2 rows then tested: differs (this table: inconclusive)" in note
+
+
 def test_a_study_mde_matches_statsmodels_one_sample_power():
     se, k = 0.01, 8
     d = TTestPower().solve_power(effect_size=None, nobs=k, alpha=0.05, power=0.8)

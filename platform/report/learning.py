@@ -2,12 +2,12 @@
 
 A regularizer can stop a model from learning at all (Continuum Dropout on a univariate Neural CDE, see
 docs/regularizers.md): its test metric is then a training failure, not a regularization effect. A cell is flagged when
-the mean over its ``ok`` seeds of the final epoch's training loss is not at least :data:`MARGIN` (5%) below
-the chance-level loss ``ln K`` of a K-class task (``ln 2`` for a binary one: the loss of predicting the
-uniform distribution). The check needs only each run's final metrics; the curves need each run's per-epoch
-``train_loss`` and ``val_loss`` histories, one MLflow request per run and key, so a report reads them for one
-seed per cell (:func:`curve_runs`, the lowest ``ok`` seed) of at most :data:`CURVE_PAIRS` (model, dataset)
-pairs, those with a cell that did not learn first.
+its test accuracy over its ``ok`` seeds is not shown above chance ``1/K`` of a K-class task
+(:mod:`~ndebench.platform.report.statistics.learned` states the rule). The check needs only each run's final metrics;
+the curves need each run's per-epoch ``train_loss`` and ``val_loss`` histories, one MLflow request per run and key,
+so a report reads them for one seed per cell (:func:`curve_runs`, the lowest ``ok`` seed) of at most
+:data:`CURVE_PAIRS` (model, dataset) pairs, those with a cell that did not learn first; the curves are drawn against
+the chance-level loss ``ln K``.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.common.registry import UnknownNameError
-from ndebench.platform.report.statistics.learned import FLAG, MARGIN
+from ndebench.platform.report.statistics.learned import ALPHA, FLAG
 from ndebench.platform.report.statistics.stats import CELL
+from scipy import stats as sps
 
 CURVE_KEYS = ("train_loss", "val_loss")
 CURVE_PAIRS = 50
@@ -52,38 +53,51 @@ def class_counts(runs: pd.DataFrame) -> dict[str, int]:
 
 
 def learning_check(runs: pd.DataFrame, classes: dict[str, int] | None = None) -> pd.DataFrame:
-    """Per cell of ``runs`` (columns ``model, dataset, regularizer, status, final_train_loss``): ``n`` ok runs
-    with a final training loss, their mean ``final_train_loss``, ``chance`` ``ln K``, ``threshold``
-    ``(1 - MARGIN) ln K`` and ``learned`` (mean < threshold; ``None`` where K or the losses are unknown)."""
+    """Per cell of ``runs`` (columns ``model, dataset, regularizer, status, test_accuracy``, and
+    ``final_train_loss`` where known): ``n`` ok runs with a test accuracy, their mean ``test_accuracy``,
+    ``chance_accuracy`` ``1/K``, ``p_above_chance`` (one-sided one-sample t-test of the seeds' accuracies against
+    ``1/K``; NaN with one seed or no spread), ``learned`` (the rule of
+    :mod:`~ndebench.platform.report.statistics.learned`; ``None`` where K or the accuracies are unknown), the mean
+    ``final_train_loss`` and ``chance`` ``ln K``, the loss of the uniform prediction that the curves are drawn
+    against."""
     classes = classes if classes is not None else class_counts(runs)
-    columns = [*CELL, "n", "final_train_loss", "chance", "threshold", "learned"]
-    if "final_train_loss" not in runs.columns:
+    columns = [*CELL, "n", "test_accuracy", "chance_accuracy", "p_above_chance", "learned", "final_train_loss",
+               "chance"]
+    if "test_accuracy" not in runs.columns:
         return pd.DataFrame(columns=columns)
     ok = runs[runs["status"] == "ok"]
+    losses = ok["final_train_loss"].astype(float).tolist() if "final_train_loss" in ok else [math.nan] * len(ok)
     # Plain lists, not a frame per cell: at thousands of cells pandas' per-group slicing cost seconds.
-    cells: dict[tuple[str, str, str], list[float]] = {}
-    for *key, loss in zip(*(ok[c].tolist() for c in CELL), ok["final_train_loss"].astype(float).tolist(),
-                          strict=True):
+    cells: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for *key, accuracy, loss in zip(*(ok[c].tolist() for c in CELL), ok["test_accuracy"].astype(float).tolist(),
+                                    losses, strict=True):
         if all(isinstance(part, str) for part in key):
-            cells.setdefault(tuple(key), []).append(loss)
+            cells.setdefault(tuple(key), []).append((accuracy, loss))
     rows = []
     for (model, dataset, regularizer), values in sorted(cells.items()):
-        losses = np.asarray(values, dtype=float)
-        losses = losses[~np.isnan(losses)]
+        accuracies = np.asarray([a for a, _ in values], dtype=float)
+        accuracies = accuracies[~np.isnan(accuracies)]
+        train = np.asarray([loss for _, loss in values], dtype=float)
         k = classes.get(dataset, -1)
-        chance = chance_loss(k) if k >= 2 else math.nan
-        mean = float(losses.mean()) if len(losses) else math.nan
-        known = len(losses) > 0 and math.isfinite(chance)
-        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "n": len(losses),
-                     "final_train_loss": mean, "chance": chance, "threshold": (1 - MARGIN) * chance,
-                     "learned": bool(mean < (1 - MARGIN) * chance) if known else None})
+        chance = 1 / k if k >= 2 else math.nan
+        mean = float(accuracies.mean()) if len(accuracies) else math.nan
+        p = (float(sps.ttest_1samp(accuracies, chance, alternative="greater").pvalue)
+             if len(accuracies) > 1 and np.ptp(accuracies) > 1e-9 and math.isfinite(chance) else math.nan)
+        learned = None
+        if len(accuracies) and math.isfinite(chance):
+            learned = bool(p < ALPHA) if math.isfinite(p) else bool(mean > chance)
+        rows.append({"model": model, "dataset": dataset, "regularizer": regularizer, "n": len(accuracies),
+                     "test_accuracy": mean, "chance_accuracy": chance, "p_above_chance": p, "learned": learned,
+                     "final_train_loss": float(np.nanmean(train)) if np.isfinite(train).any() else math.nan,
+                     "chance": chance_loss(k) if k >= 2 else math.nan})
     return pd.DataFrame(rows, columns=columns)
 
 
 def flags(check: pd.DataFrame) -> dict[tuple[str, str, str], str]:
     """``(model, dataset, regularizer)`` -> the flag text of every cell of :func:`learning_check` that did not learn."""
     return {(r.model, r.dataset, r.regularizer):
-            f"{FLAG}: final train loss {r.final_train_loss:.3f} vs chance ln K = {r.chance:.3f}"
+            f"{FLAG}: test accuracy {r.test_accuracy:.3f} over {r.n} seed(s) vs chance 1/K = {r.chance_accuracy:.3f}"
+            + (f" (one-sided p {r.p_above_chance:.3g})" if math.isfinite(r.p_above_chance) else "")
             for r in check.itertuples(index=False) if r.learned is False}
 
 

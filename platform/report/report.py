@@ -40,6 +40,8 @@ from ndebench.platform.report.render.tables import (
 )
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.platform.report.statistics.coverage import seed_coverage
+from ndebench.platform.report.statistics.learned import ALPHA as LEARNED_ALPHA
+from ndebench.platform.report.statistics.learned import RULE
 from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
@@ -182,8 +184,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     ``table.md`` and ``summary.json`` (``selection_audit``) set the validation-selected result beside the
     best-of-grid test mean (the optimistic oracle); otherwise ``selection_audit_skipped`` says why.
 
-    Learning (:mod:`~ndebench.platform.report.learning`): a cell whose mean final training loss (column
-    ``final_train_loss``) is not 5% below chance ``ln K`` is flagged "did not learn" in every table and listed
+    Learning (:mod:`~ndebench.platform.report.learning`): a cell whose test accuracy is not shown above chance
+    ``1/K`` (:mod:`~ndebench.platform.report.statistics.learned`) is flagged "did not learn" in every table and listed
     in ``summary.json`` (``learning``, ``did_not_learn``); with ``curves`` (per-epoch ``train_loss`` and
     ``val_loss`` of the runs, :func:`~ndebench.platform.report.learning.read_curves`) a learning-curve figure per
     (model, dataset) in them shows the mean losses per epoch of each regularizer against the chance level.
@@ -297,9 +299,10 @@ def cd_gates(runs: pd.DataFrame, primary: dict[str, str], alpha: float) -> dict[
 
 
 def _learning_json(check: pd.DataFrame) -> dict[str, Any]:
-    return {"learning": {"margin": learning.MARGIN, "cells": document.records(check)},
+    return {"learning": {"rule": RULE, "alpha": LEARNED_ALPHA, "cells": document.records(check)},
             "did_not_learn": document.records(check.loc[check["learned"].eq(False),
-                                                [*stats.CELL, "final_train_loss", "chance"]])}
+                                                [*stats.CELL, "test_accuracy", "chance_accuracy", "p_above_chance",
+                                                 "final_train_loss"]])}
 
 
 def _coverage_json(coverage: pd.DataFrame) -> dict[str, Any]:

@@ -43,7 +43,8 @@ ACROSS_COLUMNS = ["model", "split", "table", "study_n_datasets", "study_improvem
                   "study_ci_high", "paper_improvement", "paper_df", "paper_ci_low", "paper_ci_high", "difference",
                   "diff_df", "diff_ci_low", "diff_ci_high", "p_difference", "p_difference_holm", "margin", "p_tost",
                   "p_tost_holm", "study_mde", "power_at_paper", "verdict", "study_se", "paper_se", "study_se_missing",
-                  "p_difference_holm_table", "verdict_table"]
+                  "p_difference_holm_table", "verdict_table", "floor_se", "p_difference_floored",
+                  "p_difference_holm_floored", "verdict_floored"]
 CELL_COLUMNS = ["table", "model", "dataset", "regularizer", "metric", "study_mean", "paper_mean", "difference",
                 "diff_df", "diff_ci_low", "diff_ci_high", "p_difference", "p_difference_holm", "margin", "p_tost",
                 "p_tost_holm", "mde", "verdict"]
@@ -87,8 +88,10 @@ def across_agreement(across: pd.DataFrame, within: dict[tuple[str, str], float] 
     family and under the row's table alone (columns :data:`ACROSS_COLUMNS`). The study's SE counts as missing
     (``study_se_missing``) at float noise or below ``within[(model, split)]``, the SE its mean has from the sets'
     seed noise alone (:func:`~ndebench.platform.report.paper.pairing.within_se`): a spread over sets below it is
-    no estimate of the between-set spread."""
-    rows = []
+    no estimate of the between-set spread. That rule is a choice, so beside it every row is also read with the floor
+    as the SE of such a row (``floor_se``; ``p_difference_floored``, Holm over the rows then tested,
+    ``verdict_floored``): the other defensible reading, as the sets then spread no more than their seed noise."""
+    rows, floored = [], []
     for r in across.itertuples(index=False):
         study_df, paper_df = r.study_n_datasets - 1, r.paper_n_datasets - 1
         floor = (within or {}).get((r.model, r.split), math.nan)
@@ -100,6 +103,10 @@ def across_agreement(across: pd.DataFrame, within: dict[tuple[str, str], float] 
         diff = agr.welch(r.study_improvement, study_se, study_df, r.paper_improvement, r.paper_improvement_se,
                          paper_df)
         margin = MARGIN_FRACTION * abs(r.paper_improvement)
+        alternative = agr.welch(r.study_improvement, floor, study_df, r.paper_improvement, r.paper_improvement_se,
+                                paper_df) if missing and math.isfinite(floor) else diff
+        floored.append((alternative["p"], agr.tost(alternative["difference"], alternative["se"], alternative["df"],
+                                                   margin)))
         rows.append({"model": r.model, "split": r.split, "table": r.table, "study_n_datasets": r.study_n_datasets,
                      "study_improvement": r.study_improvement, "study_df": study_df, "study_ci_low": low,
                      "study_ci_high": high, "paper_improvement": r.paper_improvement, "paper_df": paper_df,
@@ -109,8 +116,15 @@ def across_agreement(across: pd.DataFrame, within: dict[tuple[str, str], float] 
                      "p_tost": agr.tost(diff["difference"], diff["se"], diff["df"], margin),
                      "study_mde": agr.mde(study_se, study_df),
                      "power_at_paper": agr.power(r.paper_improvement, study_se, study_df), "study_se": study_se,
-                     "paper_se": r.paper_improvement_se, "study_se_missing": missing})
-    return _table_family(_with_verdicts(pd.DataFrame(rows, columns=ACROSS_COLUMNS)))
+                     "paper_se": r.paper_improvement_se, "study_se_missing": missing,
+                     "floor_se": floor if missing else math.nan})
+    frame = _table_family(_with_verdicts(pd.DataFrame(rows, columns=ACROSS_COLUMNS)))
+    if floored:
+        p_diff, p_tost = (agr.holm([f[i] for f in floored]) for i in (0, 1))
+        frame["p_difference_floored"] = [f[0] for f in floored]
+        frame["p_difference_holm_floored"] = p_diff
+        frame["verdict_floored"] = [agr.verdict(d, e) for d, e in zip(p_diff, p_tost, strict=True)]
+    return frame
 
 
 def cell_margin(model: str) -> float:
@@ -275,8 +289,8 @@ def with_ceilings(across: pd.DataFrame, powers: pd.DataFrame) -> pd.DataFrame:
     ceilings = {(p.model, p.split): list(p.ceiling_sets) for p in powers.itertuples(index=False)}
     out = across.assign(ceiling_sets=[ceilings.get((r.model, r.split), []) for r in across.itertuples(index=False)])
     full = [bool(r.study_n_datasets) and len(r.ceiling_sets) == r.study_n_datasets for r in out.itertuples(index=False)]
-    return out.assign(verdict=[CEILING if f else v for f, v in zip(full, out["verdict"], strict=True)],
-                      verdict_table=[CEILING if f else v for f, v in zip(full, out["verdict_table"], strict=True)])
+    return out.assign(**{column: [CEILING if f else v for f, v in zip(full, out[column], strict=True)]
+                         for column in ("verdict", "verdict_table", "verdict_floored")})
 
 
 def _ceiling_note(across: pd.DataFrame) -> str:
@@ -299,6 +313,23 @@ def _family_note(across: pd.DataFrame) -> str:
              for r in across.itertuples(index=False) if r.verdict != r.verdict_table]
     return ("Holm family: " + ("the verdict turns on the choice for " + "; ".join(turns) + "." if turns
                                else "no verdict turns on the choice."))
+
+
+def _floor_note(across: pd.DataFrame) -> str:
+    """The rows without a test because their SE is below the seed-noise floor, read with the floor as their SE."""
+    rows = across[across["floor_se"].notna()] if len(across) else across
+    if rows.empty:
+        return ""
+    tested = int(across["p_difference_floored"].notna().sum())
+    read = [f"{r.model} {r.split}: floor {r.floor_se:.4f}, p {_p(r.p_difference_floored)}, Holm "
+            f"{_p(r.p_difference_holm_floored)} over the {tested} rows then tested: {r.verdict_floored}"
+            + (f" (this table: {r.verdict})" if r.verdict_floored != r.verdict else " (the same verdict)")
+            for r in rows.itertuples(index=False)]
+    changed = [f"{r.model} {r.split}" for r in across.itertuples(index=False)
+               if math.isnan(r.floor_se) and r.verdict_floored != r.verdict]
+    return ("Seed-noise floor (a choice): a row whose SE over sets is below the SE its sets' seed noise alone gives "
+            "gets no test here; read instead with that floor as its SE, " + "; ".join(read) + "."
+            + (f" The larger Holm family also changes {', '.join(changed)}." if changed else ""))
 
 
 def verdict_counts(across: pd.DataFrame) -> str:
@@ -336,7 +367,8 @@ def across_section(across: pd.DataFrame, title: str = "Agreement with the paper 
         "the paper's improvement were true. A study SE at float noise or below the SE its mean has from the sets' "
         "seed noise alone is no estimate of the spread over sets and counts as missing (no interval, no test). "
         + FAMILY_TEXT,
-        notes=[agr.RULE, MARGIN_TEXT, _family_note(across), verdict_counts(across), _ceiling_note(across)]
+        notes=[n for n in (agr.RULE, MARGIN_TEXT, _family_note(across), _floor_note(across), verdict_counts(across),
+                           _ceiling_note(across)) if n]
         + ([f"The study's intervals use t quantiles {quantiles}: with few sets the interval is that many standard "
             "errors wide on each side."] if quantiles else []) + (extra or []),
         flag_legend="differs from the paper")

@@ -26,7 +26,7 @@ from ndebench.platform.report.render import latex as tex
 from ndebench.platform.report.render.format import DIGITS, fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
-from ndebench.platform.report.statistics.learned import FLAG, MARGIN
+from ndebench.platform.report.statistics.learned import FLAG, RULE
 from ndebench.regularizers.none import BASELINE
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
@@ -190,12 +190,11 @@ def tests_title(table: Table) -> str:
 def _flag_sentence(table: Table) -> str:
     if not table.flagged:
         return ""
-    return (f" \"{FLAG}\": the mean final training loss over the seeds is not {MARGIN:.0%} below chance (ln K for"
-            " K classes), so the cell shows a training failure, not a regularization effect.")
+    return f" \"{FLAG}\": {RULE}, so the cell shows a training failure, not a regularization effect."
 
 
 def flagged_lines(table: Table) -> list[str]:
-    """One Markdown line per cell of ``table`` that did not learn, with its training loss and chance level."""
+    """One Markdown line per cell of ``table`` that did not learn, with its test accuracy and chance level."""
     if not table.flagged:
         return []
     return ["## Cells that did not learn", ""] + [f"- {md_escape(' / '.join(k))}: {why}"
