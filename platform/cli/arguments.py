@@ -258,6 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
     rates.add_argument("--paths", type=int, default=3, help="with --plot: sample paths per (p, m) (default 3)")
     rates.add_argument("--seed", type=int, default=0, help="with --plot: random seed (default 0)")
 
+    page = sub.add_parser(
+        "page", help="render a Markdown page (the claims page) from its template and the reports it quotes",
+        description="Render TEMPLATE (Jinja2) into OUT: every figure an expression on the committed files it reads "
+                    "(report('folder') -> its summary.json, config('file.yaml'), paper: the paper's data; filters "
+                    "one, where, f, d3, s3, g3; docs/reports.md, 'The claims page'). With --check, write nothing: "
+                    "exit 1 and print the difference when OUT is not what TEMPLATE renders.")
+    page.add_argument("template", help="the page's template, e.g. docs/reproduction/README.md.j2")
+    page.add_argument("--out", help="the page (default: TEMPLATE without its .j2 suffix)")
+    page.add_argument("--check", action="store_true", help="compare OUT with the rendering instead of writing it")
+
     datasets = sub.add_parser("datasets", help="which datasets are available locally; validate a dataset's files; "
                               "import the archive sets installed packages ship",
                               description="'list': every dataset, whether its files are present, its shape. "

@@ -229,6 +229,25 @@ def _plot_rates(args: argparse.Namespace) -> None:
     print(f"sample paths written to {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
 
 
+def cmd_page(args: argparse.Namespace) -> int:
+    from ndebench.platform.report.render.page import page_diff, render_page
+
+    template = Path(args.template)
+    if not template.is_file():
+        raise ValueError(f"{template}: no such template")
+    out = Path(args.out) if args.out else template.with_suffix("") if template.suffix == ".j2" else None
+    if out is None:
+        raise ValueError(f"{template}: name the page with --out (the template has no .j2 suffix to drop)")
+    rendered = render_page(template)
+    if args.check:
+        diff = page_diff(out, rendered)
+        print(diff or f"{out} is what {template} renders")
+        return 1 if diff else 0
+    out.write_text(rendered)
+    print(f"wrote {out} from {template}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "models":
         from ndebench.models.registry import list_models, model_info
@@ -381,7 +400,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "validate": cmd_validate, "report": cmd_report, "reevaluate": cmd_reevaluate,
             "ui": cmd_ui, "server": cmd_server, "grant": cmd_grant, "rates": cmd_rates, "datasets": cmd_datasets,
-            "bench": cmd_bench, "list": cmd_list, "configs": cmd_configs, "verify": cmd_verify}
+            "bench": cmd_bench, "list": cmd_list, "configs": cmd_configs, "verify": cmd_verify, "page": cmd_page}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
