@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from ndebench.platform import api
+from ndebench.platform.cli.main import main
+from ndebench.platform.report.render.page import render_page
 from ndebench.platform.report.statistics.agreement import ALPHA, at_most
 from ndebench.platform.spec.plan import plan_stages, sweep_cells
 
@@ -207,3 +209,43 @@ def test_each_key_figure_is_its_summary_json_field(where, around, field, fmt):
     format: a changed digit, a changed sign or a number from another field fails here."""
     value = _fields()[field]
     assert around.format(format(value, fmt)) in _pinned_text(where), (field, format(value, fmt))
+
+
+# --- the page is rendered from its template (docs/reproduction/README.md.j2 and claims/*.md.j2) ---
+
+TEMPLATE = FOLDER / "README.md.j2"
+RULE_CONSTANTS = {"0.05", "0.975", "1.000"}
+"""Numbers of the rules the page states, not results: the significance level, the t quantile's level, full accuracy."""
+EXPRESSIONS = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.S)
+
+
+def test_the_committed_claims_page_is_what_its_template_renders():
+    rendered = render_page(TEMPLATE)
+    assert rendered == (FOLDER / "README.md").read_text(), "run `ndebench page docs/reproduction/README.md.j2`"
+
+
+@pytest.mark.parametrize("template", sorted(p.name for p in (FOLDER / "claims").glob("*.md.j2")) + ["README.md.j2"])
+def test_the_templates_prose_quotes_no_figure(template):
+    """Every decimal and every "N of M" count on the page is an expression on its source, none written in the prose
+    (the paper's section numbers and the rules' constants aside)."""
+    path = FOLDER / ("claims" if template != "README.md.j2" else "") / template
+    prose = _quoted(re.sub(r"Section \d+\.\d+", " ", EXPRESSIONS.sub(" ", path.read_text())))
+    left = [n for n in DECIMAL.findall(prose) if n not in RULE_CONSTANTS] + COUNT.findall(prose)
+    assert not left, f"{template}: figures written in the prose: {left}"
+
+
+@pytest.mark.parametrize(("figure", "changed"), [
+    ("+0.072 ± 0.012 over all 30", "+0.073 ± 0.012 over all 30"),   # the paper's Table 9
+    ("+0.098 ± 0.020 (15 sets)", "+0.098 ± 0.021 (15 sets)"),        # the paper's Table 10
+    ("study minus paper -0.144", "study minus paper -0.145"),
+    ("p = 0.00127", "p = 0.00128"),
+    ("540 of\n540 evaluate runs ok", "540 of\n541 evaluate runs ok"),
+])
+def test_a_figure_changed_by_one_in_its_last_digit_fails_the_check(tmp_path, figure, changed):
+    page = (FOLDER / "README.md").read_text()
+    assert page.count(figure) == 1
+    mutated = tmp_path / "README.md"
+    mutated.write_text(page.replace(figure, changed))
+    assert main(["page", str(TEMPLATE), "--out", str(mutated), "--check"]) == 1
+    mutated.write_text(page)
+    assert main(["page", str(TEMPLATE), "--out", str(mutated), "--check"]) == 0

@@ -206,7 +206,9 @@ def cmd_rates(args: argparse.Namespace) -> int:
         "asymptotic_lambda1": approx.lambda1, "asymptotic_lambda2": approx.lambda2,
     }
     if args.plot:
-        _plot_rates(args)
+        from ndebench.platform.report.render.trajectories import plot_rate_paths
+
+        plot_rate_paths(args)
     if args.json:
         print(json.dumps(result))
     else:
@@ -217,35 +219,12 @@ def cmd_rates(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plot_rates(args: argparse.Namespace) -> None:
-    from ndebench.platform.report.render.trajectories import parse_floats, trajectory_figure
-
-    if args.paths < 1:
-        raise ValueError(f"--paths {args.paths} must be >= 1")
-    ps = parse_floats(args.plot_p, "--plot-p") if args.plot_p else [args.p]
-    ms = parse_floats(args.plot_m, "--plot-m") if args.plot_m else [args.m]
-    written = trajectory_figure([(p, m) for p in ps for m in ms], Path(args.plot), args.T, n_paths=args.paths,
-                                seed=args.seed)
-    print(f"sample paths written to {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
-
-
 def cmd_page(args: argparse.Namespace) -> int:
-    from ndebench.platform.report.render.page import page_diff, render_page
+    from ndebench.platform.report.render.page import write_page
 
-    template = Path(args.template)
-    if not template.is_file():
-        raise ValueError(f"{template}: no such template")
-    out = Path(args.out) if args.out else template.with_suffix("") if template.suffix == ".j2" else None
-    if out is None:
-        raise ValueError(f"{template}: name the page with --out (the template has no .j2 suffix to drop)")
-    rendered = render_page(template)
-    if args.check:
-        diff = page_diff(out, rendered)
-        print(diff or f"{out} is what {template} renders")
-        return 1 if diff else 0
-    out.write_text(rendered)
-    print(f"wrote {out} from {template}")
-    return 0
+    code, message = write_page(Path(args.template), Path(args.out) if args.out else None, check=args.check)
+    print(message)
+    return code
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -100,3 +100,19 @@ def page_diff(page: Path, rendered: str) -> str:
     current = page.read_text() if page.exists() else ""
     return "".join(difflib.unified_diff(current.splitlines(keepends=True), rendered.splitlines(keepends=True),
                                         f"{page} (committed)", f"{page} (rendered)"))
+
+
+def write_page(template: Path, out: Path | None = None, *, check: bool = False) -> tuple[int, str]:
+    """Render ``template`` into ``out`` (default: ``template`` without its ``.j2`` suffix), or with ``check`` compare
+    instead: ``(0, what was done)``, or ``(1, the diff)`` when the committed page is not the rendering."""
+    if not template.is_file():
+        raise ValueError(f"{template}: no such template")
+    if out is None and template.suffix != ".j2":
+        raise ValueError(f"{template}: name the page with --out (the template has no .j2 suffix to drop)")
+    out = out or template.with_suffix("")
+    rendered = render_page(template)
+    if check:
+        diff = page_diff(out, rendered)
+        return (1, diff) if diff else (0, f"{out} is what {template} renders")
+    out.write_text(rendered)
+    return 0, f"wrote {out} from {template}"

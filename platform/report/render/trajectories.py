@@ -8,8 +8,10 @@ undropped ``cos(omega t)`` while active and stays flat while dropped.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -83,3 +85,17 @@ def trajectory_figure(pairs: list[tuple[float, float]], path: Path, T: float = 1
     if path.suffix.lower() == ".pdf":
         return [save_pdf(fig, path, bbox_inches="tight")]
     return save_figure(fig, path)
+
+
+def plot_rate_paths(args: Any) -> list[Path]:
+    """``ndebench rates --plot FILE``: :func:`trajectory_figure` of every (p, m) of ``--plot-p`` x ``--plot-m``
+    (default ``--p`` and ``--m``), ``--paths`` paths each over ``[0, --T]``; says where it wrote them (on stderr
+    under ``--json``)."""
+    if args.paths < 1:
+        raise ValueError(f"--paths {args.paths} must be >= 1")
+    ps = parse_floats(args.plot_p, "--plot-p") if args.plot_p else [args.p]
+    ms = parse_floats(args.plot_m, "--plot-m") if args.plot_m else [args.m]
+    written = trajectory_figure([(p, m) for p in ps for m in ms], Path(args.plot), args.T, n_paths=args.paths,
+                                seed=args.seed)
+    print(f"sample paths written to {', '.join(map(str, written))}", file=sys.stderr if args.json else sys.stdout)
+    return written
