@@ -12,6 +12,7 @@ ROWS = [{"model": "neural_cde", "split": "all", "p": 0.00127}, {"model": "neural
 def _folder(tmp_path, template: str):
     (tmp_path / "report" / "s").mkdir(parents=True)
     (tmp_path / "report" / "s" / "summary.json").write_text(json.dumps({"rows": ROWS, "n": 9}))
+    (tmp_path / "report" / "s" / "methods.json").write_text(json.dumps({"focus": "continuum_dropout"}))
     (tmp_path / "study.yaml").write_text("evaluate: {seeds: [0, 1, 2, 3, 4]}\n")
     (tmp_path / "report" / "s" / "tests.md").write_text(
         "# Tests\n\nintro\n\n## Against none\n\n| dataset | p |\n|---|---|\n| ArrowHead | 0.0413 |\n"
@@ -34,8 +35,10 @@ def test_a_page_quotes_its_sources_through_filters(tmp_path):
                                  ", {{ s.n }} sets, {{ config('study.yaml').evaluate.seeds | length }} seeds, "
                                  "{{ 0.0123 | s3 }} {{ -0.5 | d3 }} {{ 1234.5 | f(',.0f') }}; Table "
                                  "{{ (paper.summary | one(model='neural_cde', split='all')).table }}; Car "
-                                 "{{ (table('report/s/tests.md', 'Against none') | one(dataset='Car')).p }}\n")
-    assert render_page(template) == "p = 0.00127, 9 sets, 5 seeds, +0.012 -0.500 1,234; Table 9; Car 0.25\n"
+                                 "{{ (table('report/s/tests.md', 'Against none') | one(dataset='Car')).p }}; "
+                                 "{{ report('report/s', 'methods.json').focus }}\n")
+    assert render_page(template) == ("p = 0.00127, 9 sets, 5 seeds, +0.012 -0.500 1,234; Table 9; Car 0.25; "
+                                     "continuum_dropout\n")
 
 
 @pytest.mark.parametrize(("template", "message"), [

@@ -5,7 +5,7 @@ source: the template's prose holds no number; each figure is an expression on wh
 is rendered, and formatted by a filter. In a template:
 
 - ``report(folder)``: the ``summary.json`` of a report folder (relative to the template's folder) as nested dicts and
-  lists; ``table(path, title)``: the rows of the Markdown table under the heading ``title`` of a committed report file
+  lists (``report(folder, "methods.json")``: another JSON file of the report); ``table(path, title)``: the rows of the Markdown table under the heading ``title`` of a committed report file
   (``architectures.md``), each a dict of its cells' text; ``config(path)``: a sweep config (YAML); ``paper``: the
   paper's data (``paper.summary``, ``paper.cells``, ``paper.datasets``: lists of rows,
   :mod:`~ndebench.platform.report.paper.data`);
@@ -76,7 +76,7 @@ def _environment(folder: Path) -> jinja2.Environment:
     env.filters.update(one=one, where=where, f=_format, d3=partial(_format, spec=".3f"),
                        s3=partial(_format, spec="+.3f"), g3=partial(_format, spec=".3g"))
     env.globals.update(
-        report=lambda name: json.loads((folder / name / "summary.json").read_text()),
+        report=lambda name, file="summary.json": json.loads((folder / name / file).read_text()),
         config=lambda name: yaml.safe_load((folder / name).read_text()),
         table=lambda name, title: markdown_rows((folder / name).read_text(), title),
         paper={"summary": paper_summary().to_dict("records"), "cells": paper_cells().to_dict("records"),
