@@ -43,7 +43,7 @@ from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.platform.worker.stackexact import rounds_alone
 from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
-from ndebench.platform.worker.stacklayers import stack_layers, stackable
+from ndebench.platform.worker.stacklayers import members_rows, stack_layers, stackable
 from ndebench.regularizers.base import PassSpec, Regularizer
 from torch import nn
 
@@ -200,7 +200,8 @@ class Stack:
         predictions: list[list[tuple[Prediction, torch.Tensor]]] = [[] for _ in members]
         for batches in zip(*feeds, strict=True):
             z = self.latent(members, cat_inputs([repeat_batch(inputs, n) for inputs, _ in batches]), rngs)
-            for mine, m, zk, (_, targets) in zip(predictions, members, z.chunk(len(members)), batches, strict=True):
+            for mine, m, zk, (_, targets) in zip(predictions, members, members_rows(z, len(members)), batches,
+                                                 strict=True):
                 mine.append((m.built.model.predict_from(zk.view(n, targets.shape[0], -1)), targets))
         return [score(m.built.model, mine, top5=m.built.top5) for m, mine in zip(members, predictions, strict=True)]
 
@@ -240,7 +241,7 @@ def _train_epoch(stack: Stack, members: list[Member]) -> dict[int, float | None]
             break
         z = stack.latent(alive, cat_inputs([b[0] for b in batches]))
         terms = []
-        for m, zk, (_, targets) in zip(alive, z.chunk(len(alive)), batches, strict=True):
+        for m, zk, (_, targets) in zip(alive, members_rows(z, len(alive)), batches, strict=True):
             m.training.optimizer.zero_grad(set_to_none=True)
             with m.own_generator():
                 logits = m.built.model.head(zk)

@@ -19,6 +19,13 @@ from torch import nn
 Leaf = Callable[[str], "torch.Tensor | None"]
 
 
+def members_rows(x: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """The K members' row blocks of ``x`` ``(K * B, ...)``, each in its own allocation: a view at another offset
+    can take another matrix kernel (alignment) and round otherwise than the member's tensor alone (measured: the
+    second member of a Neural ODE stack, 3e-5 relative in the validation NLL after one epoch)."""
+    return [rows.clone() for rows in x.chunk(k)]
+
+
 def _batched(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Member k's rows of ``x`` ``(K * B, ..., in)`` times ``weight[k]`` ``(in, out)`` plus ``bias[k]`` ``(1, out)``."""
     rows = x.reshape(weight.shape[0], -1, x.shape[-1])
@@ -58,7 +65,7 @@ class StackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.exact:
             return torch.cat([F.linear(rows, layer.weight, layer.bias)
-                              for rows, layer in zip(x.chunk(len(self.layers)), self.layers, strict=True)])
+                              for rows, layer in zip(members_rows(x, len(self.layers)), self.layers, strict=True)])
         assert self.weight is not None and self.bias is not None, "gather() or use() before forward"
         return _batched(x, self.weight, self.bias)
 
@@ -66,7 +73,7 @@ class StackedLinear(nn.Module):
         """``W_k @ y_b`` for each row ``b`` of member k: ``y`` ``(K * B, in, n)`` -> ``(K * B, out, n)``."""
         if self.exact:
             return torch.cat([layer.weight @ rows
-                              for rows, layer in zip(y.chunk(len(self.layers)), self.layers, strict=True)])
+                              for rows, layer in zip(members_rows(y, len(self.layers)), self.layers, strict=True)])
         assert self.weight is not None, "gather() or use() before forward"
         k = self.weight.shape[0]
         own = self.weight.transpose(1, 2).unsqueeze(1)  # (K, 1, out, in)
@@ -103,8 +110,8 @@ class StackedGRUCell(nn.Module):
 
     def forward(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         if self.exact:
-            return torch.cat([layer(xk, hk) for xk, hk, layer in zip(x.chunk(len(self.layers)),
-                                                                     h.chunk(len(self.layers)), self.layers,
+            return torch.cat([layer(xk, hk) for xk, hk, layer in zip(members_rows(x, len(self.layers)),
+                                                                     members_rows(h, len(self.layers)), self.layers,
                                                                      strict=True)])
         w_ih, b_ih, w_hh, b_hh = self.weights
         i_r, i_z, i_n = _batched(x, w_ih, b_ih).chunk(3, dim=-1)

@@ -5,10 +5,10 @@ source: the template's prose holds no number; each figure is an expression on wh
 is rendered, and formatted by a filter. In a template:
 
 - ``report(folder)``: the ``summary.json`` of a report folder (relative to the template's folder) as nested dicts and
-  lists (``report(folder, "methods.json")``: another JSON file of the report); ``table(path, title)``: the rows of the Markdown table under the heading ``title`` of a committed report file
-  (``architectures.md``), each a dict of its cells' text; ``config(path)``: a sweep config (YAML); ``paper``: the
-  paper's data (``paper.summary``, ``paper.cells``, ``paper.datasets``: lists of rows,
-  :mod:`~ndebench.platform.report.paper.data`);
+  lists (``report(folder, "methods.json")``: another JSON file of the report); ``table(path, title)``: the rows of
+  the Markdown table under the heading ``title`` of a committed report file (``architectures.md``), each a dict of
+  its cells' text; ``config(path)``: a sweep config (YAML); ``paper``: the paper's data (``paper.summary``,
+  ``paper.cells``, ``paper.datasets``: lists of rows, :mod:`~ndebench.platform.report.paper.data`);
 - ``rows | one(key=value, ...)``: the one row (dict) of a list with these values, an error when none or several
   match; ``rows | where(key=value, ...)``: all of them;
 - ``x | f(".3f")``: ``format(x, spec)``; shortcuts ``x | d3`` (``.3f``), ``x | s3`` (``+.3f``), ``x | g3`` (``.3g``).
