@@ -2,12 +2,13 @@
 
 Every decimal number they quote must be written, at the same precision, in a committed report file of the larger
 reproduction (``report/reproduction_large``: ``table.md``, ``summary.json``, ``paper_comparison.md``,
-``selection_audit.md``) or of the hidden-size run (``report/reproduction_hidden_sizes``:
-``table.md``, ``architectures.md``, ``summary.json``), or, for the design and the measured wall time, in a committed
-config of docs/reproduction/; every "N of M" count must be written as such in one of them. Numbers in the pages'
-code blocks and links are not quotes. The configs validate and plan the trials their headers state, both runs'
-reports are committed whole (every evaluate run ``ok``), and the verdicts the page gives are the ones
-paper_comparison.md computes.
+``selection_audit.md``), of the hidden-size run (``report/reproduction_hidden_sizes``: ``table.md``,
+``architectures.md``, ``summary.json``) or of the regularizer benchmark (``report/benchmark_regularizers``:
+``methods.md``, ``table.md``), or, for the design and the measured wall time, in a committed config of
+docs/reproduction/; every "N of M" count must be written as such in one of them. Numbers in the pages' code blocks
+and links are not quotes. The configs validate and plan the trials their headers state, the runs' reports are
+committed whole (every evaluate run ``ok``), and the verdicts the page gives are the ones paper_comparison.md
+computes. The page is what its template renders, and the template's prose quotes no figure.
 """
 import json
 import re
@@ -26,7 +27,9 @@ REPORT = FOLDER / "report" / "reproduction_large"
 REPORT_FILES = ["table.md", "summary.json", "paper_comparison.md", "selection_audit.md"]
 HIDDEN = FOLDER / "report" / "reproduction_hidden_sizes"
 HIDDEN_FILES = ["table.md", "architectures.md"]
-CONFIGS = ["reproduction.yaml", "hidden_sizes.yaml", "reproduction_large.yaml"]
+BENCHMARK = FOLDER / "report" / "benchmark_regularizers"
+BENCHMARK_FILES = ["methods.md", "table.md"]
+CONFIGS = ["reproduction.yaml", "hidden_sizes.yaml", "reproduction_large.yaml", "benchmark.yaml"]
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
 COUNT = re.compile(r"\b(\d+) of (\d+)\b")
 CODE = re.compile(r"```.*?```|`[^`]*`|\]\([^)]*\)", re.S)
@@ -36,6 +39,7 @@ def _sources() -> tuple[str, list[float]]:
     """The committed files' text, and the per-cell t-test p-values that only ``summary.json`` writes out."""
     text = "\n".join((REPORT / name).read_text() for name in REPORT_FILES if name.endswith(".md"))
     text += "\n".join((HIDDEN / name).read_text() for name in HIDDEN_FILES)
+    text += "\n".join((BENCHMARK / name).read_text() for name in BENCHMARK_FILES)
     text += "\n".join((FOLDER / name).read_text() for name in CONFIGS)
     summaries = [json.loads((folder / "summary.json").read_text()) for folder in (REPORT, HIDDEN)]
     return text, [float(c["p"]) for summary in summaries for table in summary["tables"] for c in table["comparisons"]
@@ -214,8 +218,9 @@ def test_each_key_figure_is_its_summary_json_field(where, around, field, fmt):
 # --- the page is rendered from its template (docs/reproduction/README.md.j2 and claims/*.md.j2) ---
 
 TEMPLATE = FOLDER / "README.md.j2"
-RULE_CONSTANTS = {"0.05", "0.975", "1.000"}
-"""Numbers of the rules the page states, not results: the significance level, the t quantile's level, full accuracy."""
+RULE_CONSTANTS = {"0.05", "0.95", "0.975", "1.000"}
+"""Numbers of the rules the page states, not results: the significance level, the Bayesian decision level, the t
+quantile's level, full accuracy."""
 EXPRESSIONS = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.S)
 
 
@@ -249,3 +254,18 @@ def test_a_figure_changed_by_one_in_its_last_digit_fails_the_check(tmp_path, fig
     assert main(["page", str(TEMPLATE), "--out", str(mutated), "--check"]) == 1
     mutated.write_text(page)
     assert main(["page", str(TEMPLATE), "--out", str(mutated), "--check"]) == 0
+
+
+def test_the_benchmark_plans_what_its_header_says_and_its_report_is_committed_whole():
+    config = FOLDER / "benchmark.yaml"
+    spec = api.load(config)
+    base, tune = plan_stages(spec)
+    planned = len(sweep_cells(spec)) * len(spec.evaluate.seeds)
+    assert (base.trials, tune.trials, planned) == (36, 522, 360)
+    header = config.read_text()
+    assert "= 36 (" in header and "= 522;" in header and "= 360 runs" in header
+    assert f"{planned} of {planned} evaluate runs ok" in header
+    results = (BENCHMARK / "results.csv").read_text().splitlines()
+    assert len(results) == planned + 1 and all(",ok," in line for line in results[1:])
+    methods = json.loads((BENCHMARK / "methods.json").read_text())["models"]["neural_ode"]
+    assert sorted(methods["methods"]) == sorted(spec.regularizers) and len(methods["datasets"]) == 9

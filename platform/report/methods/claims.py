@@ -50,7 +50,7 @@ def superiority(c: ModelComparison) -> Claim | None:
     undecided = sorted(o for o, d in decisions.items() if d == "no decision")
     verdict = "fails" if contradicted else "inconclusive" if undecided else "holds"
     better = sorted(o for o, d in decisions.items() if d == "better")
-    found = (f"decided better than {len(better)} of {len(decisions)} ({', '.join(better) or 'none'})"
+    found = (f"decided better than {len(better)} of {len(decisions)} ({', '.join(better) or 'no method'})"
              + (f"; equivalent or worse than {', '.join(contradicted)}" if contradicted else "")
              + (f"; no decision against {', '.join(undecided)}" if undecided else ""))
     return Claim(f"{FOCUS} is better than every baseline", "best mean on all 4 sets of Table 2", found,
