@@ -11,6 +11,7 @@ import yaml
 from ndebench.platform.cli.main import main
 from ndebench.platform.engine import evaluatestage
 from ndebench.platform.record.deletions import check_not_deleted, deleted_error
+from ndebench.platform.record.lease.fence import LeaseLostError
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.tracking import cell_run, client, finish_cell, search, study_run
 
@@ -61,6 +62,18 @@ def test_a_write_that_meets_a_deleted_run_names_it(uri):
         finish_cell(uri, cell, "done")
     assert f"its cell run (neural_cde__synthetic__none) {cell} is deleted" in str(deleted_error(caught.value, uri, "w"))
     assert deleted_error(ValueError("bad lr"), uri, "w") is None
+
+
+def test_a_lost_lease_from_a_deleted_experiment_is_named_as_the_deleted_experiment(uri):
+    """The lease's watcher may meet the deletion before a write does (its lease runs then read as deleted): the
+    error names the experiment, as the write's would, not the lease; a lease lost otherwise stays what it is."""
+    study_run(uri, "race", description="", params={}, yaml_text=None)
+    lost = LeaseLostError("this driver lost its lease of study 'race' (epoch 1): its lease run x was deleted")
+    assert deleted_error(lost, uri, "race") is None
+    experiment_id = client(uri).get_experiment_by_name("race").experiment_id
+    client(uri).delete_experiment(experiment_id)
+    assert str(deleted_error(lost, uri, "race")).startswith(
+        f"study 'race': its MLflow experiment (id {experiment_id}) is deleted in {uri}; restore it")
 
 
 def _deleting(monkeypatch, delete) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ndebench.platform.failures.diskfull import exception_chain
+from ndebench.platform.record.lease.fence import LeaseLostError
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.store import client
 from ndebench.platform.record.tracking import search
@@ -65,12 +66,15 @@ def deleted_error(exc: BaseException, uri: str, study: str) -> DeletedError | No
         if isinstance(error, DeletedError):
             return error
         found = NOT_ACTIVE.search(str(error))
-        if found is None:
+        # The lease's watcher can meet a deleted experiment first: its lease runs read as deleted.
+        if found is None and not isinstance(error, LeaseLostError):
             continue
         mlflow_client = client(uri)
         experiment = mlflow_client.get_experiment_by_name(study)
         if experiment is not None and experiment.lifecycle_stage == "deleted":
             return _experiment_deleted(uri, study, experiment.experiment_id)
+        if found is None:
+            continue
         kind, name = found.groups()
         if kind == "experiment":
             return _experiment_deleted(uri, study, name)
