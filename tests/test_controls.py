@@ -61,13 +61,14 @@ def test_without_a_control_the_report_says_why_the_sde_difference_mixes_two_effe
 
 
 def test_a_report_computes_the_selection_audit_and_the_mc_control_once(tmp_path, monkeypatch):
-    """``ndebench report`` shows the selection audit and the MC control in table.md, summary.json, their own files and
-    report.html: each is computed once per report and handed to every file that shows it."""
+    """``ndebench report`` shows the selection audit, the MC control and the check of which cells learned in table.md,
+    summary.json, their own files and report.html: each is computed once per report and handed to every file that
+    shows it."""
     from collections import Counter
 
     from ndebench.platform import api
     from ndebench.platform.record import synthetic
-    from ndebench.platform.report import audit, controls
+    from ndebench.platform.report import audit, controls, learning
 
     calls: Counter[str] = Counter()
 
@@ -77,10 +78,10 @@ def test_a_report_computes_the_selection_audit_and_the_mc_control_once(tmp_path,
             return real(*args, **kwargs)
         return counted
 
-    for module, name in ((audit, "selection_audit"), (controls, "control_comparisons")):
+    for module, name in ((audit, "selection_audit"), (controls, "control_comparisons"), (learning, "learning_check")):
         monkeypatch.setattr(module, name, counting(name, getattr(module, name)))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     synthetic.write_study(uri, "syn", 10)
     written = api.report_study("syn", uri, tmp_path / "reports", figures="none")
     assert {p.name for p in written.paths} >= {"table.md", "summary.json", "report.html"}
-    assert calls == {"selection_audit": 1, "control_comparisons": 1}
+    assert calls == {"selection_audit": 1, "control_comparisons": 1, "learning_check": 1}

@@ -75,9 +75,10 @@ def learning_check(runs: pd.DataFrame, classes: dict[str, int] | None = None) ->
             cells.setdefault(tuple(key), []).append((accuracy, loss))
     rows = []
     for (model, dataset, regularizer), values in sorted(cells.items()):
+        # Sorted, so that the sums and the p-value do not depend on the order the runs were read in.
         accuracies = np.asarray([a for a, _ in values], dtype=float)
-        accuracies = accuracies[~np.isnan(accuracies)]
-        train = np.asarray([loss for _, loss in values], dtype=float)
+        accuracies = np.sort(accuracies[~np.isnan(accuracies)])
+        train = np.sort(np.asarray([loss for _, loss in values], dtype=float))
         k = classes.get(dataset, -1)
         chance = 1 / k if k >= 2 else math.nan
         mean = float(accuracies.mean()) if len(accuracies) else math.nan

@@ -161,7 +161,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                  left_out: list[dict[str, Any]] | None = None, figures: str = "auto",
                  paper: bool = False, protocol: dict[str, str] | None = None,
                  changed: list[dict[str, Any]] | None = None, fingerprint: str | None = None,
-                 failed: Mapping[str, str] | None = None) -> ReportFiles:
+                 failed: Mapping[str, str] | None = None, check: pd.DataFrame | None = None) -> ReportFiles:
     """Write the report of ``study`` into ``out_dir/<study>/`` and return the paths; rows are named by each
     run's ``label`` (:func:`~ndebench.platform.report.render.tables.table_rows`).
 
@@ -244,11 +244,11 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     everything = pd.concat([runs, pending], ignore_index=True)
     # Each analysis once: the files below, report.html and the analyses' own files show these objects.
-    tables = study_tables(runs, primary, test, alpha, correction, coverage)
+    check = learning.learning_check(runs) if check is None else check
+    tables = study_tables(runs, primary, test, alpha, correction, coverage, check)
     across = stats.compare_across_datasets(runs, primary, alpha=alpha)
     gates = cd_gates(runs, primary, alpha)
     mode, figure_note = figure_mode(figures, pair_count(runs))
-    check = learning.learning_check(runs)
     selection = audit.selection_audit(with_primary_metrics(cells, metric)[0], primary)
     control = controls.control_comparisons(runs, primary, test, alpha)
     compared, compared_json = paper_comparison(runs, primary, test=test) if paper else ([], {})
@@ -280,10 +280,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
 
 
 def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
-                 correction: str = "none", coverage: pd.DataFrame | None = None) -> list[Table]:
+                 correction: str = "none", coverage: pd.DataFrame | None = None,
+                 check: pd.DataFrame | None = None) -> list[Table]:
     """The tables of a report: the primary metric, then NLL and ECE where reported and not primary; cells
-    that did not learn (:func:`~ndebench.platform.report.learning.learning_check`) are flagged in each."""
-    flagged = learning.flags(learning.learning_check(runs))
+    that did not learn (``check``, else :func:`~ndebench.platform.report.learning.learning_check` of ``runs``)
+    are flagged in each."""
+    flagged = learning.flags(learning.learning_check(runs) if check is None else check)
     tables = [Table.build(runs, primary, "primary", test, alpha, correction, coverage, flagged)]
     for extra in ("test_nll", "test_ece"):
         if _reported(runs, extra) and extra not in set(primary.values()):

@@ -22,9 +22,10 @@ from ndebench.platform.record.runs import runs_frame, study_frame
 from ndebench.platform.record.schema import TAG
 from ndebench.platform.record.summaries import TIME_METRICS
 from ndebench.platform.record.tracking import search
+from ndebench.platform.report import learning
 from ndebench.platform.report.analyses import write_analyses
 from ndebench.platform.report.integrity import integrity_warning, report_check
-from ndebench.platform.report.learning import curve_runs, learning_check, read_curves
+from ndebench.platform.report.learning import curve_runs, read_curves
 from ndebench.platform.report.render.drawing import figure_mode, pair_count
 from ndebench.platform.report.render.tables import table_rows
 from ndebench.platform.report.report import ReportFiles, build_report, format_console_table
@@ -101,7 +102,8 @@ class Report:
 class StudyRecord:
     """What a report reads from the tracking store beside the study frame: the ``planned_seeds``, the mean learning
     ``curves`` of the runs whose figures are drawn, the finished runs ``left_out``, the runs ``changed`` after they
-    ended, the study's ``fingerprint``, its ``protocol`` and its ``reevaluated`` runs."""
+    ended, the study's ``fingerprint``, its ``protocol``, its ``reevaluated`` runs and the ``check`` of which cells
+    learned (:func:`~ndebench.platform.report.learning.learning_check`)."""
 
     planned_seeds: list[int] | None = None
     curves: pd.DataFrame | None = None
@@ -110,6 +112,7 @@ class StudyRecord:
     fingerprint: str | None = None
     protocol: dict[str, str] | None = None
     reevaluated: pd.DataFrame | None = None
+    check: pd.DataFrame | None = None
 
 
 def evaluate_runs(everything: list[Any]) -> list[Any]:
@@ -128,13 +131,13 @@ def read_record(uri: str, study: str, frame: pd.DataFrame, settings: ReportSetti
     found = evaluate_runs(everything)
     named = table_rows(frame)
     mode, _ = figure_mode(settings.figures, pair_count(named))
+    check = learning.learning_check(named[named["study"] == study] if "study" in named.columns else named)
     curves = None
     if mode != "none":
-        curves = read_curves(tracking.client(uri), curve_runs(named, learning_check(named),
-                                                              flagged_only=mode == "summary"))
+        curves = read_curves(tracking.client(uri), curve_runs(named, check, flagged_only=mode == "summary"))
     return StudyRecord(recorded_seeds(uri, study), curves, left_out_finished(uri, study, found),
                        *report_check(uri, study, everything), settings.protocol or study_protocol(uri, study),
-                       runs_frame(uri, study, "reevaluate", histories=False))
+                       runs_frame(uri, study, "reevaluate", histories=False), check)
 
 
 def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | None = None,
@@ -167,7 +170,7 @@ def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | No
     files = build_report(frame, Path(out_dir), study, metric=settings.metric, test=test, alpha=settings.alpha,
                          correction=settings.correction, planned_seeds=record.planned_seeds, curves=record.curves,
                          left_out=record.left_out, figures=settings.figures, paper=settings.paper, protocol=protocol,
-                         changed=record.changed, fingerprint=record.fingerprint, failed=failed)
+                         changed=record.changed, fingerprint=record.fingerprint, failed=failed, check=record.check)
     named = table_rows(frame)
     mine = named[named["study"] == study] if "study" in named.columns else named
     console = format_console_table(mine, metric=settings.metric, test=test, alpha=settings.alpha,
