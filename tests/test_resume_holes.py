@@ -2,7 +2,8 @@
 seed of a cell marked done, a cell that failed because every trial diverged (with `--retry-diverged` once the
 cause is gone), a seed that never got a run and a seed added to `evaluate.seeds` afterwards. After it every planned
 (cell, seed) has exactly one current `ok` run, the report's n equals the number of seeds, and only then the run
-exits 0. The faults come from two regularizers of a plugin, active while a flag file exists."""
+exits 0. A search cell whose stack one point's fault ended is searched again one point at a time. The faults come
+from regularizers of a plugin, active while a flag file exists."""
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +30,7 @@ import os
 
 import torch
 from ndebench.regularizers.base import Regularizer
-from ndebench.regularizers.registry import register_regularizer
+from ndebench.regularizers.registry import HyperParam, register_regularizer
 
 
 def _faulty():
@@ -47,6 +48,22 @@ class RaiseOnSeed1(Regularizer):
         return out
 
 
+@register_regularizer("raise_at_one", summary="raises at q = 1 while $NDEBENCH_TEST_HOLES exists",
+                      hyperparams={"q": HyperParam((0.0, 1.0))})
+class RaiseAtOne(Regularizer):
+    def __init__(self, q=0.0):
+        super().__init__()
+        self.q = float(q)
+
+    def draw(self, spec):
+        return True
+
+    def modulate(self, draw, t, z, out, role):
+        if _faulty() and self.q == 1.0:
+            raise ValueError("raise_at_one raised")
+        return out
+
+
 @register_regularizer("nan_drift", summary="a NaN drift while $NDEBENCH_TEST_HOLES exists")
 class NanDrift(Regularizer):
     def draw(self, spec):
@@ -59,6 +76,10 @@ SPEC = {"study": "holes", "models": ["neural_cde"], "datasets": ["synthetic"],
         "regularizers": ["none", "raise_on_seed1", "nan_drift"], "model": {"hidden_size": 8},
         "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "evaluate": {"seeds": [0, 1]},
         "report": {"figures": "none"}}
+SEARCH = {"study": "search_holes", "protocol": "joint", "models": ["neural_cde"], "datasets": ["synthetic"],
+          "regularizers": {"none": {}, "raise_at_one": {"q": [0.0, 1.0]}}, "model": {"hidden_size": 8},
+          "training": {"epochs": 1, "min_epochs": 1, "patience": 1, "lr": 0.01}, "tune": {"sampler": "grid"},
+          "evaluate": {"seeds": [0]}, "report": {"figures": "none"}}
 
 
 def _run(args: list[str]) -> tuple[int, str]:
@@ -150,6 +171,51 @@ def test_resume_fills_every_hole(tmp_path):
 
         code, out = _run([*args, "--resume", "--set", "evaluate.seeds=[0, 1, 2]"])
         assert code == 0 and "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1, 2], 9 already recorded" in out
+    finally:
+        ray.shutdown()
+        sys.path.remove(str(tmp_path / "plugin"))
+        os.environ.pop("NDEBENCH_TEST_HOLES", None)
+
+
+@pytest.mark.system
+def test_a_search_cell_a_stack_fault_failed_is_searched_again_point_by_point(tmp_path):
+    """A search cell's grid points train stacked (resources.stack, default 32): the point q = 1 raises, which ends
+    q = 0 with it, so the cell has no usable trial and fails. With the fault still there, `--resume` searches the
+    cell again one point per Tune trial: q = 0 ends ok and is chosen, q = 1 errors alone, and the sweep exits 0."""
+    flag = tmp_path / "faulty.flag"
+    flag.write_text("on")
+    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN, "ndebench_searchholesplugin")["PYTHONPATH"]
+    sys.path.insert(0, str(tmp_path / "plugin"))
+    importlib.invalidate_caches()
+    os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
+    ray.init(**local_ray_arguments(
+        1, runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}}))
+    try:
+        config = tmp_path / "search_holes.yaml"
+        config.write_text(yaml.safe_dump(SEARCH))
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        args = ["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
+                "--out", str(tmp_path / "reports")]
+
+        def tuned() -> dict[str, list[tuple[str, str]]]:
+            trials = search(uri, "search_holes", f"tags.`{TAG}kind` = 'trial' and tags.`{TAG}phase` = 'tune'")
+            out: dict[str, list[tuple[str, str]]] = {}
+            for r in sorted(trials, key=lambda r: r.info.start_time):
+                out.setdefault(r.data.params["regularizer.q"], []).append(
+                    (r.data.tags[f"{TAG}status"], r.data.tags.get(f"{TAG}stack")))
+            return out
+
+        code, out = _run(args)
+        assert code == 1, out
+        assert tuned() == {"0.0": [("error", "2")], "1.0": [("error", "2")]}
+
+        code, out = _run([*args, "--resume"])
+        assert code == 0, out
+        assert "1 failed cell(s) searched again one point per Tune trial, not stacked" in out
+        assert tuned() == {"0.0": [("error", "2"), ("ok", "1")], "1.0": [("error", "2"), ("error", "1")]}
+        cell = search(uri, "search_holes", f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'tune'")
+        assert [(r.data.tags[f"{TAG}status"], r.data.params.get("regularizer.q")) for r in cell] == [("done", "0.0")]
+        assert out.strip().splitlines()[-1] == "[ndebench] all 2 planned evaluate run(s) ok"
     finally:
         ray.shutdown()
         sys.path.remove(str(tmp_path / "plugin"))

@@ -178,12 +178,18 @@ def search_stage(ctx: StageContext, stage: Stage) -> dict[str, dict[str, Any]]:
     parents = {c.key: cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, stage.name, c.key,
                                ctx.cell_tags(c.cell)) for c in run.cells}
     history = _history(ctx, stage.name, resolved, tc.metric) if ctx.resume else {c.key: [] for c in resolved}
-    for key in [k for k, state in states.items() if k in history and _failed(state)]:
+    restarted = [k for k, state in states.items() if k in history and _failed(state)]
+    for key in restarted:
         # A failed search (no usable trial) starts over: its trials are what --resume is asked to retry.
         retire(ctx.tracking_uri, [t for t, _, _ in history[key]], parents[key])
         history[key] = []
     past = {c.key: _past(history[c.key], c, tc.sampler) for c in resolved}
     stacks, stacking = stack_sizes(run, ctx.spec.resources.stack)
+    alone = [k for k in restarted if stacks.pop(k, None)]
+    if alone:
+        # One point's exception or time limit ends its whole stack: alone, it cannot end the others a second time.
+        stacking += (f"; {len(alone)} failed cell(s) searched again one point per Tune trial, not stacked, so that "
+                     "one point's fault cannot end the others again")
     searcher = CellSearcher(stage.name, resolved, tc, past, stacks)
     sampler = {"tpe": f"Optuna TPE ({tc.n_startup_trials} random start-up trials)", "random": "random search",
                "grid": "the full grid"}[tc.sampler]

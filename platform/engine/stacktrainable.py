@@ -200,6 +200,9 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
         for m in members:
             monitors.enter_context(sampled(m.recorder.run_id, tracking_uri, enabled=system_metrics,
                                            check=m.recorder.check))
+        for m in members:
+            # Before training, so that a member its stack's fault ended says it was stacked.
+            m.recorder.set_tags({"stack": str(len(members))})
         notes: list[str] = []
         try:
             results = run_stack([TrialSpec.from_flat(c) for c in configs], on_epoch=[m.on_epoch for m in members],
@@ -217,7 +220,8 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
             return
     finals = []
     for m, result in zip(members, results, strict=True):
-        m.recorder.set_tags({"stack": str(len(members))} | ({"stack_note": notes[0]} if notes else {}))
+        if notes:
+            m.recorder.set_tags({"stack_note": notes[0]})
         finals.append(finish_run(m.recorder, result, phase, m.summaries(), save_weights))
     report = _final(results, members)
     if phase != "evaluate":

@@ -211,6 +211,7 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
             tune.report(report, checkpoint=tune.Checkpoint.from_directory(folder))
 
     spec = TrialSpec.from_flat(config)
+    recorder.set_tags({"stack": "1"})  # trained alone: resources.stack 1, or a group of one
     try:
         with sampled(recorder.run_id, tracking_uri, enabled=system_metrics, check=recorder.check):
             result = run_trial(spec, on_epoch=on_epoch, on_checkpoint=on_checkpoint, resume_state=state,
@@ -223,7 +224,6 @@ def trainable(config: dict[str, Any], *, tracking_uri: str, parents: dict[str, s
         recorder.finish("error", summaries(), {"error": message}, {})
         tune.report({"status": "error", "message": message, "run_id": recorder.run_id, "resume_note": note})
         return
-    recorder.set_tags({"stack": "1"})  # trained alone: resources.stack 1, or a group of one
     final = finish_run(recorder, result, phase, summaries(), save_weights)
     val_loss = result.val.get("val_loss", float("inf")) if result.status == "ok" else float("inf")
     tune.report({**for_tune(final), "val_loss": val_loss, "status": result.status, "message": result.message,
