@@ -184,7 +184,7 @@ def test_a_search_cell_a_stack_fault_failed_is_searched_again_point_by_point(tmp
     cell again one point per Tune trial: q = 0 ends ok and is chosen, q = 1 errors alone, and the sweep exits 0."""
     flag = tmp_path / "faulty.flag"
     flag.write_text("on")
-    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN, "ndebench_searchholesplugin")["PYTHONPATH"]
+    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN, "ndebench_holesplugin")["PYTHONPATH"]
     sys.path.insert(0, str(tmp_path / "plugin"))
     importlib.invalidate_caches()
     os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
