@@ -2,6 +2,7 @@
 import pandas as pd
 from ndebench.platform import api
 from ndebench.platform.report.render.tables import table_rows
+from ndebench.platform.report.statistics.rows import ROW
 from ndebench.platform.spec.extensions import SCOPE_TIME, extension_warnings
 
 CONFIG = "tune_configs/quickstart.yaml"
@@ -19,6 +20,7 @@ def test_the_report_labels_scope_time_runs_as_the_extension():
                          "label": ["continuum_dropout", "continuum_dropout", "continuum_dropout[p=0.1,m=5]", "none"],
                          "params.regularizer.scope": ["time", "increment", "time", None]})
     named = table_rows(runs)
-    assert list(named["regularizer"]) == [
+    assert list(named[ROW]) == [
         "continuum_dropout[scope=time]", "continuum_dropout", "continuum_dropout[p=0.1,m=5,scope=time]", "none"]
     assert list(named["label"]) == list(runs["label"])  # the frame's own key stays as it was read
+    assert list(named["regularizer"]) == list(runs["regularizer"])  # and so does each run's regularizer

@@ -18,6 +18,7 @@ from ndebench.platform.common.labels import parse_label, variant_label
 from ndebench.platform.report.render.format import fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import significance, stats
+from ndebench.platform.report.statistics.rows import row_names
 from ndebench.regularizers.none import BASELINE
 
 SKIPPED = ("no none variant with model.* values (e.g. `variants: {none: {model.hidden_size: [16, 64]}}` beside the "
@@ -38,13 +39,15 @@ def architecture(label: str) -> str:
 def matched_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> pd.DataFrame:
     """Every cell with ``model.*`` settings against ``none[<the same settings>]`` of its (model, dataset); one row
     per comparison with :func:`~ndebench.platform.report.statistics.stats.compare_to_baseline`'s columns,
-    ``architecture`` (the settings) and ``p_holm_all`` (Holm over every row). Empty without such a pair."""
-    labelled = runs.assign(architecture=runs["regularizer"].astype(str).map(architecture))
+    ``architecture`` (the settings) and ``p_holm_all`` (Holm over every row). Empty without such a pair. A cell's
+    label is its row (:func:`~ndebench.platform.report.statistics.rows.row_names`)."""
+    labelled = runs.assign(architecture=row_names(runs).astype(str).map(architecture))
     frames = []
     for (_, dataset, setting), part in labelled[labelled["architecture"] != ""].groupby(
             ["model", "dataset", "architecture"], sort=True):
-        baseline = variant_label(BASELINE, model_settings(part["regularizer"].iloc[0]))
-        if baseline in set(part["regularizer"]) and part["regularizer"].nunique() > 1:
+        names = row_names(part)
+        baseline = variant_label(BASELINE, model_settings(names.iloc[0]))
+        if baseline in set(names) and names.nunique() > 1:
             tests = stats.compare_to_baseline(part.drop(columns="architecture"), primary[dataset], test=test,
                                               alpha=alpha, baseline=baseline)
             frames.append(tests.assign(architecture=setting))

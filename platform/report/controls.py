@@ -15,6 +15,7 @@ from ndebench.platform.common.labels import parse_label
 from ndebench.platform.report.render.format import fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, to_markdown
 from ndebench.platform.report.statistics import stats
+from ndebench.platform.report.statistics.rows import row_names
 from ndebench.regularizers.none import BASELINE
 
 SKIPPED = ("no none[n_mc=N] control cell: on an SDE model a regularizer predicting from N averaged passes is compared "
@@ -30,9 +31,11 @@ def passes(label: str) -> int | None:
 
 
 def controls(runs: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """The control cell's label per (model, dataset) that has one (the first by label when several)."""
-    found = runs[runs["regularizer"].map(passes).notna()]
-    return {key: sorted(group["regularizer"])[0] for key, group in found.groupby(["model", "dataset"], sort=True)}
+    """The control cell's label per (model, dataset) that has one (the first by label when several); a run's
+    label is its row (:func:`~ndebench.platform.report.statistics.rows.row_names`)."""
+    names = row_names(runs)
+    found = names[names.map(passes).notna()]
+    return {key: sorted(group)[0] for key, group in found.groupby([runs["model"], runs["dataset"]], sort=True)}
 
 
 def control_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> pd.DataFrame:

@@ -20,6 +20,7 @@ import pandas as pd
 from ndebench.platform.record.runs import whole_settings
 from ndebench.platform.report.render.sections import Cell, Section, md_escape, to_latex, to_markdown
 from ndebench.platform.report.render.tables import failed_lines, status_line
+from ndebench.platform.report.statistics.rows import ROW
 
 Part = Section | str
 NO_RESULTS = "No evaluate-phase run finished ok with a test metric, so there is no table."
@@ -54,11 +55,21 @@ def no_results_text(runs: pd.DataFrame, study: str, coverage: pd.DataFrame) -> s
     return "\n".join(lines + failed_lines(runs))
 
 
+def written(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` as the report's files list them: each run's row (:data:`~ndebench.platform.report.statistics.rows.ROW`)
+    under the header ``regularizer``, where ``results.csv`` and ``summary.json`` have always named a run's row (a
+    ``results.csv`` read back is named by it)."""
+    if ROW not in runs.columns:
+        return runs
+    in_place = [ROW if c == "regularizer" else c for c in runs.columns if c != ROW]
+    return runs[in_place].rename(columns={ROW: "regularizer"})
+
+
 def write_csv(runs: pd.DataFrame, directory: Path) -> Path:
-    """``results.csv``: one row per run (the calibration bins left out), whole-number settings as integers
-    (:func:`~ndebench.platform.record.runs.whole_settings`)."""
+    """``results.csv``: one row per run (:func:`written`; the calibration bins left out), whole-number settings as
+    integers (:func:`~ndebench.platform.record.runs.whole_settings`)."""
     path = directory / "results.csv"
-    whole_settings(runs.drop(columns="calibration", errors="ignore")).to_csv(path, index=False)
+    whole_settings(written(runs).drop(columns="calibration", errors="ignore")).to_csv(path, index=False)
     return path
 
 

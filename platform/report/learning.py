@@ -19,6 +19,7 @@ import pandas as pd
 from ndebench.datasets.registry import dataset_info
 from ndebench.platform.common.registry import UnknownNameError
 from ndebench.platform.report.statistics.learned import ALPHA, FLAG
+from ndebench.platform.report.statistics.rows import cell_columns, row_names
 from ndebench.platform.report.statistics.stats import CELL
 from scipy import stats as sps
 
@@ -54,9 +55,10 @@ def class_counts(runs: pd.DataFrame) -> dict[str, int]:
 
 def learning_check(runs: pd.DataFrame, classes: dict[str, int] | None = None) -> pd.DataFrame:
     """Per cell of ``runs`` (columns ``model, dataset, regularizer, status, test_accuracy``, and
-    ``final_train_loss`` where known): ``n`` ok runs with a test accuracy, their mean ``test_accuracy``,
-    ``chance_accuracy`` ``1/K``, ``p_above_chance`` (one-sided one-sample t-test of the seeds' accuracies against
-    ``1/K``; NaN with one seed or no spread), ``learned`` (the rule of
+    ``final_train_loss`` where known; its cells as :func:`~ndebench.platform.report.statistics.rows.cell_columns`
+    names them): ``n`` ok runs with a test accuracy, their mean ``test_accuracy``, ``chance_accuracy`` ``1/K``,
+    ``p_above_chance`` (one-sided one-sample t-test of the seeds' accuracies against ``1/K``; NaN with one seed or
+    no spread), ``learned`` (the rule of
     :mod:`~ndebench.platform.report.statistics.learned`; ``None`` where K or the accuracies are unknown), the mean
     ``final_train_loss`` and ``chance`` ``ln K``, the loss of the uniform prediction that the curves are drawn
     against."""
@@ -69,8 +71,8 @@ def learning_check(runs: pd.DataFrame, classes: dict[str, int] | None = None) ->
     losses = ok["final_train_loss"].astype(float).tolist() if "final_train_loss" in ok else [math.nan] * len(ok)
     # Plain lists, not a frame per cell: at thousands of cells pandas' per-group slicing cost seconds.
     cells: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-    for *key, accuracy, loss in zip(*(ok[c].tolist() for c in CELL), ok["test_accuracy"].astype(float).tolist(),
-                                    losses, strict=True):
+    for *key, accuracy, loss in zip(*(ok[c].tolist() for c in cell_columns(ok)),
+                                    ok["test_accuracy"].astype(float).tolist(), losses, strict=True):
         if all(isinstance(part, str) for part in key):
             cells.setdefault(tuple(key), []).append((accuracy, loss))
     rows = []
@@ -107,7 +109,8 @@ def curve_runs(runs: pd.DataFrame, check: pd.DataFrame, *, flagged_only: bool = 
     """The runs whose curves a report reads: the ``ok`` run of the lowest seed of each cell, for the (model,
     dataset) pairs with a cell that did not learn (``check`` from :func:`learning_check`), then, unless
     ``flagged_only``, the other pairs in name order, at most ``limit`` pairs."""
-    ok = runs[runs["status"] == "ok"].sort_values([*CELL, "seed"], kind="stable").drop_duplicates(CELL)
+    cell = cell_columns(runs)
+    ok = runs[runs["status"] == "ok"].sort_values([*cell, "seed"], kind="stable").drop_duplicates(cell)
     pairs = sorted({(r.model, r.dataset) for r in ok.itertuples(index=False)})
     failing = {(r.model, r.dataset) for r in check.itertuples(index=False) if r.learned is False}
     chosen = [p for p in pairs if p in failing] + ([] if flagged_only else [p for p in pairs if p not in failing])
@@ -131,7 +134,8 @@ def read_curves(client: Any, run_ids: list[str]) -> pd.DataFrame:
 def mean_curves(curves: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Mean ``train_loss`` and ``val_loss`` per (cell, epoch) over the cell's ``ok`` runs, with ``n`` the runs
     that reached the epoch (early stopping ends seeds at different epochs)."""
-    ok = runs.loc[runs["status"] == "ok", ["run_id", *CELL]]
+    ok = runs[runs["status"] == "ok"]
+    ok = pd.concat([ok[["run_id", "model", "dataset"]], row_names(ok)], axis=1)
     merged = curves.merge(ok, on="run_id")
     grouped = merged.groupby([*CELL, "epoch"], sort=True)
     out = grouped[list(CURVE_KEYS)].mean()

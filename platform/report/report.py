@@ -42,6 +42,7 @@ from ndebench.platform.report.statistics import significance, stats
 from ndebench.platform.report.statistics.coverage import seed_coverage
 from ndebench.platform.report.statistics.learned import ALPHA as LEARNED_ALPHA
 from ndebench.platform.report.statistics.learned import RULE
+from ndebench.platform.report.statistics.rows import cell_columns, row_names
 from ndebench.regularizers.none import BASELINE
 
 METRICS = ("test_accuracy", "test_top5_accuracy", "test_auroc", "test_nll", "test_ece")
@@ -152,7 +153,7 @@ def _validate(runs: pd.DataFrame, metric: str | None, test: str, alpha: float) -
         raise ValueError(f"metric {metric!r} is not among the runs' metrics: {', '.join(valid)}")
     stats.check_test(test)
     stats.check_alpha(alpha)
-    return runs.sort_values([*stats.CELL, "seed"], kind="stable").reset_index(drop=True)
+    return runs.sort_values([*cell_columns(runs), "seed"], kind="stable").reset_index(drop=True)
 
 
 def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str | None = None,
@@ -234,8 +235,8 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                                                     "table.md.\n", failed)
         summary = {"study": study, "test": test, "alpha": alpha, "results": False,
                    "runs": {str(k): int(v) for k, v in runs["status"].value_counts().items()},
-                   "failed": document.records(runs.loc[runs["status"] != "ok",
-                                                       [c for c in (*REQUIRED, "message") if c in runs.columns]]),
+                   "failed": document.records(document.written(runs).loc[
+                       runs["status"] != "ok", [c for c in (*REQUIRED, "message") if c in runs.columns]]),
                    "left_out_runs": left_out, "changed_results": changed}
         return ReportFiles(directory, document.write_csv(runs, directory), table_md, table_tex,
                            document.write_json(summary | _coverage_json(coverage), directory), (),
@@ -338,11 +339,12 @@ def format_console_table(runs: pd.DataFrame, *, metric: str | None = None, test:
     :func:`build_report` made of the same runs with the same settings, when at hand."""
     _check_runs(runs, test, alpha)
     if not has_results(runs):
-        failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
+        failed = runs[runs["status"] != "ok"].sort_values([*cell_columns(runs), "seed"],
+                                                          kind="stable").head(20)
         return "\n".join([status_line(runs), "No evaluate-phase run finished ok with a test metric:"]
-                         + [f"  {r.model} x {r.dataset} x {r.regularizer} seed {r.seed}: {r.status}"
+                         + [f"  {r.model} x {r.dataset} x {name} seed {r.seed}: {r.status}"
                             + (f": {str(r.message)[:200]}" if getattr(r, "message", "") else "")
-                            for r in failed.head(20).itertuples(index=False)])
+                            for r, name in zip(failed.itertuples(index=False), row_names(failed), strict=True)])
     counts = status_line(runs)
     runs, primary = with_primary_metrics(_validate(runs, metric, test, alpha), metric)
     table = table or Table.build(runs, primary, "primary", test, alpha, correction,

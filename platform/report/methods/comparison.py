@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from ndebench.platform.common.labels import cell_name
 from ndebench.platform.report.statistics import bayes, significance, stats
+from ndebench.platform.report.statistics.rows import row_names
 from ndebench.regularizers.none import BASELINE
 from scipy.stats import friedmanchisquare
 
@@ -52,12 +53,12 @@ class ModelComparison:
 
 def tuned_cells(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs of tuned cells only (``variant`` empty where the frame has it), with a ``method`` column: the cell's
-    ``label`` where the frame has one, else its ``regularizer``."""
+    ``label`` where the frame has one, else its row (:func:`~ndebench.platform.report.statistics.rows.row_names`)."""
     if "variant" in runs.columns:
         runs = runs[runs["variant"].fillna("") == ""]
     names = runs["label"] if "label" in runs.columns else [None] * len(runs)
     return runs.assign(method=[cell_name(r, n if isinstance(n, str) else None)
-                               for r, n in zip(runs["regularizer"], names, strict=True)])
+                               for r, n in zip(row_names(runs), names, strict=True)])
 
 
 def compare_models(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> list[ModelComparison]:
@@ -82,23 +83,22 @@ def _ordered(methods: set[str]) -> list[str]:
 
 def _compare(model: str, runs: pd.DataFrame, methods: list[str], datasets: list[str], primary: dict[str, str],
              test: str, alpha: float) -> ModelComparison:
-    keyed = runs.assign(regularizer=runs["method"])
     cells, tests = [], []
     for dataset in datasets:
         metric = primary[dataset]
-        here = keyed[keyed["dataset"] == dataset]
-        summary = stats.summarize_cells(here, metric)
+        here = runs[runs["dataset"] == dataset]
+        summary = stats.summarize_cells(here, metric, ["model", "dataset", "method"])
         sign = 1.0 if stats.higher_is_better(metric) else -1.0
-        summary = summary.assign(score=summary["mean"] * sign, method=summary["regularizer"])
+        summary = summary.assign(score=summary["mean"] * sign)
         summary["rank"] = summary["score"].rank(ascending=False)
         summary["best"] = summary["score"] == summary["score"].max()
         cells.append(summary)
         for reference in REFERENCES:
             if reference not in set(here["method"]):
                 continue
-            found = stats.compare_to_baseline(here, metric, test=test, alpha=alpha, baseline=reference)
+            found = stats.compare_to_baseline(here, metric, test=test, alpha=alpha, baseline=reference, name="method")
             found["p_holm"] = significance.adjust(found["p"].to_numpy(float), "holm", alpha)
-            tests.append(found.assign(method=found["regularizer"], family=len(found)))
+            tests.append(found.assign(family=len(found)))
     cell_frame = pd.concat(cells, ignore_index=True)
     test_frame = pd.concat(tests, ignore_index=True) if tests else pd.DataFrame()
     scores = cell_frame.pivot(index="method", columns="dataset", values="score").reindex(methods).dropna(axis=1)
@@ -107,7 +107,7 @@ def _compare(model: str, runs: pd.DataFrame, methods: list[str], datasets: list[
     if scores.shape[1] >= 2:
         result = friedmanchisquare(*scores.to_numpy(float))
         friedman |= {"chi2": float(result.statistic), "p": float(result.pvalue)}
-    pairs = stats.pairwise_wilcoxon(keyed.assign(regularizer=keyed["method"]), primary, model, alpha)
+    pairs = stats.pairwise_wilcoxon(runs, primary, model, alpha, name="method")
     focus = {}
     if FOCUS in scores.index:
         for other in (m for m in methods if m != FOCUS):

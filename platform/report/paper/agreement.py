@@ -36,6 +36,7 @@ from ndebench.platform.report.paper.data import PAPER_SEEDS, paper_summary
 from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import agreement as agr
 from ndebench.platform.report.statistics import power as pw
+from ndebench.platform.report.statistics.rows import row_names
 from scipy import stats as sps
 
 MARGIN_FRACTION = 0.5
@@ -178,7 +179,7 @@ def per_set_power(runs: pd.DataFrame, primary: dict[str, str], across: pd.DataFr
         q = pw.per_set_power(d, r_arms, test, PAPER_SEEDS)
         hits, student_hits = ([ds for ds in r.study_datasets if found.loc[(r.model, ds), column] < agr.ALPHA
                                and found.loc[(r.model, ds), "difference"] > 0] for column in ("p_test", "p_unpaired"))
-        ok = runs[(runs["status"] == "ok") & (runs["model"] == r.model) & (runs["regularizer"] == baseline)]
+        ok = runs[(runs["status"] == "ok") & (runs["model"] == r.model) & (row_names(runs) == baseline)]
         ceiling = [ds for ds in r.study_datasets
                    if near_ceiling(ok[ok["dataset"] == ds][primary[ds]].astype(float).mean(),
                                    float(ref["improvement"]))]

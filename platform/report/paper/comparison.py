@@ -44,6 +44,7 @@ from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import selection, stats
 from ndebench.platform.report.statistics.across import channel_count, summary_rows
 from ndebench.platform.report.statistics.effects import mean_interval
+from ndebench.platform.report.statistics.rows import row_names
 from ndebench.regularizers.none import BASELINE
 
 PROPOSED = "continuum_dropout"
@@ -95,7 +96,7 @@ def compare_cells(runs: pd.DataFrame, primary: dict[str, str]) -> tuple[pd.DataF
             missing.append({**names, "reason": f"the paper reports no {metric} for this cell"})
             continue
         values = ok[(ok["model"] == cell.model) & (ok["dataset"] == cell.dataset)
-                    & (ok["regularizer"] == cell.regularizer)][cell.metric].astype(float).dropna().to_numpy()
+                    & (row_names(ok) == cell.regularizer)][cell.metric].astype(float).dropna().to_numpy()
         low, high = _interval(values)
         for ref in match.itertuples(index=False):
             rows.append({"table": int(ref.table), "model": cell.model, "dataset": cell.dataset,
@@ -111,7 +112,8 @@ def _residuals(runs: pd.DataFrame, metric: str) -> np.ndarray:
     """Per-seed deviations from their cell's mean, sign-adjusted (larger is better) and scaled to unbiased."""
     sign = 1.0 if stats.higher_is_better(metric) else -1.0
     out = []
-    for _, group in runs[runs["status"] == "ok"].groupby("regularizer"):
+    ok = runs[runs["status"] == "ok"]
+    for _, group in ok.groupby(row_names(ok)):
         values = group[metric].astype(float).dropna().to_numpy()
         if len(values) > 1:
             out.append(sign * (values - values.mean()) * math.sqrt(len(values) / (len(values) - 1)))

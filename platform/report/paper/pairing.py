@@ -25,13 +25,14 @@ from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import agreement as agr
 from ndebench.platform.report.statistics import power as pw
 from ndebench.platform.report.statistics import stats
+from ndebench.platform.report.statistics.rows import row_names
 
 SET_COLUMNS = ["model", "dataset", "paired", "n", "difference", "r", "se_within", "p_paired", "p_paired_holm",
                "p_unpaired", "p_unpaired_holm", "p_test", "p_test_holm", "mde_paired", "mde_unpaired"]
 
 
 def _arm(ok: pd.DataFrame, regularizer: str, metric: str) -> pd.Series:
-    arm = ok[ok["regularizer"] == regularizer].dropna(subset=[metric])
+    arm = ok[row_names(ok) == regularizer].dropna(subset=[metric])
     sign = 1.0 if stats.higher_is_better(metric) else -1.0
     return (sign * arm.set_index(arm["seed"].astype(int))[metric].astype(float)).sort_index()
 

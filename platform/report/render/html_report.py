@@ -17,6 +17,7 @@ import pandas as pd
 from ndebench.platform.record.uiview import MODEL_TRAINING
 from ndebench.platform.report.render import sections
 from ndebench.platform.report.render.sections import Section
+from ndebench.platform.report.statistics.rows import cell_columns
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
@@ -79,8 +80,9 @@ def figures_section(figures: list[Path], images: dict[Path, str]) -> str:
 
 
 def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | None, ui_note: str = "") -> str:
-    """Run counts per cell by status and the MLflow run id of every run (a link when the UI's URL is known, to the
-    UI's model-training pages, not MLflow 3.17's default GenAI ones; ``ui_note`` says how to serve that UI)."""
+    """Run counts per cell (:func:`~ndebench.platform.report.statistics.rows.cell_columns`) by status and the
+    MLflow run id of every run (a link when the UI's URL is known, to the UI's model-training pages, not MLflow
+    3.17's default GenAI ones; ``ui_note`` says how to serve that UI)."""
     def link(run_id: str) -> str:
         if ui_url and experiment_id:
             return (f'<a href="{html.escape(ui_url)}/#/experiments/{experiment_id}/runs/{run_id}'
@@ -90,7 +92,7 @@ def runs_section(runs: pd.DataFrame, ui_url: str | None, experiment_id: str | No
 
     # Plain lists, not a frame per cell: at thousands of cells pandas' per-group slicing cost seconds.
     ids_known = "run_id" in runs
-    columns = ["model", "dataset", "regularizer", "status", *(["seed", "run_id"] if ids_known else [])]
+    columns = [*cell_columns(runs), "status", *(["seed", "run_id"] if ids_known else [])]
     cells: dict[tuple[str, str, str], list[tuple]] = {}
     for model, dataset, regularizer, *rest in zip(*(runs[c].tolist() for c in columns), strict=True):
         cells.setdefault((model, dataset, regularizer), []).append(tuple(rest))

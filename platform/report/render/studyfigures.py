@@ -18,15 +18,17 @@ from ndebench.platform.report.render import figures
 from ndebench.platform.report.render.drawing import Job, draw
 from ndebench.platform.report.render.tables import LABELS, regularizer_order
 from ndebench.platform.report.statistics import stats
+from ndebench.platform.report.statistics.rows import cell_columns, row_names
 
 
 def pooled_calibration(runs: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per cell: the calibration bins of its ``ok`` runs summed (``n_runs`` of them)."""
+    """Per cell (its row named ``regularizer``): the calibration bins of its ``ok`` runs summed (``n_runs`` of
+    them)."""
     if "calibration" not in runs.columns:
         return []
     ok = runs[(runs["status"] == "ok") & runs["calibration"].map(lambda c: isinstance(c, dict))]
     cells: dict[tuple[str, str, str], list[dict]] = {}
-    for *key, bins in zip(*(ok[c].tolist() for c in stats.CELL), ok["calibration"].tolist(), strict=True):
+    for *key, bins in zip(*(ok[c].tolist() for c in cell_columns(ok)), ok["calibration"].tolist(), strict=True):
         cells.setdefault(tuple(key), []).append(bins)
     return [{"model": m, "dataset": d, "regularizer": r, "n_runs": len(bins), "bins": merge_calibration_bins(bins)}
             for (m, d, r), bins in sorted(cells.items())]
@@ -45,13 +47,14 @@ def pair_figure_inputs(runs: pd.DataFrame, primary: dict[str, str]) -> list[tupl
     calibration = {(c["model"], c["dataset"], c["regularizer"]): c["bins"] for c in pooled_calibration(runs)}
     order = regularizer_order(runs)
     for (model, dataset), group in runs.groupby(["model", "dataset"], sort=True):
-        names = [r for r in order if r in set(group["regularizer"])]
+        names = [r for r in order if r in set(row_names(group))]
         curves = {r: calibration[(model, dataset, r)] for r in names if (model, dataset, r) in calibration}
         metric = primary[dataset]
         ok = group[(group["status"] == "ok")]
-        values = pd.DataFrame({"regularizer": ok["regularizer"], "value": ok[metric].astype(float)}).dropna()
+        values = pd.DataFrame({"regularizer": row_names(ok), "value": ok[metric].astype(float)}).dropna()
+        unfinished = group[group["status"] != "ok"]
         failed = {r: ", ".join(f"{len(g2)} {s}" for s, g2 in g.groupby("status"))
-                  for r, g in group[group["status"] != "ok"].groupby("regularizer")}
+                  for r, g in unfinished.groupby(row_names(unfinished))}
         out.append((model, dataset, (curves, f"{model} on {dataset}") if curves else (),
                     (values, names, f"{model} on {dataset}: one point per seed", f"test {LABELS.get(metric, metric)}",
                      failed)))

@@ -27,6 +27,7 @@ from ndebench.platform.report.render.format import DIGITS, fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.platform.report.statistics.learned import FLAG, RULE
+from ndebench.platform.report.statistics.rows import ROW, cell_columns, row_names
 from ndebench.regularizers.none import BASELINE
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
@@ -41,8 +42,8 @@ SHORT_TESTS = {"student": "Student's t-test", "welch": "Welch's t-test", "paired
 
 @dataclass
 class Table:
-    """Renderer-agnostic content of one table: ``columns`` are (model, dataset, metric) and ``cells`` map
-    (regularizer, column index) to a :class:`~ndebench.platform.report.render.sections.Cell`."""
+    """Renderer-agnostic content of one table: ``columns`` are (model, dataset, metric), ``rows`` the rows' names
+    and ``cells`` map (row, column index) to a :class:`~ndebench.platform.report.render.sections.Cell`."""
 
     title: str
     columns: list[tuple[str, str, str]]
@@ -101,7 +102,7 @@ class Table:
         if "test_protocol" in runs.columns:
             named = runs[runs["test_protocol"].notna() & (runs["test_protocol"].astype(str) != "")]
             protocols = {r: ", ".join(sorted(set(g["test_protocol"].astype(str))))
-                         for r, g in named.groupby("regularizer")}
+                         for r, g in named.groupby(row_names(named))}
         return cls(title, columns, rows, cells, usual_n, test, cell_stats, comparison, protocols, correction,
                    {k: v for k, v in flagged.items() if k in by_cell})
 
@@ -115,21 +116,24 @@ class Table:
 
 
 def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) as the tables, which key their
-    rows on ``regularizer``, name them: each cell by its name (:func:`~ndebench.platform.common.labels.cell_label`
-    of its ``label``, else of its ``variant`` or regularizer, and of its ``params.regularizer.scope``), so that each
-    fixed-parameter variant is a row of its own and a ``scope: time`` cell is never named as the paper's method."""
+    """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) with the column the report keys
+    its rows on, :data:`~ndebench.platform.report.statistics.rows.ROW`: each run's cell name
+    (:func:`~ndebench.platform.common.labels.cell_label` of its ``label``, else of its ``variant`` or regularizer,
+    and of its ``params.regularizer.scope``), so that each fixed-parameter variant is a row of its own and a
+    ``scope: time`` cell is never named as the paper's method; ``regularizer`` stays each run's. A frame with neither
+    ``label`` nor ``variant`` is returned as it is: its rows are its regularizers."""
     names = runs["label"] if "label" in runs else runs["variant"] if "variant" in runs else None
     if names is None:
         return runs
     scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
-    return runs.assign(regularizer=[cell_label(r, n if isinstance(n, str) else None, s)
-                                    for r, n, s in zip(runs["regularizer"], names, scopes, strict=True)])
+    return runs.assign(**{ROW: [cell_label(r, n if isinstance(n, str) else None, s)
+                                for r, n, s in zip(runs["regularizer"], names, scopes, strict=True)]})
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
-    """``none`` first, then the other regularizers by name."""
-    names = set(runs["regularizer"])
+    """The rows of ``runs`` (:func:`~ndebench.platform.report.statistics.rows.row_names`): ``none`` first, then the
+    others by name."""
+    names = set(row_names(runs))
     return [BASELINE] * (BASELINE in names) + sorted(names - {BASELINE})
 
 
@@ -233,13 +237,14 @@ def status_line(runs: pd.DataFrame) -> str:
 
 def failed_lines(runs: pd.DataFrame, limit: int = 50) -> list[str]:
     """Markdown list of the runs that did not finish ok, with their messages."""
-    failed = runs[runs["status"] != "ok"].sort_values([*stats.CELL, "seed"], kind="stable")
+    failed = runs[runs["status"] != "ok"].sort_values([*cell_columns(runs), "seed"], kind="stable")
     if failed.empty:
         return []
     lines = ["## Runs that did not finish ok", ""]
-    for row in failed.head(limit).itertuples(index=False):
+    shown = failed.head(limit)
+    for row, name in zip(shown.itertuples(index=False), row_names(shown), strict=True):
         message = str(getattr(row, "message", "") or "").replace("\n", " ")
-        lines.append(f"- {md_escape(f'{row.model} / {row.dataset} / {row.regularizer}')}, seed {row.seed}: "
+        lines.append(f"- {md_escape(f'{row.model} / {row.dataset} / {name}')}, seed {row.seed}: "
                      f"{row.status}" + (f": {md_escape(message[:300])}" if message else ""))
     if len(failed) > limit:
         lines.append(f"- ... and {len(failed) - limit} more (see results.csv)")

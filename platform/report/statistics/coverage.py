@@ -6,21 +6,24 @@ import itertools
 import pandas as pd
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report.statistics import stats
+from ndebench.platform.report.statistics.rows import cell_columns
 
 
 def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) -> pd.DataFrame:
-    """Per cell (every model x dataset x regularizer combination seen in ``runs``): the planned seeds without
+    """Per cell (every model x dataset x row combination seen in ``runs``,
+    :func:`~ndebench.platform.report.statistics.rows.cell_columns`): the planned seeds without
     any run (``missing_seeds``), the seeds still ``running`` or ``stopped``, and a one-line ``note``.
 
     ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
     seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
-    models, datasets, regularizers = (sorted(set(runs[c])) for c in stats.CELL)
+    cell = cell_columns(runs)
+    models, datasets, regularizers = (sorted(set(runs[c])) for c in cell)
     recorded: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-    for model, dataset, regularizer, status, seed in runs[[*stats.CELL, "status", "seed"]].itertuples(
+    for model, dataset, regularizer, status, seed in runs[[*cell, "status", "seed"]].itertuples(
             index=False, name=None):
         recorded.setdefault((model, dataset, regularizer), []).append((status, int(seed)))
     pairs = set(runs[["model", "dataset"]].itertuples(index=False, name=None))
-    with_reg = set(runs[["model", "regularizer"]].itertuples(index=False, name=None))
+    with_reg = set(runs[["model", cell[-1]]].itertuples(index=False, name=None))
     rows = []
     for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
         cell = recorded.get((model, dataset, regularizer), [])

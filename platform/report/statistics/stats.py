@@ -2,9 +2,11 @@
 
 Everything works on a pandas frame with one row per run and columns ``model, dataset, regularizer, seed,
 status`` (``ok`` | ``diverged`` | ``error``) plus metric columns such as ``test_accuracy``. A **cell** is
-(model, dataset, regularizer). Only ``ok`` runs enter the statistics; diverged and errored runs are counted
-in every per-cell output so that they stay visible. The tests are scipy's and statsmodels', never
-re-implemented.
+(model, dataset, row): the runs of one row of a table, named by the frame's
+:data:`~ndebench.platform.report.statistics.rows.ROW` column, else by their regularizer
+(:func:`~ndebench.platform.report.statistics.rows.row_names`). Only ``ok`` runs enter the statistics; diverged and
+errored runs are counted in every per-cell output so that they stay visible. The tests are scipy's and
+statsmodels', never re-implemented.
 """
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ from ndebench.platform.common.choices import TESTS
 from ndebench.platform.record.schema import COUNTED_STATUSES
 from ndebench.platform.report.statistics.effects import COLUMNS as EFFECT_COLUMNS
 from ndebench.platform.report.statistics.effects import effect_sizes_many, mean_interval
+from ndebench.platform.report.statistics.rows import row_names
 from ndebench.platform.report.statistics.significance import adjust
 from ndebench.regularizers.none import BASELINE
 from scipy import stats
 
+# The key of a per-cell frame; as in the report's files, a row's name is its ``regularizer`` there.
 CELL = ["model", "dataset", "regularizer"]
 HIGHER_IS_BETTER = {"accuracy": True, "top5_accuracy": True, "auroc": True, "nll": False, "ece": False}
 IDENTICAL = "identical"
@@ -73,29 +77,35 @@ def _ok_values(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     return ok[np.isfinite(ok[metric].astype(float))]
 
 
-def summarize_cells(runs: pd.DataFrame, metric: str, key: Sequence[str] = CELL) -> pd.DataFrame:
-    """One row per cell, a cell being the runs that share the ``key`` columns (default :data:`CELL`, e.g.
-    ``["model", "dataset", "label", "n_mc"]`` for re-evaluated runs): the key, ``n`` (ok runs with a finite
-    metric), ``mean``, ``std`` (sample, ddof=1; NaN when n < 2), and the counts ``n_diverged``, ``n_error`` (error
-    or timeout), ``n_missing`` (ok runs without the metric) and ``n_runs`` (all runs of the cell)."""
-    key = list(key)
+def summarize_cells(runs: pd.DataFrame, metric: str, key: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per cell, a cell being the runs that share the ``key`` columns (default: model, dataset and row,
+    :data:`CELL`; e.g. ``["model", "dataset", "label", "n_mc"]`` for re-evaluated runs): the key, ``n`` (ok runs with
+    a finite metric), ``mean``, ``std`` (sample, ddof=1; NaN when n < 2), and the counts ``n_diverged``, ``n_error``
+    (error or timeout), ``n_missing`` (ok runs without the metric) and ``n_runs`` (all runs of the cell)."""
     status = runs["status"]
     unknown = set(status) - set(COUNTED_STATUSES)
     if unknown:
         raise ValueError(f"unknown run status {sorted(unknown)}; valid: {', '.join(COUNTED_STATUSES)}")
     values = _ok_values(runs, metric)
-    grouped = values.groupby(key)[metric]
+    grouped = values.groupby(_key(values, key))[metric]
     summary = pd.DataFrame({"n": grouped.count(), "mean": grouped.mean(), "std": grouped.std(ddof=1)})
-    counts = runs.assign(
+    counted = runs.assign(
         n_diverged=status == "diverged",
         n_error=status.isin(["error", "timeout"]),
         n_missing=(status == "ok") & ~np.isfinite(runs[metric].astype(float)),
         n_runs=1,
-    ).groupby(key)[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
+    )
+    counts = counted.groupby(_key(counted, key))[["n_diverged", "n_error", "n_missing", "n_runs"]].sum()
     out = counts.join(summary, how="left").reset_index()
     out["n"] = out["n"].fillna(0).astype(int)
     out.insert(0, "metric", metric)
-    return out[["metric", *key, "n", "mean", "std", "n_diverged", "n_error", "n_missing", "n_runs"]]
+    return out[["metric", *(CELL if key is None else key), "n", "mean", "std", "n_diverged", "n_error", "n_missing",
+                "n_runs"]]
+
+
+def _key(runs: pd.DataFrame, key: Sequence[str] | None) -> list:
+    """What :func:`summarize_cells` groups ``runs`` by: ``key``, else model, dataset and each run's row."""
+    return ["model", "dataset", row_names(runs)] if key is None else list(key)
 
 
 @dataclass(frozen=True)
@@ -189,10 +199,12 @@ def _pair(a: np.ndarray, b: np.ndarray, seeds_a, seeds_b) -> tuple[np.ndarray, n
 
 def compare_to_baseline(
     runs: pd.DataFrame, metric: str, *, test: str = "student", alpha: float = 0.05,
-    strong_alpha: float | None = None, baseline: str = BASELINE, name: str = "regularizer",
+    strong_alpha: float | None = None, baseline: str = BASELINE, name: str | None = None,
 ) -> pd.DataFrame:
-    """Test every regularizer against ``baseline`` within each (model, dataset) with :func:`two_sample_test`; the
-    column ``name`` names the cells (e.g. ``label``, where variant cells of one regularizer are cells of their own).
+    """Test every cell against ``baseline`` within each (model, dataset) with :func:`two_sample_test`; the column
+    ``name`` names the cells (default: each run's row,
+    :func:`~ndebench.platform.report.statistics.rows.row_names`, called ``regularizer`` in the result; e.g.
+    ``label``, where variant cells of one regularizer are cells of their own).
 
     One row per non-baseline cell whose (model, dataset) has the baseline: ``n``, ``mean``,
     ``n_baseline``, ``mean_baseline``, ``difference`` (mean - mean_baseline), ``t``, ``p``, ``df``,
@@ -206,18 +218,22 @@ def compare_to_baseline(
     check_test(test)
     higher = higher_is_better(metric)
     values = _ok_values(runs, metric)
-    key = ["model", "dataset", name]
-    repeated = values[values.duplicated([*key, "seed"], keep=False)]
+    named = row_names(values) if name is None else values[name]
+    column = str(named.name)
+    key = [values["model"], values["dataset"], named]
+    repeated = pd.concat([*key, values["seed"]], axis=1)
+    repeated = repeated[repeated.duplicated(keep=False)]
     if test == "paired" and len(repeated):
-        cells = sorted(set(repeated[[*key, "seed"]].itertuples(index=False, name=None)))
+        cells = sorted(set(repeated.itertuples(index=False, name=None)))
         raise ValueError(f"the paired test needs one ok run per seed and cell; repeated (model, dataset, "
-                         f"{name}, seed): {cells}")
+                         f"{column}, seed): {cells}")
     # Each cell's values and seeds as arrays: slicing a frame per cell cost more than its tests.
     measured, seeds = values[metric].to_numpy(float), values["seed"].to_numpy()
     by_cell = {cell: (measured[at], seeds[at]) for cell, at in values.groupby(key, sort=False).indices.items()}
     none = (measured[:0], seeds[:0])
     cells = []
-    for (model, dataset), names in runs.groupby(["model", "dataset"], sort=True)[name].unique().items():
+    every = row_names(runs) if name is None else runs[name]
+    for (model, dataset), names in every.groupby([runs["model"], runs["dataset"]], sort=True).unique().items():
         if baseline not in set(names):
             continue
         base, base_seeds = by_cell.get((model, dataset, baseline), none)
@@ -231,7 +247,7 @@ def compare_to_baseline(
     for ((model, dataset, regularizer), reg, base, _), res, effect in zip(cells, tests, effects, strict=True):
         difference = float(np.mean(reg) - np.mean(base)) if len(reg) and len(base) else math.nan
         rows.append({
-            "metric": metric, "model": model, "dataset": dataset, name: regularizer,
+            "metric": metric, "model": model, "dataset": dataset, column: regularizer,
             "baseline": baseline, "test": test,
             "n": res.n_a, "mean": float(np.mean(reg)) if len(reg) else math.nan,
             "n_baseline": res.n_b, "mean_baseline": float(np.mean(base)) if len(base) else math.nan,
@@ -241,8 +257,8 @@ def compare_to_baseline(
             **effect,
         })
     out = pd.DataFrame(rows, columns=[
-        "metric", *key, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline", "difference",
-        "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
+        "metric", "model", "dataset", column, "baseline", "test", "n", "mean", "n_baseline", "mean_baseline",
+        "difference", "t", "p", "df", "direction", "marker", "flag", *EFFECT_COLUMNS])
     out["p_holm"] = adjust(out["p"].to_numpy(dtype=float), CORRECTION, alpha)
     return out
 
@@ -374,10 +390,12 @@ def _across_frame(rows: list[dict], alpha: float = 0.05) -> pd.DataFrame:
     return out
 
 
-def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None = None) -> pd.DataFrame:
-    """Per-cell means sign-adjusted so that higher is better (``-mean`` for NLL, ECE): one row per (model,
-    regularizer) (only ``model``'s when given), one column per dataset of ``metrics``; NaN where a cell has
-    no mean."""
+def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None = None,
+                  name: str | None = None) -> pd.DataFrame:
+    """Per-cell means sign-adjusted so that higher is better (``-mean`` for NLL, ECE): one row per (model, row)
+    (only ``model``'s when given; the column ``name`` names the cells where given), one column per dataset of
+    ``metrics``; NaN where a cell has no mean."""
+    cell, key = ["model", name or "regularizer"], None if name is None else ["model", "dataset", name]
     part = runs if model is None else runs[runs["model"] == model]
     datasets_of: dict[str, list[str]] = {}
     for dataset, metric in metrics.items():
@@ -386,10 +404,9 @@ def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None
     frames = []
     for metric, datasets in datasets_of.items():
         sign = 1.0 if higher_is_better(metric) else -1.0
-        cells = summarize_cells(part[part["dataset"].isin(datasets)], metric)
-        frames.append(cells.assign(mean=cells["mean"] * sign).pivot(index=["model", "regularizer"],
-                                                                     columns="dataset", values="mean"))
-    index = pd.MultiIndex.from_tuples([], names=["model", "regularizer"])
+        cells = summarize_cells(part[part["dataset"].isin(datasets)], metric, key)
+        frames.append(cells.assign(mean=cells["mean"] * sign).pivot(index=cell, columns="dataset", values="mean"))
+    index = pd.MultiIndex.from_tuples([], names=cell)
     out = pd.concat(frames, axis=1).sort_index() if frames else pd.DataFrame(index=index)
     out = out.reindex(columns=list(metrics)).astype(float)
     out.columns.name = None
@@ -397,7 +414,7 @@ def _signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str | None
 
 
 def signed_means(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd.DataFrame:
-    """Per-cell means of ``model``: one row per regularizer, one column per dataset where every regularizer
+    """Per-cell means of ``model``: one row per table row, one column per dataset where every row
     has a mean, sign-adjusted so that higher is better (``-mean`` for NLL, ECE)."""
     return _signed_means(runs, metrics, model).droplevel("model").dropna(axis=1)
 
@@ -413,11 +430,12 @@ def average_ranks(runs: pd.DataFrame, metrics: dict[str, str], model: str) -> pd
     return ranks.mean(axis=1).sort_values()
 
 
-def pairwise_wilcoxon(runs: pd.DataFrame, metrics: dict[str, str], model: str, alpha: float = 0.05) -> pd.DataFrame:
-    """Wilcoxon signed-rank p-value of every pair of regularizers of ``model`` over the datasets where
-    both have a mean, Holm-adjusted over all pairs; columns ``a, b, n_datasets, p, p_holm``. Pairs whose
-    ``p_holm >= alpha`` are joined by a bar in the critical-difference diagram."""
-    frame = _signed_means(runs, metrics, model).droplevel("model")
+def pairwise_wilcoxon(runs: pd.DataFrame, metrics: dict[str, str], model: str, alpha: float = 0.05,
+                      name: str | None = None) -> pd.DataFrame:
+    """Wilcoxon signed-rank p-value of every pair of rows of ``model`` (cells named by the column ``name`` where
+    given) over the datasets where both have a mean, Holm-adjusted over all pairs; columns ``a, b, n_datasets, p,
+    p_holm``. Pairs whose ``p_holm >= alpha`` are joined by a bar in the critical-difference diagram."""
+    frame = _signed_means(runs, metrics, model, name).droplevel("model")
     rows = []
     names = list(frame.index)
     for i, a in enumerate(names):
