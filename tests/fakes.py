@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -350,6 +351,12 @@ def read_until(process: subprocess.Popen, text: str, lines: int = 500) -> str:
     return "".join(seen)
 
 
+def drain(process: subprocess.Popen) -> None:
+    """Read ``process``'s stdout to its end in a daemon thread: a server whose log fills an unread pipe (64 KiB)
+    blocks in its next write, and every request it serves then hangs."""
+    threading.Thread(target=process.stdout.read, daemon=True).start()
+
+
 @contextlib.contextmanager
 def auth_server(cwd: Path, env: dict[str, str]):
     """An ``ndebench server --auth`` on a free loopback port, started as the admin of ``env``; yields its URI."""
@@ -359,6 +366,7 @@ def auth_server(cwd: Path, env: dict[str, str]):
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert "listening on" in read_until(server, "listening on")
+        drain(server)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

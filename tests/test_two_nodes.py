@@ -51,6 +51,7 @@ def test_sweep_spans_two_nodes_and_lands_in_the_tracking_server(tmp_path):
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout + run.stderr
         assert "cluster of 2 nodes" in run.stdout
+        assert "View run" not in run.stdout + run.stderr  # MLflow's line per ended run, the workers' ones included
         trials = [r for r in search(uri, "two_nodes") if r.data.tags.get(f"{TAG}kind") == "trial"]
         assert sorted(r.data.tags[f"{TAG}seed"] for r in trials) == ["0", "1", "2", "3"]
         assert all(r.data.tags[f"{TAG}status"] == "ok" and r.info.status == "FINISHED" for r in trials)

@@ -55,8 +55,6 @@ def bench_trials(trials: int, *, nodes: int = 2, cpus_per_node: int = 2, trackin
     from ndebench.platform import api
     from ray.cluster_utils import Cluster
 
-    # Workers report through Ray's log stream, and Tune's console output would mix with a --json result.
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     with tempfile.TemporaryDirectory(prefix="ndebench-trials-") as tmp:
         study = f"bench-trials-{trials}" + (f"-{uuid.uuid4().hex[:8]}" if tracking_uri else "")
         spec = api.load(trivial_sweep(study, trials))

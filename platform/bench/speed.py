@@ -301,8 +301,6 @@ def bench_scale(runs: int, tracking_uri: str | None = None, *, workers: int = 2,
 
     if reuse and not tracking_uri:
         raise ValueError("bench scale --reuse-study needs --tracking-uri (a temporary store is gone afterwards)")
-    # Against a server MLflow prints a "View run" line per ended run to stdout, which --json keeps for its result.
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     with tempfile.TemporaryDirectory(prefix="ndebench-scale-") as tmp:
         uri = tracking_uri or f"sqlite:///{os.path.join(tmp, 'mlflow.db')}"
         study = f"scale-{runs}" + (f"-{uuid.uuid4().hex[:8]}" if tracking_uri and not reuse else "")

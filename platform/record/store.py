@@ -79,9 +79,12 @@ def client(uri: str):
 
 
 def raw_client(uri: str):
-    """An ``MlflowClient``; the first one per process and sqlite database creates the schema under a lock."""
+    """An ``MlflowClient``; the first one per process and sqlite database creates the schema under a lock. Against
+    a tracking server MLflow would print two "View run" lines for every run a client ends, hundreds on a sweep's
+    console (its workers' output included): off unless ``$MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` is set."""
     from mlflow.tracking import MlflowClient
 
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     if sqlite_path(uri) is None or uri in _READY:
         return MlflowClient(tracking_uri=uri)
     # Two sweeps started together on a fresh file would both run MLflow's schema migrations (in the
