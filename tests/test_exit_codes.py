@@ -137,6 +137,14 @@ URI = "http://127.0.0.1:5000"
     (_raised(RuntimeError("stage tune"), InfrastructureError("Ray at 10.0.0.1:6379 did not start: ConnectionError")),
      "Ray at 10.0.0.1:6379 did not start: ConnectionError"),
     (ray.exceptions.RaySystemError("the GCS is gone"), "Ray failed: RaySystemError: System error: the GCS is gone"),
+    # How Ray 2.60's Tune raises a trial worker's kill by the memory monitor out of fit()
+    (_raised(RuntimeError("Caught unexpected exception: 1 worker(s) were killed"),
+             ray.exceptions.OutOfMemoryError("1 worker(s) were killed due to the node running low on memory. Memory "
+                                             "on the node was 21.78GB used / 23.54GB limit (0.925186)\nOOM kill")),
+     "Ray's memory monitor killed a trial's worker: OutOfMemoryError: 1 worker(s) were killed due to the node running "
+     "low on memory. Memory on the node was 21.78GB used / 23.54GB limit (0.925186); a stack of trials "
+     "(resources.stack, default 32) trains in one process and needs about as many times one trial's memory: lower "
+     "resources.stack (e.g. --set resources.stack=8) and continue with `ndebench run ... --resume`"),
     (ValueError("training.epochs=0 must be an integer >= 1"), None),
     (requests.exceptions.InvalidURL("no host"), None),
     (MlflowException("Run 'abc' not found"), None),

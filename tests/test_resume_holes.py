@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import ray
@@ -111,8 +112,10 @@ def test_rerun_reasons():
     assert rerun_reason([_Run("running")], "h", code, False).startswith("cut off")
 
 
-@pytest.mark.system
-def test_resume_fills_every_hole(tmp_path):
+@pytest.fixture
+def faulty(tmp_path):
+    """``faulty(spec)``: a one-CPU Ray whose workers load the plugin above, its faults on while the returned flag
+    file exists, and the ``ndebench run`` arguments of ``spec`` written as a config in ``tmp_path``."""
     flag = tmp_path / "faulty.flag"
     flag.write_text("on")
     pythonpath = make_plugin(tmp_path / "plugin", PLUGIN, "ndebench_holesplugin")["PYTHONPATH"]
@@ -121,56 +124,15 @@ def test_resume_fills_every_hole(tmp_path):
     os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
     ray.init(**local_ray_arguments(
         1, runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}}))
+
+    def start(spec: dict) -> tuple[Path, list[str]]:
+        config = tmp_path / f"{spec['study']}.yaml"
+        config.write_text(yaml.safe_dump(spec))
+        return flag, ["run", str(config), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--storage-path",
+                      str(tmp_path / "ray"), "--out", str(tmp_path / "reports")]
+
     try:
-        config = tmp_path / "holes.yaml"
-        config.write_text(yaml.safe_dump(SPEC))
-        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        args = ["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
-                "--out", str(tmp_path / "reports")]
-        code, out = _run(args)
-        assert code == 1, out
-        statuses = {key: run_status(current(runs)) for key, runs in attempts(uri, "holes").items()}
-        cells = {c.split("__")[-1]: c for c, _ in statuses}
-        # A cell's seeds train stacked (resources.stack, default 32): seed 1's exception ends seed 0 with it.
-        assert statuses == {(cells["none"], 0): "ok", (cells["none"], 1): "ok",
-                            (cells["raise_on_seed1"], 0): "error", (cells["raise_on_seed1"], 1): "error",
-                            (cells["nan_drift"], 0): "diverged", (cells["nan_drift"], 1): "diverged"}
-        assert out.strip().splitlines()[-1] == ("[ndebench] exit 1: 2 failed cell(s); 2 of 6 planned evaluate "
-                                                 "run(s) not ok (2 error) (`ndebench run ... --resume` reruns them)")
-        # A seed that never got a run (its worker died before it opened one), then the fault is fixed.
-        client(uri).delete_run(attempts(uri, "holes")[(cells["none"], 1)][0].info.run_id)
-        flag.unlink()
-
-        code, out = _run([*args, "--resume", "--retry-diverged", "--set", "evaluate.seeds=[0, 1, 2]"])
-        assert code == 0, out
-        assert "stage evaluate: 8 trial(s) over 3 cell(s), seeds [0, 1, 2], 1 already recorded" in out
-        for line in ("rerun neural_cde x synthetic x none seed 1: no run yet",
-                     "rerun neural_cde x synthetic x raise_on_seed1 seed 0: its last run ended error",
-                     "stage evaluate: 2 trial(s) whose last run ended error or timeout train alone, not stacked",
-                     "rerun neural_cde x synthetic x raise_on_seed1 seed 1: its last run ended error",
-                     "rerun neural_cde x synthetic x nan_drift seed 0: diverged, --retry-diverged",
-                     "rerun neural_cde x synthetic x none seed 2: no run yet"):
-            assert line in out
-        assert out.strip().splitlines()[-1] == "[ndebench] all 9 planned evaluate run(s) ok"  # none diverged
-        found = attempts(uri, "holes")
-        assert sorted(found) == sorted((cell, seed) for cell in cells.values() for seed in (0, 1, 2))
-        assert all(run_status(current(runs)) == "ok" for runs in found.values())
-        superseded = [r for runs in found.values() for r in runs if r.data.tags.get(SUPERSEDED)]
-        assert Counter(run_status(r) for r in superseded) == {"error": 2, "diverged": 2}
-        stacked = {key: current(runs).data.tags.get(f"{TAG}stack") for key, runs in found.items()}
-        assert stacked[(cells["raise_on_seed1"], 0)] == stacked[(cells["raise_on_seed1"], 1)] == "1"
-        assert (stacked[(cells["none"], 1)], stacked[(cells["nan_drift"], 0)]) == ("2", "3")
-        frame = evaluate_runs(uri, "holes", with_calibration=False)
-        assert len(frame) == 9 and set(frame.status) == {"ok"}
-        assert "9 evaluate-phase runs: 9 ok, 0 diverged, 0 error." in out
-        for regularizer in ("none", "raise_on_seed1", "nan_drift"):
-            assert re.search(rf"\b{regularizer}\s+accuracy\s+3\s", out), out
-        cell_runs = search(uri, "holes", f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'evaluate'")
-        assert {r.data.tags[f"{TAG}status"] for r in cell_runs} == {"done"}
-        assert {r.data.metrics["n"] for r in cell_runs} == {3.0}
-
-        code, out = _run([*args, "--resume", "--set", "evaluate.seeds=[0, 1, 2]"])
-        assert code == 0 and "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1, 2], 9 already recorded" in out
+        yield start
     finally:
         ray.shutdown()
         sys.path.remove(str(tmp_path / "plugin"))
@@ -178,45 +140,79 @@ def test_resume_fills_every_hole(tmp_path):
 
 
 @pytest.mark.system
-def test_a_search_cell_a_stack_fault_failed_is_searched_again_point_by_point(tmp_path):
+def test_resume_fills_every_hole(tmp_path, faulty):
+    flag, args = faulty(SPEC)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code, out = _run(args)
+    assert code == 1, out
+    statuses = {key: run_status(current(runs)) for key, runs in attempts(uri, "holes").items()}
+    cells = {c.split("__")[-1]: c for c, _ in statuses}
+    # A cell's seeds train stacked (resources.stack, default 32): seed 1's exception ends seed 0 with it.
+    assert statuses == {(cells["none"], 0): "ok", (cells["none"], 1): "ok",
+                        (cells["raise_on_seed1"], 0): "error", (cells["raise_on_seed1"], 1): "error",
+                        (cells["nan_drift"], 0): "diverged", (cells["nan_drift"], 1): "diverged"}
+    assert out.strip().splitlines()[-1] == ("[ndebench] exit 1: 2 failed cell(s); 2 of 6 planned evaluate "
+                                             "run(s) not ok (2 error) (`ndebench run ... --resume` reruns them)")
+    # A seed that never got a run (its worker died before it opened one), then the fault is fixed.
+    client(uri).delete_run(attempts(uri, "holes")[(cells["none"], 1)][0].info.run_id)
+    flag.unlink()
+
+    code, out = _run([*args, "--resume", "--retry-diverged", "--set", "evaluate.seeds=[0, 1, 2]"])
+    assert code == 0, out
+    assert "stage evaluate: 8 trial(s) over 3 cell(s), seeds [0, 1, 2], 1 already recorded" in out
+    for line in ("rerun neural_cde x synthetic x none seed 1: no run yet",
+                 "rerun neural_cde x synthetic x raise_on_seed1 seed 0: its last run ended error",
+                 "stage evaluate: 2 trial(s) whose last run ended error or timeout train alone, not stacked",
+                 "rerun neural_cde x synthetic x raise_on_seed1 seed 1: its last run ended error",
+                 "rerun neural_cde x synthetic x nan_drift seed 0: diverged, --retry-diverged",
+                 "rerun neural_cde x synthetic x none seed 2: no run yet"):
+        assert line in out
+    assert out.strip().splitlines()[-1] == "[ndebench] all 9 planned evaluate run(s) ok"  # none diverged
+    found = attempts(uri, "holes")
+    assert sorted(found) == sorted((cell, seed) for cell in cells.values() for seed in (0, 1, 2))
+    assert all(run_status(current(runs)) == "ok" for runs in found.values())
+    superseded = [r for runs in found.values() for r in runs if r.data.tags.get(SUPERSEDED)]
+    assert Counter(run_status(r) for r in superseded) == {"error": 2, "diverged": 2}
+    stacked = {key: current(runs).data.tags.get(f"{TAG}stack") for key, runs in found.items()}
+    assert stacked[(cells["raise_on_seed1"], 0)] == stacked[(cells["raise_on_seed1"], 1)] == "1"
+    assert (stacked[(cells["none"], 1)], stacked[(cells["nan_drift"], 0)]) == ("2", "3")
+    frame = evaluate_runs(uri, "holes", with_calibration=False)
+    assert len(frame) == 9 and set(frame.status) == {"ok"}
+    assert "9 evaluate-phase runs: 9 ok, 0 diverged, 0 error." in out
+    for regularizer in ("none", "raise_on_seed1", "nan_drift"):
+        assert re.search(rf"\b{regularizer}\s+accuracy\s+3\s", out), out
+    cell_runs = search(uri, "holes", f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'evaluate'")
+    assert {r.data.tags[f"{TAG}status"] for r in cell_runs} == {"done"}
+    assert {r.data.metrics["n"] for r in cell_runs} == {3.0}
+
+    code, out = _run([*args, "--resume", "--set", "evaluate.seeds=[0, 1, 2]"])
+    assert code == 0 and "stage evaluate: 0 trial(s) over 0 cell(s), seeds [0, 1, 2], 9 already recorded" in out
+
+
+@pytest.mark.system
+def test_a_search_cell_a_stack_fault_failed_is_searched_again_point_by_point(tmp_path, faulty):
     """A search cell's grid points train stacked (resources.stack, default 32): the point q = 1 raises, which ends
     q = 0 with it, so the cell has no usable trial and fails. With the fault still there, `--resume` searches the
     cell again one point per Tune trial: q = 0 ends ok and is chosen, q = 1 errors alone, and the sweep exits 0."""
-    flag = tmp_path / "faulty.flag"
-    flag.write_text("on")
-    pythonpath = make_plugin(tmp_path / "plugin", PLUGIN, "ndebench_holesplugin")["PYTHONPATH"]
-    sys.path.insert(0, str(tmp_path / "plugin"))
-    importlib.invalidate_caches()
-    os.environ["NDEBENCH_TEST_HOLES"] = str(flag)
-    ray.init(**local_ray_arguments(
-        1, runtime_env={"env_vars": {"NDEBENCH_TEST_HOLES": str(flag), "PYTHONPATH": pythonpath}}))
-    try:
-        config = tmp_path / "search_holes.yaml"
-        config.write_text(yaml.safe_dump(SEARCH))
-        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        args = ["run", str(config), "--tracking-uri", uri, "--storage-path", str(tmp_path / "ray"),
-                "--out", str(tmp_path / "reports")]
+    _, args = faulty(SEARCH)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
-        def tuned() -> dict[str, list[tuple[str, str]]]:
-            trials = search(uri, "search_holes", f"tags.`{TAG}kind` = 'trial' and tags.`{TAG}phase` = 'tune'")
-            out: dict[str, list[tuple[str, str]]] = {}
-            for r in sorted(trials, key=lambda r: r.info.start_time):
-                out.setdefault(r.data.params["regularizer.q"], []).append(
-                    (r.data.tags[f"{TAG}status"], r.data.tags.get(f"{TAG}stack")))
-            return out
+    def tuned() -> dict[str, list[tuple[str, str]]]:
+        trials = search(uri, "search_holes", f"tags.`{TAG}kind` = 'trial' and tags.`{TAG}phase` = 'tune'")
+        out: dict[str, list[tuple[str, str]]] = {}
+        for r in sorted(trials, key=lambda r: r.info.start_time):
+            out.setdefault(r.data.params["regularizer.q"], []).append(
+                (r.data.tags[f"{TAG}status"], r.data.tags.get(f"{TAG}stack")))
+        return out
 
-        code, out = _run(args)
-        assert code == 1, out
-        assert tuned() == {"0.0": [("error", "2")], "1.0": [("error", "2")]}
+    code, out = _run(args)
+    assert code == 1, out
+    assert tuned() == {"0.0": [("error", "2")], "1.0": [("error", "2")]}
 
-        code, out = _run([*args, "--resume"])
-        assert code == 0, out
-        assert "1 failed cell(s) searched again one point per Tune trial, not stacked" in out
-        assert tuned() == {"0.0": [("error", "2"), ("ok", "1")], "1.0": [("error", "2"), ("error", "1")]}
-        cell = search(uri, "search_holes", f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'tune'")
-        assert [(r.data.tags[f"{TAG}status"], r.data.params.get("regularizer.q")) for r in cell] == [("done", "0.0")]
-        assert out.strip().splitlines()[-1] == "[ndebench] all 2 planned evaluate run(s) ok"
-    finally:
-        ray.shutdown()
-        sys.path.remove(str(tmp_path / "plugin"))
-        os.environ.pop("NDEBENCH_TEST_HOLES", None)
+    code, out = _run([*args, "--resume"])
+    assert code == 0, out
+    assert "1 failed cell(s) searched again one point per Tune trial, not stacked" in out
+    assert tuned() == {"0.0": [("error", "2"), ("ok", "1")], "1.0": [("error", "2"), ("error", "1")]}
+    cell = search(uri, "search_holes", f"tags.`{TAG}kind` = 'cell' and tags.`{TAG}phase` = 'tune'")
+    assert [(r.data.tags[f"{TAG}status"], r.data.params.get("regularizer.q")) for r in cell] == [("done", "0.0")]
+    assert out.strip().splitlines()[-1] == "[ndebench] all 2 planned evaluate run(s) ok"

@@ -32,6 +32,10 @@ def _is_tracking(exc: BaseException) -> bool:
             or (any(name == "MlflowException" for _, name in names) and str(exc).startswith("API request to")))
 
 
+def _is_memory_kill(exc: BaseException) -> bool:
+    return any(cls.__module__ == "ray.exceptions" and cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__)
+
+
 def _is_ray(exc: BaseException) -> bool:
     return any(cls.__module__ == "ray.exceptions" and cls.__name__ == "RaySystemError" for cls in type(exc).__mro__)
 
@@ -48,6 +52,13 @@ def outage(exc: BaseException, tracking_uri: str) -> str | None:
     root = cause_line(chain[-1])
     if any(_is_tracking(error) for error in chain):
         return f"the tracking store {tracking_uri} failed: {root}"
+    killed = next((error for error in chain if _is_memory_kill(error)), None)
+    if killed is not None:
+        # Ray 2.60's Tune raises it out of fit() for a trial's worker, so it ends the sweep: say what to change.
+        return (f"Ray's memory monitor killed a trial's worker: {cause_line(killed)}; a stack of trials "
+                "(resources.stack, default 32) trains in one process and needs about as many times one trial's "
+                "memory: lower resources.stack (e.g. --set resources.stack=8) and continue with `ndebench run ... "
+                "--resume`")
     if any(_is_ray(error) for error in chain):
         return f"Ray failed: {root}"
     if any(isinstance(error, ConnectionError) for error in chain):
