@@ -200,7 +200,6 @@ def train_stack(config: dict[str, Any], *, tracking_uri: str, parents: dict[str,
         for m in members:
             monitors.enter_context(sampled(m.recorder.run_id, tracking_uri, enabled=system_metrics,
                                            check=m.recorder.check))
-        for m in members:
             # Before training, so that a member its stack's fault ended says it was stacked.
             m.recorder.set_tags({"stack": str(len(members))})
         notes: list[str] = []
