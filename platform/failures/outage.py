@@ -32,12 +32,8 @@ def _is_tracking(exc: BaseException) -> bool:
             or (any(name == "MlflowException" for _, name in names) and str(exc).startswith("API request to")))
 
 
-def _is_memory_kill(exc: BaseException) -> bool:
-    return any(cls.__module__ == "ray.exceptions" and cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__)
-
-
-def _is_ray(exc: BaseException) -> bool:
-    return any(cls.__module__ == "ray.exceptions" and cls.__name__ == "RaySystemError" for cls in type(exc).__mro__)
+def _is_ray(exc: BaseException, name: str = "RaySystemError") -> bool:
+    return any(cls.__module__ == "ray.exceptions" and cls.__name__ == name for cls in type(exc).__mro__)
 
 
 def outage(exc: BaseException, tracking_uri: str) -> str | None:
@@ -52,7 +48,7 @@ def outage(exc: BaseException, tracking_uri: str) -> str | None:
     root = cause_line(chain[-1])
     if any(_is_tracking(error) for error in chain):
         return f"the tracking store {tracking_uri} failed: {root}"
-    killed = next((error for error in chain if _is_memory_kill(error)), None)
+    killed = next((error for error in chain if _is_ray(error, "OutOfMemoryError")), None)
     if killed is not None:
         # Ray 2.60's Tune raises it out of fit() for a trial's worker, so it ends the sweep: say what to change.
         return (f"Ray's memory monitor killed a trial's worker: {cause_line(killed)}; a stack of trials "

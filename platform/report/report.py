@@ -246,7 +246,7 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
     everything = pd.concat([runs, pending], ignore_index=True)
     # Each analysis once: the files below, report.html and the analyses' own files show these objects.
     check = learning.learning_check(runs) if check is None else check
-    tables = study_tables(runs, primary, test, alpha, correction, coverage, check)
+    tables = study_tables(runs, primary, test, alpha, check, correction, coverage)
     across = stats.compare_across_datasets(runs, primary, alpha=alpha)
     gates = cd_gates(runs, primary, alpha)
     mode, figure_note = figure_mode(figures, pair_count(runs))
@@ -280,13 +280,12 @@ def build_report(runs: pd.DataFrame, out_dir: Path, study: str, *, metric: str |
                        tuple(compared), tuple(changed), noted, tuple(audited), tuple(controlled), tuple(notes))
 
 
-def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float,
-                 correction: str = "none", coverage: pd.DataFrame | None = None,
-                 check: pd.DataFrame | None = None) -> list[Table]:
+def study_tables(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float, check: pd.DataFrame,
+                 correction: str = "none", coverage: pd.DataFrame | None = None) -> list[Table]:
     """The tables of a report: the primary metric, then NLL and ECE where reported and not primary; cells
-    that did not learn (``check``, else :func:`~ndebench.platform.report.learning.learning_check` of ``runs``)
-    are flagged in each."""
-    flagged = learning.flags(learning.learning_check(runs) if check is None else check)
+    that did not learn (``check``, :func:`~ndebench.platform.report.learning.learning_check` of ``runs``) are
+    flagged in each."""
+    flagged = learning.flags(check)
     tables = [Table.build(runs, primary, "primary", test, alpha, correction, coverage, flagged)]
     for extra in ("test_nll", "test_ece"):
         if _reported(runs, extra) and extra not in set(primary.values()):

@@ -120,18 +120,18 @@ def evaluate_runs(everything: list[Any]) -> list[Any]:
     return [r for r in everything if r.data.tags.get(f"{TAG}phase") == "evaluate"]
 
 
-def read_record(uri: str, study: str, frame: pd.DataFrame, settings: ReportSettings,
+def read_record(uri: str, study: str, named: pd.DataFrame, settings: ReportSettings,
                 everything: list[Any] | None = None) -> StudyRecord:
-    """:class:`StudyRecord` of ``study`` at ``uri``, for a report of ``frame`` with ``settings``; ``everything``:
+    """:class:`StudyRecord` of ``study`` at ``uri``, for a report of ``named`` (the study's runs, their rows named by
+    :func:`~ndebench.platform.report.render.tables.table_rows`) with ``settings``; ``everything``:
     every run of the study (``tracking.search``) when already read, all of them checked
     (:func:`~ndebench.platform.report.integrity.report_check`). The learning curves are read for one seed per cell
     of the pairs whose figures are drawn
     (:func:`~ndebench.platform.report.learning.curve_runs`)."""
     everything = search(uri, study) if everything is None else everything
     found = evaluate_runs(everything)
-    named = table_rows(frame)
     mode, _ = figure_mode(settings.figures, pair_count(named))
-    check = learning.learning_check(named[named["study"] == study] if "study" in named.columns else named)
+    check = learning.learning_check(named)
     curves = None
     if mode != "none":
         curves = read_curves(tracking.client(uri), curve_runs(named, check, flagged_only=mode == "summary"))
@@ -165,14 +165,14 @@ def report(frame: pd.DataFrame, out_dir: str | Path = "reports", study: str | No
     if uri is not None and not set(TIME_METRICS) <= set(frame.columns):
         runs = None if everything is None else evaluate_runs(everything)
         frame = study_frame(uri, study, histories=True, runs=runs)
-    record = read_record(uri, study, frame, settings, everything) if uri is not None else StudyRecord()
+    named = table_rows(frame)
+    mine = named[named["study"] == study] if "study" in named.columns else named
+    record = read_record(uri, study, mine, settings, everything) if uri is not None else StudyRecord()
     test, protocol = design_test(settings.test, record.protocol or settings.protocol)
     files = build_report(frame, Path(out_dir), study, metric=settings.metric, test=test, alpha=settings.alpha,
                          correction=settings.correction, planned_seeds=record.planned_seeds, curves=record.curves,
                          left_out=record.left_out, figures=settings.figures, paper=settings.paper, protocol=protocol,
                          changed=record.changed, fingerprint=record.fingerprint, failed=failed, check=record.check)
-    named = table_rows(frame)
-    mine = named[named["study"] == study] if "study" in named.columns else named
     console = format_console_table(mine, metric=settings.metric, test=test, alpha=settings.alpha,
                                    correction=settings.correction, table=files.tables[0] if files.tables else None)
     console = f"{integrity_warning(list(files.changed))}\n{console}" if files.changed else console

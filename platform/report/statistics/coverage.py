@@ -16,14 +16,14 @@ def seed_coverage(runs: pd.DataFrame, planned_seeds: list[int] | None = None) ->
 
     ``planned_seeds`` defaults to the union of the seeds recorded in the study."""
     seeds = sorted(planned_seeds if planned_seeds is not None else {int(s) for s in runs["seed"] if int(s) >= 0})
-    cell = cell_columns(runs)
-    models, datasets, regularizers = (sorted(set(runs[c])) for c in cell)
+    key = cell_columns(runs)
+    models, datasets, regularizers = (sorted(set(runs[c])) for c in key)
     recorded: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-    for model, dataset, regularizer, status, seed in runs[[*cell, "status", "seed"]].itertuples(
+    for model, dataset, regularizer, status, seed in runs[[*key, "status", "seed"]].itertuples(
             index=False, name=None):
         recorded.setdefault((model, dataset, regularizer), []).append((status, int(seed)))
     pairs = set(runs[["model", "dataset"]].itertuples(index=False, name=None))
-    with_reg = set(runs[["model", cell[-1]]].itertuples(index=False, name=None))
+    with_reg = set(runs[["model", key[-1]]].itertuples(index=False, name=None))
     rows = []
     for model, dataset, regularizer in itertools.product(models, datasets, regularizers):
         cell = recorded.get((model, dataset, regularizer), [])
