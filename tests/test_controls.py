@@ -5,7 +5,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from ndebench.platform.common.labels import cell_label
 from ndebench.platform.report.analyses import write_analyses
+from ndebench.platform.report.render.tables import table_rows
 from ndebench.platform.report.report import build_report
 from scipy import stats
 
@@ -15,11 +17,14 @@ NONE = np.array([0.78, 0.80, 0.74, 0.79, 0.77])
 
 
 def _runs(with_control: bool = True) -> pd.DataFrame:
-    cells = [("none", "", NONE), ("continuum_dropout", "", CD)] + [("none", "none[n_mc=5]", CONTROL)] * with_control
-    return pd.DataFrame([{"run_id": f"{variant or name}-{seed}", "study": "s", "model": "neural_lsde", "dataset": "d",
-                          "regularizer": variant or name, "variant": variant, "seed": seed, "status": "ok",
-                          "metric": "accuracy", "test_accuracy": value}
-                         for name, variant, values in cells for seed, value in enumerate(values)])
+    """A study frame as the record reads it: the control's runs are ``none`` runs whose cell fixes ``n_mc``."""
+    cells = [("none", "", {}, NONE), ("continuum_dropout", "", {}, CD)]
+    cells += [("none", "none[n_mc=5]", {"n_mc": 5}, CONTROL)] * with_control
+    return table_rows(pd.DataFrame([{"run_id": f"{variant or name}-{seed}", "study": "s", "model": "neural_lsde",
+                                     "dataset": "d", "regularizer": name, "variant": variant, "fixed": fixed,
+                                     "label": cell_label(name, fixed), "seed": seed, "status": "ok",
+                                     "metric": "accuracy", "test_accuracy": value}
+                                    for name, variant, fixed, values in cells for seed, value in enumerate(values)]))
 
 
 def _frame(runs: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,7 @@
 """`scope: time` is ndebench's extension: validate says so, and a report never shows it under the paper's name."""
-import pandas as pd
+from fakes import record_trial
 from ndebench.platform import api
+from ndebench.platform.record.runs import evaluate_runs
 from ndebench.platform.report.render.tables import table_rows
 from ndebench.platform.report.statistics.rows import ROW
 from ndebench.platform.spec.extensions import SCOPE_TIME, extension_warnings
@@ -15,12 +16,15 @@ def test_validate_names_scope_time_an_extension():
     assert extension_warnings(searched) == [SCOPE_TIME] and "extension, not the paper's method" in SCOPE_TIME
 
 
-def test_the_report_labels_scope_time_runs_as_the_extension():
-    runs = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "regularizer": ["continuum_dropout"] * 3 + ["none"],
-                         "label": ["continuum_dropout", "continuum_dropout", "continuum_dropout[p=0.1,m=5]", "none"],
-                         "params.regularizer.scope": ["time", "increment", "time", None]})
-    named = table_rows(runs)
-    assert list(named[ROW]) == [
+def test_the_record_names_scope_time_runs_as_the_extension_and_the_report_keys_on_that_name(uri):
+    cases = [("continuum_dropout", "", "time"), ("continuum_dropout", "", "increment"),
+             ("continuum_dropout", "continuum_dropout[p=0.1,m=5]", "time"), ("none", "", None)]
+    for seed, (regularizer, variant, scope) in enumerate(cases):
+        params = ({"regularizer.scope": scope} if scope else {}) | ({"fixed": {"p": 0.1, "m": 5}} if variant else {})
+        record_trial(uri, "ext", regularizer, seed, variant=variant, params=params)
+    runs = evaluate_runs(uri, "ext", variants=True).sort_values("seed", ignore_index=True)
+    assert list(runs["label"]) == [
         "continuum_dropout[scope=time]", "continuum_dropout", "continuum_dropout[p=0.1,m=5,scope=time]", "none"]
-    assert list(named["label"]) == list(runs["label"])  # the frame's own key stays as it was read
-    assert list(named["regularizer"]) == list(runs["regularizer"])  # and so does each run's regularizer
+    named = table_rows(runs)
+    assert list(named[ROW]) == list(runs["label"])
+    assert list(named["regularizer"]) == ["continuum_dropout"] * 3 + ["none"]  # each run's regularizer stays

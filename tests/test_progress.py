@@ -56,7 +56,8 @@ def test_the_sweep_eta_counts_later_stages_in_tune_trials_as_they_stack(tmp_path
 
 
 def test_a_trial_is_named_by_its_cell_and_its_seed_or_sampled_values():
-    assert sampled_values({"trial": "k1#3"}) == "seed 3"
+    assert sampled_values({"trial": "k1#3"}, "3") == "seed 3"
+    assert sampled_values({"trial": "k1#0+1"}, "0+1") == "seed 0+1"
     assert sampled_values({"cell": "k1", "regularizer.p": 0.3, "training.lr": 0.00512345, "regularizer.mask": "on",
                            "phase": "tune", "seed": 0}) == "p=0.3 lr=0.005123 mask=on"
     assert trial_line("tune", 4, 6, "m x d x cd", "p=0.3", "val_loss", 0.41234, "ok", 72.0) == (
@@ -98,7 +99,7 @@ def test_stage_progress_prints_each_trial_and_a_view_with_both_etas(monkeypatch)
 
 
 def test_the_live_bar_counts_finished_trials(capsys):
-    stage = StageProgress("evaluate", {"a": 2}, {"a": "A"}, None, "min", print, bar=True)
+    stage = StageProgress("evaluate", {"a": 2}, {"a": "A"}, None, "min", print, bar=True, owners={"a#0": ("a", "0")})
     trial = _trial("t1", {"trial": "a#0"}, {"status": "ok", "test_accuracy": 0.75})
     stage.on_trial_start(0, [], trial)
     stage.on_trial_complete(0, [], trial)
@@ -115,7 +116,7 @@ def test_a_stop_clears_the_live_bar_so_its_message_starts_a_line(capsys):
     """Ctrl-C arrives while a bar holds the cursor at the end of its line: ``close_bars`` clears it (a carriage
     return last), so the stop message that follows is a line of its own, not the bar's line continued."""
     stage = StageProgress("tune", {"a": 3}, {"a": "A"}, None, "min", print, bar=True)
-    trial = _trial("t1", {"trial": "a#0"}, {"status": "ok", "test_accuracy": 0.75})
+    trial = _trial("t1", {"cell": "a"}, {"status": "ok", "test_accuracy": 0.75})
     stage.on_trial_start(0, [], trial)
     stage.on_trial_complete(0, [], trial)
     capsys.readouterr()

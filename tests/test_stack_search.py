@@ -129,7 +129,7 @@ def test_a_search_stack_s_progress_line_lists_its_members_and_its_best_member_co
 
 
 def test_the_variants_of_a_regularizer_stack_with_its_tuned_cell_and_other_settings_never_do():
-    from ndebench.platform.engine.stacktrainable import stack_trials
+    from ndebench.platform.engine.stacktrainable import stack_trials, trial_owners
 
     base = {"study": "s", "model": "neural_cde", "dataset": "synthetic", "regularizer": "continuum_dropout",
             "model.hidden_size": 8, "phase": "evaluate"}
@@ -146,6 +146,9 @@ def test_the_variants_of_a_regularizer_stack_with_its_tuned_cell_and_other_setti
         "cd#1": None, "none#0": None, "cd#0+0+1": ["cd#0", "cd[p=0.1]#0", "cd[p=0.1]#1"], "none#1": None,
         "cd[h=16]#0+1": ["cd[h=16]#0", "cd[h=16]#1"]}
     outcome = {"config": {"cell": "cd", "trial": "cd#0+0+1"}, "result": {"status": "ok"}, "error": ""}
-    members = member_outcomes({"cd": [outcome], "cd[p=0.1]": []}, stacks)
+    members = member_outcomes({"cd": [outcome], "cd[p=0.1]": []}, stacks, trials)
     assert {cell: [o["config"]["trial"] for o in group] for cell, group in members.items()} == {
         "cd": ["cd#0", "cd#1"], "cd[p=0.1]": ["cd[p=0.1]#0"]}
+    # The progress view counts and names each Tune trial by its members' configs, never by splitting its key.
+    assert trial_owners(stacks, trials) == {"cd#0+0+1": ("cd", "0+0+1"), "cd[p=0.1]#1": ("cd[p=0.1]", "1"),
+                                            "none#0+1": ("none", "0+1"), "cd[h=16]#0+1": ("cd[h=16]", "0+1")}

@@ -1,13 +1,14 @@
-"""A cell's name, written and read in one place: ``regularizer[key=value,...]``.
+"""A cell's name, written in one place: ``regularizer[key=value,...]``.
 
 A tuned cell is named by its regularizer (``continuum_dropout``); a fixed-parameter variant by its regularizer and
 the values it fixes in plan order (``continuum_dropout[p=0.3,m=50]``, ``none[model.hidden_size=16]``,
 ``none[n_mc=5]``); a cell that ran with ``scope: time`` (ndebench's extension, not the paper's method) carries
 ``scope=time`` among them. The plan names its cells with :func:`variant_label`
-(:func:`~ndebench.platform.spec.plan.sweep_cells`), the record names each evaluate run's cell with
-:func:`cell_label` (the ``label`` column of :func:`~ndebench.platform.record.runs.study_frame`), and the engine names
-a cell's run the same way, so a cell run, its trial runs and the report's rows share one name. Readers that need a
-cell's settings read the frame's columns; :func:`parse_label` is the grammar's inverse, for a name alone.
+(:func:`~ndebench.platform.spec.plan.sweep_cells`) and records the values a variant fixes in its trials' config
+(key ``fixed``, param ``fixed``); the record names each run's cell with :func:`cell_label` from those values (the
+``label`` column of :func:`~ndebench.platform.record.runs.study_frame`), so a cell run, its trial runs and the
+report's rows share one name, and readers that need a cell's settings read columns, never the name.
+:func:`parse_label`, the grammar's inverse, reads only records written before the ``fixed`` param existed.
 """
 from __future__ import annotations
 
@@ -28,18 +29,14 @@ def variant_label(regularizer: str, params: Mapping[str, Any]) -> str:
     return f"{regularizer}[{','.join(f'{k}={v}' for k, v in params.items())}]"
 
 
-def parse_settings(text: str) -> dict[str, str]:
-    """The values inside a name's brackets: ``{"p": "0.3", "m": "50"}`` from ``p=0.3,m=50`` (values as written)."""
-    return {m.group(1): m.group(2) for m in _PAIR.finditer(text)}
-
-
 def parse_label(label: str) -> tuple[str, dict[str, str]]:
     """The inverse of :func:`variant_label`: ``("continuum_dropout", {"p": "0.3", "m": "50"})`` from
-    ``continuum_dropout[p=0.3,m=50]`` (values as written). ``ValueError`` for a name outside the grammar."""
+    ``continuum_dropout[p=0.3,m=50]`` (values as written), for a run recorded before its config carried the values
+    its cell fixes (key ``fixed``). ``ValueError`` for a name outside the grammar."""
     name, bracket, inner = label.partition("[")
     if not bracket:
         return label, {}
-    pairs = parse_settings(inner.removesuffix("]"))
+    pairs = {m.group(1): m.group(2) for m in _PAIR.finditer(inner.removesuffix("]"))}
     if not name or variant_label(name, pairs) != label:
         raise ValueError(f"cell name {label!r} is not of the form regularizer[key=value,...]")
     return name, pairs
@@ -51,19 +48,9 @@ def cell_name(regularizer: str, variant: str | None = None) -> str:
     return variant or regularizer
 
 
-def cell_label(regularizer: str, variant: str | None = None, scope: Any = None) -> str:
-    """The name of the cell a run belongs to: :func:`cell_name`, with ``scope=time`` among its settings when the
-    run's regularizer ran with ``scope: time`` (``scope``, the run's ``regularizer.scope``), so that the extension is
-    never shown under the paper's method's name."""
-    name = cell_name(regularizer, variant)
+def cell_label(regularizer: str, fixed: Mapping[str, Any], scope: Any = None) -> str:
+    """The name of the cell a run belongs to: :func:`variant_label` of the values its cell fixes (``fixed``, ``{}``
+    for a tuned cell), with ``scope=time`` among them when the run's regularizer ran with ``scope: time`` (``scope``,
+    the run's ``regularizer.scope``), so that the extension is never shown under the paper's method's name."""
     key, value = EXTENSION
-    if scope != value:
-        return name
-    base, params = parse_label(name)
-    return name if params.get(key) == value else variant_label(base, {**params, key: value})
-
-
-def is_extension(label: str) -> bool:
-    """Whether a cell's name (:func:`cell_label`) names a ``scope: time`` cell."""
-    key, value = EXTENSION
-    return parse_label(label)[1].get(key) == value
+    return variant_label(regularizer, {**fixed, key: value} if scope == value else fixed)

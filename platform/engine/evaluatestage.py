@@ -12,7 +12,7 @@ from typing import Any
 from ndebench.platform.common.choices import default_test
 from ndebench.platform.common.labels import cell_label
 from ndebench.platform.engine.provenance import driver_provenance
-from ndebench.platform.engine.stacktrainable import member_outcomes, stack_trials
+from ndebench.platform.engine.stacktrainable import member_outcomes, stack_trials, trial_owners
 from ndebench.platform.engine.stages import StageContext, trial_dirname
 from ndebench.platform.record.completeness import (
     attempts,
@@ -94,7 +94,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
                     alone.add(f"{cell.key}#{seed}")
     states = cell_states(ctx.tracking_uri, ctx.spec.study, "evaluate") if ctx.resume else {}
     by_key = {c.key: c for c in cells}
-    rerun_cells = {t.split("#")[0] for t in trials}
+    rerun_cells = {config["cell"] for config in trials.values()}
     parents, plan = {}, {state.info.run_id: {} for key, state in states.items() if key not in by_key}
     for cell in cells:
         state = states.get(cell.key)
@@ -123,13 +123,14 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
     if trials:
         # A Tune trial per stack: a cell's seeds, its variants'.
         stacks = stack_trials(trials, ctx.spec.resources.stack, alone)
-        budgets = {k: sum(t.startswith(f"{k}#") for t in stacks) for k in parents}
+        owners = trial_owners(stacks, trials)
+        budgets = {k: sum(cell == k for cell, _ in owners.values()) for k in parents}
         progress = StageProgress("evaluate", budgets, {k: by_key[k].label for k in parents}, None, "min",
-                                 ctx.ray.say_console, ctx.progress_every_s)
+                                 ctx.ray.say_console, ctx.progress_every_s, owners=owners)
         ctx.fit("evaluate", ctx.trainable_for("evaluate", parents, trials | stacks), tune.TuneConfig(
             reuse_actors=True, trial_dirname_creator=trial_dirname, scheduler=LiveFIFOScheduler()),
             {"trial": tune.grid_search(list(stacks))}, [progress])
-        ran = member_outcomes(progress.outcomes, stacks)
+        ran = member_outcomes(progress.outcomes, stacks, trials)
         ctx.close_orphans("evaluate", ran, trials)
         outcomes.update(ran)
     superseded = mark_superseded(ctx.tracking_uri, ctx.spec.study)
@@ -168,7 +169,7 @@ def _aggregate(ctx: StageContext, parents: dict[str, str], cells: dict[str, Cell
     if runs.empty:
         runs = runs.reindex(columns=["model", "dataset", "regularizer", "variant", "label", "status", "seed"])
     named = {key: (cells[key].model, cells[key].dataset,
-                   cell_label(cells[key].regularizer, cells[key].variant,
+                   cell_label(cells[key].regularizer, dict(cells[key].fixed),
                               ctx.evaluated.get(key, {}).get("regularizer.scope")))
              for key in parents}
     test = ctx.spec.report.test or default_test(ctx.spec.protocol)

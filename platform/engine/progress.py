@@ -73,11 +73,11 @@ def quiet_libraries() -> None:
             handler.setLevel(logging.WARNING)
 
 
-def sampled_values(config: dict[str, Any]) -> str:
-    """What distinguishes a trial inside its cell: ``seed 3`` for an evaluate trial (``trial: "<cell>#3"``),
-    else its sampled values by their last key part, ``lr=0.005 p=0.3``."""
-    if "#" in str(config.get("trial", "")):
-        return f"seed {config['trial'].rsplit('#', 1)[1]}"
+def sampled_values(config: dict[str, Any], seeds: str = "") -> str:
+    """What distinguishes a trial inside its cell: ``seed 3`` for an evaluate trial (``seeds``, its seed or a
+    stack's ``0+1+2``), else its sampled values by their last key part, ``lr=0.005 p=0.3``."""
+    if seeds:
+        return f"seed {seeds}"
     if isinstance(config.get("stack"), list):  # a search stage's stack: each member's values
         return " | ".join(sampled_values(values) for values in config["stack"])
     return " ".join(f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
@@ -120,14 +120,16 @@ class StageProgress(Callback):
     ``later``: trials planned in the stages after this one); keeps per-cell ``outcomes`` of the trials (config,
     last result, error line) for the driver. ``bar``: a tqdm bar on stdout (default: when it is a terminal).
 
-    ``budgets`` maps cell key -> trials of the stage; ``labels`` cell key -> readable name. The best value
-    counts only trials that finished ``ok`` (a stopped or failed trial never is a cell's best).
+    ``budgets`` maps cell key -> trials of the stage; ``labels`` cell key -> readable name; ``owners``, for an
+    evaluate stage whose Tune trials are named by a ``trial`` key, that key -> (its cell key, its seeds as shown).
+    The best value counts only trials that finished ``ok`` (a stopped or failed trial never is a cell's best).
     """
 
     def __init__(self, stage: str, budgets: dict[str, int], labels: dict[str, str], metric: str | None,
-                 mode: str, say: Printer, every_s: float = 60.0, later: int = 0, bar: bool | None = None):
+                 mode: str, say: Printer, every_s: float = 60.0, later: int = 0, bar: bool | None = None,
+                 owners: dict[str, tuple[str, str]] | None = None):
         self.stage, self.metric, self.mode, self.say, self.every_s = stage, metric, mode, say, every_s
-        self.budgets, self.labels, self.later = budgets, labels, later
+        self.budgets, self.labels, self.later, self.owners = budgets, labels, later, owners or {}
         self.started = {k: 0 for k in budgets}
         self.finished = {k: 0 for k in budgets}
         self.best: dict[str, float] = {}
@@ -144,7 +146,7 @@ class StageProgress(Callback):
         return dict(self.__dict__, say=print, bar=None)
 
     def _key(self, trial: Any) -> str:
-        return trial.config.get("cell") or trial.config["trial"].split("#")[0]
+        return trial.config.get("cell") or self.owners[trial.config["trial"]][0]
 
     def _say(self, line: str) -> None:
         if self.bar is None:
@@ -171,7 +173,8 @@ class StageProgress(Callback):
         value = self._better(scored) if scored else result.get(metric) if metric else None
         status = f"error: {error}" if error else str(result.get("status", "ended"))
         done, total = sum(self.finished.values()), sum(self.budgets.values())
-        self._say(trial_line(self.stage, done, total, self.labels[key], sampled_values(trial.config), metric,
+        seeds = self.owners.get(trial.config.get("trial"), ("", ""))[1]
+        self._say(trial_line(self.stage, done, total, self.labels[key], sampled_values(trial.config, seeds), metric,
                              value if isinstance(value, (int, float)) else None, status, seconds))
         if self.bar is not None:
             self.bar.update(1)

@@ -25,6 +25,8 @@ from ndebench.platform.worker.spec import TrialSpec
 from ndebench.regularizers.registry import create_regularizer
 
 IDENTITY = ("study", "model", "dataset", "regularizer", "variant", "seed")
+# The source run's params its cell's name is made of (record.runs.fixed_values, common.labels.cell_label).
+NAMING_PARAMS = ("fixed", "regularizer.scope")
 
 
 def parse_n_mc(text: str) -> list[int]:
@@ -48,7 +50,7 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
     are skipped, as are runs without logged weights or a resolved config in their params (counted in ``log``).
     The data come from ``data_dir`` (else ``$NDEBENCH_DATA_DIR`` or ``./data``), never from a run's
     ``data_dir`` param: whoever can write to the tracking store must not choose files this process reads."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, Param
 
     evaluated = runs_frame(uri, study, histories=False)
     if evaluated.empty:
@@ -88,7 +90,8 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
                 tags["mlflow.parentRunId"] = run.parent_run_id
             name = f"{run.label} s{run.seed} n_mc={n}"
             new = client.create_run(experiment_id, tags=tags, run_name=name).info.run_id
-            client.log_batch(new, metrics=[Metric(f"test_{k}", float(v), 0, 0) for k, v in metrics.items()])
+            client.log_batch(new, metrics=[Metric(f"test_{k}", float(v), 0, 0) for k, v in metrics.items()],
+                             params=[Param(k, str(run.params[k])) for k in NAMING_PARAMS if k in run.params])
             client.set_terminated(new, "FINISHED")
             created.append(new)
             log(f"[ndebench] {run.model} x {run.dataset} x {run.label} seed {run.seed}: n_mc={n} "

@@ -245,11 +245,11 @@ def _searched(result: TrialResult, final: dict[str, float], run_id: str) -> dict
 
 
 def stack_group(config: dict[str, Any]) -> str:
-    """What the trials of one stack share: the config less its seed, cell, variant and ``regularizer.*``
-    hyperparameters. A cell's seeds share it, and so do the variants of a regularizer (``variants:``) with its
-    tuned cell."""
+    """What the trials of one stack share: the config less its seed, cell, variant (its label and ``fixed`` values)
+    and ``regularizer.*`` hyperparameters. A cell's seeds share it, and so do the variants of a regularizer
+    (``variants:``) with its tuned cell."""
     shared = {k: v for k, v in config.items()
-              if k not in ("cell", "variant", "seed") and not k.startswith("regularizer.")}
+              if k not in ("cell", "variant", "fixed", "seed") and not k.startswith("regularizer.")}
     return json.dumps(shared, sort_keys=True, default=str)
 
 
@@ -270,15 +270,24 @@ def stack_trials(trials: dict[str, dict[str, Any]], size: int, alone: Collection
             if len(chunk) == 1:
                 out[chunk[0]] = trials[chunk[0]]
             else:
-                out[f"{chunk[0].split('#')[0]}#{'+'.join(k.split('#')[1] for k in chunk)}"] = {STACK: chunk}
+                out[f"{trials[chunk[0]]['cell']}#{'+'.join(str(trials[k]['seed']) for k in chunk)}"] = {STACK: chunk}
     return out
 
 
-def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]] | None = None
-                    ) -> dict[str, list[dict[str, Any]]]:
+def trial_owners(stacks: dict[str, dict[str, Any]], trials: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Each Tune trial of :func:`stack_trials` -> (the cell key it counts under, its seeds as shown: ``3`` or a
+    stack's ``0+1+2``): the cell and seeds of its members' ``trials`` configs (a stack's first member's cell)."""
+    members = {key: entry.get(STACK) or [key] for key, entry in stacks.items()}
+    return {key: (trials[keys[0]]["cell"], "+".join(str(trials[k]["seed"]) for k in keys))
+            for key, keys in members.items()}
+
+
+def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]] | None = None,
+                    trials: dict[str, dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The per-cell ``outcomes`` of a stage with each stack's outcome repeated for each of its members (config
     ``{"trial": member key}`` of an evaluate stack, under the member's own cell; the member's own sampled config of
-    a search stack), as the driver counts and closes runs per trial."""
+    a search stack), as the driver counts and closes runs per trial. ``configs``: an evaluate stage's
+    :func:`stack_trials`; ``trials``: its members' configs, which name their cells."""
     out: dict[str, list[dict[str, Any]]] = {cell: [] for cell in outcomes}
     for cell, group in outcomes.items():
         for outcome in group:
@@ -292,5 +301,5 @@ def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str
             if not members:
                 out[cell].append(outcome)
             for key in members or ():
-                out.setdefault(key.split("#")[0], []).append(dict(outcome, config={"trial": key}))
+                out.setdefault((trials or {})[key]["cell"], []).append(dict(outcome, config={"trial": key}))
     return out

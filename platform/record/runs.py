@@ -5,14 +5,15 @@ the run of the config the latest sweep planned, per (cell, seed)) with its statu
 rows the tables count). :func:`runs_frame`: one row per run of a phase for analyses. :func:`study_frame`: the
 two joined with the run's params, the one frame of a study's results that the API, the tables and the analyses
 read. :func:`runs_frame`'s columns: ``run_id,
-parent_run_id, study, model, dataset, regularizer, variant, label, seed, status, n_mc``, ``metric`` (the
+parent_run_id, study, model, dataset, regularizer, variant, fixed, label, seed, status, n_mc``, ``metric`` (the
 dataset's registered primary metric, tag ``ndebench.metric``; ``""`` on older runs), ``p, m, rate, ...`` (the
 regularizers' parameters, :func:`regularizer_params`, from the run's params ``regularizer.p`` ...; NaN where
 absent), every ``test_*`` metric, ``train_time_s`` and ``epoch_time_s`` (means over the run's epochs: its final
 metrics ``mean_train_time_s`` and ``mean_epoch_time_s``) and ``params`` (the run's flat config, values parsed back
-from strings). ``label`` is the cell's name
-(:func:`~ndebench.platform.common.labels.cell_label`): the variant label where the run belongs to a fixed-parameter
-variant cell, else the regularizer, with ``scope=time`` where it ran with ``scope: time``. Both give a run the status of
+from strings). ``fixed`` holds the values the run's cell fixes (:func:`fixed_values`: ``{"p": 0.3, "m": 50}`` for a
+fixed-parameter variant, ``{}`` for a tuned cell) and ``label`` is the cell's name made from them
+(:func:`~ndebench.platform.common.labels.cell_label`): the variant label, else the regularizer, with ``scope=time``
+where the run ran with ``scope: time``. Both give a run the status of
 :func:`~ndebench.platform.record.tracking.run_status`. :func:`planned_seeds`: the seeds the study planned.
 
 Everything comes from paged ``search_runs`` (:mod:`~ndebench.platform.record.summaries`); only runs recorded
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from ndebench.platform.common.labels import cell_label
+from ndebench.platform.common.labels import cell_label, parse_label
 from ndebench.platform.record import store, tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
@@ -110,11 +111,21 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
             **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
             "params": params,
         }
-        row["label"] = cell_label(row["regularizer"], row["variant"], params.get("regularizer.scope"))
+        row["fixed"] = fixed_values(params.get("fixed"), row["variant"])
+        row["label"] = cell_label(row["regularizer"], row["fixed"], params.get("regularizer.scope"))
         if histories:
             row.update({key: _mean_time(client, run, key) for key in TIME_METRICS})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def fixed_values(recorded: Any, variant: str | None) -> dict[str, Any]:
+    """The values a run's cell fixes, as its label names them: its param ``fixed`` (the plan's, parsed back), else,
+    for a variant run recorded before that param existed, the settings of its ``variant`` label
+    (:func:`~ndebench.platform.common.labels.parse_label`); ``{}`` for a tuned cell's run."""
+    if isinstance(recorded, dict):
+        return recorded
+    return parse_label(variant)[1] if variant else {}
 
 
 def _number(value: Any) -> float:
@@ -141,8 +152,8 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
     """One row per evaluate-phase trial run: identity tags, status (``ok``, ``diverged``, ``error``, ``running``,
     ``stopped``), the error or divergence ``message``, protocol, the dataset's registered primary ``metric``
     (tag ``ndebench.metric``: ``accuracy``, ``auroc`` or ``top5_accuracy``; ``""`` on runs recorded before
-    the tag existed), ``label`` (the cell's name: its variant label, else the regularizer), ``test_*`` metrics,
-    calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
+    the tag existed), ``fixed`` and ``label`` (the values its cell fixes and the cell's name, as in
+    :func:`runs_frame`), ``test_*`` metrics, calibration bins, ``num_classes`` K (tag ``ndebench.num_classes``; -1
     on older runs), the machine it ran on (:data:`~ndebench.platform.record.schema.MACHINE_TAGS`: ``cpu_model``,
     ``cpu_capability``, ``threads``, ``gpu``, ``gpu_driver``; ``""`` on older runs) and ``final_train_loss`` (the
     last epoch's ``train_loss``). Runs of fixed-parameter
@@ -169,8 +180,9 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "seed": _int_tag(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
-            "label": cell_label(tags.get(f"{TAG}regularizer"), tags.get(f"{TAG}variant"),
-                                run.data.params.get("regularizer.scope")),
+            "fixed": (fixed := fixed_values(parse_param(run.data.params.get("fixed", "None")),
+                                            tags.get(f"{TAG}variant"))),
+            "label": cell_label(tags.get(f"{TAG}regularizer"), fixed, run.data.params.get("regularizer.scope")),
             "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
             **{key: tags.get(f"{TAG}{key}", "") for key in MACHINE_TAGS},
             # MLflow keeps each metric's value at its last step on the run: the final epoch's training loss.

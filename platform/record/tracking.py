@@ -245,13 +245,13 @@ def study_yaml(uri: str, study: str, *, bound: bool = True) -> str | None:
     return None if bound and recorded is not None and recorded != text_sha(text) else text
 
 
-def cell_run_name(phase: str, key: str) -> str:
-    """A cell run's name, for people: what tells a study's cells apart first (the regularizer, or its variant's
-    label), then model and dataset (from the cell ``key``, ``<model>__<dataset>__<label>``), and the stage where
-    it is not ``evaluate``, e.g. ``continuum_dropout · neural_cde · uea-BasicMotions``. Code reads the
-    ``ndebench.*`` tags, never the name."""
-    model, dataset, label = key.split("__", 2)
-    return " · ".join([label, model, dataset] + ([] if phase == "evaluate" else [phase]))
+def cell_run_name(phase: str, tags: dict[str, str]) -> str:
+    """A cell run's name, for people: what tells a study's cells apart first (its variant's label, else the
+    regularizer), then model and dataset (from the cell's identity ``tags``), and the stage where it is not
+    ``evaluate``, e.g. ``continuum_dropout · neural_cde · uea/BasicMotions``. Code reads the ``ndebench.*`` tags,
+    never the name."""
+    parts = [tags.get("variant") or tags.get("regularizer", ""), tags.get("model", ""), tags.get("dataset", "")]
+    return " · ".join([p for p in parts if p] + ([] if phase == "evaluate" else [phase]))
 
 
 def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict[str, str]) -> str:
@@ -273,7 +273,7 @@ def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict
         f"{TAG}status": "running", PARENT: parent,
     } | standard_tags(tags.get("git_commit"))
     run = retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
-                                                  run_name=cell_run_name(phase, key)))
+                                                  run_name=cell_run_name(phase, tags)))
     return run.info.run_id
 
 

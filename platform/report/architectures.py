@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from ndebench.platform.common.labels import parse_label, variant_label
 from ndebench.platform.report.render.format import fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import significance, stats
@@ -25,31 +24,32 @@ SKIPPED = ("no none variant with model.* values (e.g. `variants: {none: {model.h
            "same values for a regularizer)")
 
 
-def model_settings(label: str) -> dict[str, str]:
-    """The ``model.*`` values a cell's name fixes, in its order
-    (:func:`~ndebench.platform.common.labels.parse_label`)."""
-    return {k: v for k, v in parse_label(label)[1].items() if k.startswith("model.")}
-
-
-def architecture(label: str) -> str:
-    """The ``model.*`` settings of a cell label, comma-joined in label order (``""`` when it has none)."""
-    return ",".join(f"{k}={v}" for k, v in model_settings(label).items())
+def architecture(fixed: object) -> str:
+    """The ``model.*`` values a cell fixes (its ``fixed`` column), comma-joined in its label's order (``""`` when
+    it fixes none)."""
+    items = fixed.items() if isinstance(fixed, dict) else ()
+    return ",".join(f"{k}={v}" for k, v in items if k.startswith("model."))
 
 
 def matched_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> pd.DataFrame:
     """Every cell with ``model.*`` settings against ``none[<the same settings>]`` of its (model, dataset); one row
     per comparison with :func:`~ndebench.platform.report.statistics.stats.compare_to_baseline`'s columns,
     ``architecture`` (the settings) and ``p_holm_all`` (Holm over every row). Empty without such a pair. A cell's
-    label is its row (:func:`~ndebench.platform.report.statistics.rows.row_names`)."""
-    labelled = runs.assign(architecture=row_names(runs).astype(str).map(architecture))
+    label is its row (:func:`~ndebench.platform.report.statistics.rows.row_names`); its settings, its ``fixed``
+    column."""
+    if "fixed" not in runs:
+        return pd.DataFrame()
+    labelled = runs.assign(architecture=runs["fixed"].map(architecture),
+                           pure=runs["fixed"].map(lambda f: isinstance(f, dict) and all(k.startswith("model.")
+                                                                                        for k in f)))
     frames = []
     for (_, dataset, setting), part in labelled[labelled["architecture"] != ""].groupby(
             ["model", "dataset", "architecture"], sort=True):
         names = row_names(part)
-        baseline = variant_label(BASELINE, model_settings(names.iloc[0]))
-        if baseline in set(names) and names.nunique() > 1:
-            tests = stats.compare_to_baseline(part.drop(columns="architecture"), primary[dataset], test=test,
-                                              alpha=alpha, baseline=baseline)
+        baselines = set(names[(part["regularizer"] == BASELINE) & part["pure"]])
+        if len(baselines) == 1 and names.nunique() > 1:
+            tests = stats.compare_to_baseline(part.drop(columns=["architecture", "pure"]), primary[dataset],
+                                              test=test, alpha=alpha, baseline=baselines.pop())
             frames.append(tests.assign(architecture=setting))
     if not frames:
         return pd.DataFrame()

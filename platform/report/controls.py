@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from ndebench.platform.common.labels import parse_label
 from ndebench.platform.report.render.format import fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, to_markdown
 from ndebench.platform.report.statistics import stats
@@ -23,19 +22,21 @@ SKIPPED = ("no none[n_mc=N] control cell: on an SDE model a regularizer predicti
            "`variants: {none: {n_mc: [5]}}` to the config")
 
 
-def passes(label: str) -> int | None:
-    """The number of passes N of a control cell ``none[n_mc=N]`` (a variant of ``none`` fixing ``n_mc`` alone,
-    :func:`~ndebench.platform.common.labels.parse_label`), None for any other cell."""
-    name, fixed = parse_label(label)
-    return int(fixed["n_mc"]) if name == BASELINE and fixed.keys() == {"n_mc"} else None
+def passes(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the number of passes N of the control cell ``none[n_mc=N]`` it belongs to (a variant of ``none``
+    fixing ``n_mc`` alone: its ``regularizer`` and ``fixed`` columns), NaN for a run of any other cell."""
+    fixed = runs["fixed"] if "fixed" in runs else pd.Series([{}] * len(runs), index=runs.index)
+    return pd.Series([float(f["n_mc"]) if r == BASELINE and isinstance(f, dict) and f.keys() == {"n_mc"} else math.nan
+                      for r, f in zip(runs["regularizer"], fixed, strict=True)], index=runs.index, name="passes")
 
 
-def controls(runs: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """The control cell's label per (model, dataset) that has one (the first by label when several); a run's
-    label is its row (:func:`~ndebench.platform.report.statistics.rows.row_names`)."""
-    names = row_names(runs)
-    found = names[names.map(passes).notna()]
-    return {key: sorted(group)[0] for key, group in found.groupby([runs["model"], runs["dataset"]], sort=True)}
+def controls(runs: pd.DataFrame) -> dict[tuple[str, str], tuple[str, int]]:
+    """The control cell's label and its N per (model, dataset) that has one (the first by label when several); a
+    run's label is its row (:func:`~ndebench.platform.report.statistics.rows.row_names`)."""
+    names, n = row_names(runs), passes(runs)
+    found = pd.DataFrame({"model": runs["model"], "dataset": runs["dataset"], "label": names, "n": n}).dropna()
+    return {key: min(zip(group["label"], group["n"].astype(int), strict=True))
+            for key, group in found.groupby(["model", "dataset"], sort=True)}
 
 
 def control_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, alpha: float) -> pd.DataFrame:
@@ -43,20 +44,21 @@ def control_comparisons(runs: pd.DataFrame, primary: dict[str, str], test: str, 
     the dataset's ``primary`` metric with the report's ``test``
     (:func:`~ndebench.platform.report.statistics.stats.compare_to_baseline` with ``baseline`` the control's label:
     difference
-    = regularizer mean - control mean, its 95% interval, p, Hedges' g); column ``baseline`` names the control."""
+    = regularizer mean - control mean, its 95% interval, p, Hedges' g); column ``baseline`` names the control and
+    ``passes`` its N."""
     frames = []
-    for (model, dataset), label in controls(runs).items():
+    others = set(row_names(runs)[passes(runs).notna()]) | {BASELINE}
+    for (model, dataset), (label, n) in controls(runs).items():
         part = runs[(runs["model"] == model) & (runs["dataset"] == dataset)]
         tests = stats.compare_to_baseline(part, primary[dataset], test=test, alpha=alpha, baseline=label)
-        names = tests["regularizer"].astype(str)
-        frames.append(tests[(names != BASELINE) & names.map(passes).isna()])
+        frames.append(tests[~tests["regularizer"].isin(others)].assign(passes=n))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def sentence(comparisons: pd.DataFrame) -> str:
     """Which comparison isolates dropout from ensembling, naming the controls the study has."""
     labels = sorted(set(comparisons["baseline"]))
-    n = ", ".join(str(passes(label)) for label in labels)
+    n = ", ".join(str(n) for _, n in sorted(set(zip(comparisons["baseline"], comparisons["passes"], strict=True))))
     models = ", ".join(sorted(set(comparisons["model"])))
     return (f"On {models}, {' and '.join(labels)} averages {n} passes of the unregularized model, as Continuum "
             f"Dropout's prediction does (which on an SDE also averages the Brownian noise): a regularizer against "
@@ -69,7 +71,7 @@ def controls_json(comparisons: pd.DataFrame) -> dict[str, object]:
     if comparisons.empty:
         return {"mc_control": None, "mc_control_skipped": SKIPPED}
     return {"mc_control": {"sentence": sentence(comparisons),
-                           "comparisons": comparisons.to_dict(orient="records")}}
+                           "comparisons": comparisons.drop(columns="passes").to_dict(orient="records")}}
 
 
 def control_section(comparisons: pd.DataFrame) -> Section | None:

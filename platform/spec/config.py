@@ -223,14 +223,18 @@ def _check_description(text: str) -> None:
 
 # Where and how a trial runs, not what it computes: left out of its identity, recorded as its params.
 ENVIRONMENT_KEYS = frozenset({"data_dir", "device", "training.threads"})
+# A variant's fixed values under the names its label gives them: already in the config under their flat keys and in
+# its label (``variant``), so runs recorded before the key existed keep their hash.
+NAMING_KEYS = frozenset({"fixed"})
 
 
 def config_hash(config: dict[str, Any]) -> str:
     """Stable short hash of a resolved (fully fixed) trial config: the experiment's identity (model, dataset and
     its options, regularizer, hyperparameters, training, solver, seed, phase) without :data:`ENVIRONMENT_KEYS`,
-    so that a resume from another data directory, device or CPU count recognises what already ran."""
-    payload = json.dumps({k: config[k] for k in sorted(config) if k not in ENVIRONMENT_KEYS}, sort_keys=True,
-                         default=str)
+    so that a resume from another data directory, device or CPU count recognises what already ran; nor
+    :data:`NAMING_KEYS`, which repeat what the config holds."""
+    payload = json.dumps({k: config[k] for k in sorted(config) if k not in ENVIRONMENT_KEYS | NAMING_KEYS},
+                         sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

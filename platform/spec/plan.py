@@ -114,12 +114,14 @@ def sweep_cells(spec: SweepSpec) -> list[Cell]:
 
 
 def cell_template(spec: SweepSpec, cell: Cell) -> dict[str, Any]:
-    """The flat trial config of a cell with its variant's fixed regularizer values applied."""
+    """The flat trial config of a cell with its variant's fixed values applied, and with the variant's label
+    (``variant``) and those values as the label names them (``fixed``, e.g. ``{"p": 0.3, "m": 50}``), which the
+    record names the cell by."""
     config = spec.base_config(cell.model, cell.dataset, cell.regularizer)
     config.update({fixed_key(k): v for k, v in cell.fixed})
     config["cell"] = cell.key
     if cell.variant:
-        config["variant"] = cell.variant
+        config |= {"variant": cell.variant, "fixed": dict(cell.fixed)}
     return config
 
 

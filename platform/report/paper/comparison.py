@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from ndebench.platform.common.labels import is_extension, parse_settings, variant_label
+from ndebench.platform.common.labels import EXTENSION
 from ndebench.platform.report.paper import agreement, evidence, needs, pairing
 from ndebench.platform.report.paper.data import (
     PAPER_K,
@@ -55,8 +55,16 @@ CELL_COLUMNS = ["table", "model", "dataset", "regularizer", "metric", "paper_mea
 
 
 def _label(row: Any) -> str:
-    """The study's name of a paper cell: its regularizer with the ``setting`` it fixes (``k=v,...``)."""
-    return variant_label(row.regularizer, parse_settings(row.setting))
+    """The study's name of a paper cell: its regularizer with the ``setting`` it fixes, which the paper's data write
+    as a label's brackets hold them (``p=0.3,m=50``)."""
+    return f"{row.regularizer}[{row.setting}]" if row.setting else row.regularizer
+
+
+def _extensions(runs: pd.DataFrame) -> set[str]:
+    """The rows of ``runs`` that ran ndebench's extension (``params.regularizer.scope`` = ``time``)."""
+    key, value = EXTENSION
+    column = f"params.regularizer.{key}"
+    return set(row_names(runs)[runs[column] == value]) if column in runs else set()
 
 
 def _study_cells(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame:
@@ -84,9 +92,10 @@ def compare_cells(runs: pd.DataFrame, primary: dict[str, str]) -> tuple[pd.DataF
                          spread=np.where(paper["unit"] == "percent", paper["std"] / 100, paper["std"]))
     ok = runs[runs["status"] == "ok"]
     rows, missing = [], []
+    extensions = _extensions(runs)
     for cell in _study_cells(runs, primary).itertuples(index=False):
         names = {"model": cell.model, "dataset": cell.dataset, "regularizer": cell.regularizer}
-        if is_extension(cell.regularizer):
+        if cell.regularizer in extensions:
             missing.append({**names, "reason": f"an extension ({EXTENSION_NOTE})"})
             continue
         metric = cell.metric.removeprefix("test_")

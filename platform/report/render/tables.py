@@ -117,17 +117,20 @@ class Table:
 
 def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` (a study frame, :func:`~ndebench.platform.record.runs.study_frame`) with the column the report keys
-    its rows on, :data:`~ndebench.platform.report.statistics.rows.ROW`: each run's cell name
-    (:func:`~ndebench.platform.common.labels.cell_label` of its ``label``, else of its ``variant`` or regularizer,
-    and of its ``params.regularizer.scope``), so that each fixed-parameter variant is a row of its own and a
-    ``scope: time`` cell is never named as the paper's method; ``regularizer`` stays each run's. A frame with neither
-    ``label`` nor ``variant`` is returned as it is: its rows are its regularizers."""
-    names = runs["label"] if "label" in runs else runs["variant"] if "variant" in runs else None
-    if names is None:
+    its rows on, :data:`~ndebench.platform.report.statistics.rows.ROW`: each run's cell name, its ``label`` (made by
+    the record from the values the cell fixes and the run's ``scope``,
+    :func:`~ndebench.platform.common.labels.cell_label`), so that each fixed-parameter variant is a row of its own
+    and a ``scope: time`` cell is never named as the paper's method; ``regularizer`` stays each run's. A frame
+    without ``label`` names a run by its ``variant``, else by :func:`~ndebench.platform.common.labels.cell_label` of
+    its regularizer and its ``params.regularizer.scope``; one with neither ``label`` nor ``variant`` is returned as
+    it is: its rows are its regularizers."""
+    if "label" in runs:
+        return runs.assign(**{ROW: runs["label"]})
+    if "variant" not in runs:
         return runs
     scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
-    return runs.assign(**{ROW: [cell_label(r, n if isinstance(n, str) else None, s)
-                                for r, n, s in zip(runs["regularizer"], names, scopes, strict=True)]})
+    return runs.assign(**{ROW: [v if isinstance(v, str) and v else cell_label(r, {}, s)
+                                for r, v, s in zip(runs["regularizer"], runs["variant"], scopes, strict=True)]})
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:
