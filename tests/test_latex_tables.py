@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from ndebench.platform.report import analyses
-from ndebench.platform.report.render.latex import Grid, TexCell, display, render, width
+from ndebench.platform.report.render.latex import Grid, TexCell, display, printed_names, render, width
 from ndebench.platform.report.report import build_report
+from ndebench.platform.report.statistics.rows import ROW
 
 # A hook on every font selection reports text set below 8 pt; \caption reports how many lines its text takes at
 # the float's width (\prevgraf after setting it as LaTeX's \@makecaption does, "Table N: " first).
@@ -109,9 +110,23 @@ def test_display_names_throughout(report_dir):
 
 def test_display_names_from_the_registries():
     assert display("continuum_dropout") == "Continuum Dropout"
-    assert display("continuum_dropout[p=0.1]") == "Continuum Dropout [p=0.1]"
+    assert display("continuum_dropout[p=0.1]") == "continuum_dropout[p=0.1]"  # a row's name is never taken apart
     assert display("neural_cde") == "Neural CDE" and display("uea/BasicMotions") == "BasicMotions"
     assert display("sepsis") == "PhysioNet Sepsis" and display("0.700 (0.075)") == "0.700 (0.075)"
+
+
+def test_a_row_is_printed_from_the_columns_its_name_was_made_from():
+    runs = pd.DataFrame({
+        ROW: ["continuum_dropout", "continuum_dropout[p=0.1]", "continuum_dropout[scope=time]",
+              "none[model.hidden_size=16]", "continuum_dropout[p=0.1]"],
+        "regularizer": ["continuum_dropout"] * 3 + ["none", "continuum_dropout"],
+        "fixed": [{}, {"p": 0.1}, {}, {"model.hidden_size": 16}, {"p": 0.1}],
+        "params.regularizer.scope": [None, None, "time", None, None]})
+    assert printed_names(runs) == {"continuum_dropout": "Continuum Dropout",
+                                   "continuum_dropout[p=0.1]": "Continuum Dropout [p=0.1]",
+                                   "continuum_dropout[scope=time]": "Continuum Dropout [scope=time]",
+                                   "none[model.hidden_size=16]": "None [model.hidden_size=16]"}
+    assert printed_names(runs.drop(columns="fixed")) == {}
 
 
 def test_a_plugin_without_display_gets_its_words(tmp_path):

@@ -24,9 +24,12 @@ _PAIR = re.compile(r"([A-Za-z_][\w.]*)=(.*?)(?=,[A-Za-z_][\w.]*=|$)")
 def variant_label(regularizer: str, params: Mapping[str, Any]) -> str:
     """``regularizer[k1=v1,k2=v2]``: the name of the cell fixing ``params`` (in their order); the bare
     ``regularizer`` when it fixes nothing."""
-    if not params:
-        return regularizer
-    return f"{regularizer}[{','.join(f'{k}={v}' for k, v in params.items())}]"
+    return f"{regularizer}[{settings_text(params)}]" if params else regularizer
+
+
+def settings_text(params: Mapping[str, Any]) -> str:
+    """The inside of a name's brackets: ``p=0.3,m=50`` for ``{"p": 0.3, "m": 50}`` (in their order)."""
+    return ",".join(f"{k}={v}" for k, v in params.items())
 
 
 def parse_label(label: str) -> tuple[str, dict[str, str]]:
@@ -52,5 +55,11 @@ def cell_label(regularizer: str, fixed: Mapping[str, Any], scope: Any = None) ->
     """The name of the cell a run belongs to: :func:`variant_label` of the values its cell fixes (``fixed``, ``{}``
     for a tuned cell), with ``scope=time`` among them when the run's regularizer ran with ``scope: time`` (``scope``,
     the run's ``regularizer.scope``), so that the extension is never shown under the paper's method's name."""
+    return variant_label(regularizer, cell_settings(fixed, scope))
+
+
+def cell_settings(fixed: Mapping[str, Any], scope: Any = None) -> dict[str, Any]:
+    """The settings a cell's name shows: the values it fixes (``fixed``), then ``scope=time`` when the run's
+    regularizer ran with ``scope: time``."""
     key, value = EXTENSION
-    return variant_label(regularizer, {**fixed, key: value} if scope == value else fixed)
+    return {**fixed, key: value} if scope == value else dict(fixed)

@@ -16,6 +16,7 @@ from ndebench.platform.report import architectures, audit, controls, mc_samples,
 from ndebench.platform.report.integrity import integrity_warning
 from ndebench.platform.report.methods import sections as methods
 from ndebench.platform.report.render import html_report, sections
+from ndebench.platform.report.render.latex import printed_names
 from ndebench.platform.report.render.tables import table_rows
 
 
@@ -36,6 +37,7 @@ def write_analyses(frame: pd.DataFrame, files: report.ReportFiles, study: str, *
     frame = frame[frame["status"].isin(COUNTED_STATUSES)]
     reevaluated = reevaluated if reevaluated is not None and len(reevaluated) else None
     runs, primary = report.with_primary_metrics(table_rows(frame))
+    names = printed_names(runs)
     frame = frame.reindex(columns=frame.columns.union(sorted(set(primary.values())), sort=False))
     matched = (architectures.matched_section(architectures.matched_comparisons(runs, primary, files.tables[0].test,
                                                                                alpha), alpha)
@@ -64,7 +66,7 @@ def write_analyses(frame: pd.DataFrame, files: report.ReportFiles, study: str, *
     for heading, (stem, why, found) in groups.items():
         if not found:
             missing.append(f"{heading}: not in this report ({why}).")
-        written += sections.write(found, directory, stem, f"{heading}: study {study}")
+        written += sections.write(found, directory, stem, f"{heading}: study {study}", names)
         written += [p for s in found for p in s.figures]
     notes = [integrity_warning(list(files.changed))] if files.changed else []
     notes += [files.fingerprint] if files.fingerprint else []

@@ -37,7 +37,8 @@ def forest_figure(table: Table, path: Path) -> Path | None:
         ax.annotate(f"p = {fmt_p(float(row.p))}", xy=(1.01, y), xycoords=("axes fraction", "data"), va="center",
                     fontsize="small")
     ax.axvline(0.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_yticks(range(len(rows)), [f"{display(r.regularizer)} ({display(r.model)}, {display(r.dataset)})"
+    ax.set_yticks(range(len(rows)), [f"{table.names.get(r.regularizer, display(r.regularizer))} "
+                                     f"({display(r.model)}, {display(r.dataset)})"
                                      for r in rows.itertuples(index=False)])
     ax.set_ylim(-0.7, len(rows) - 0.3)
     metric = table.metric_label()

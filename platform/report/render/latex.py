@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+from ndebench.platform.common.labels import cell_settings, settings_text
+from ndebench.platform.report.statistics.rows import ROW
 from ndebench.regularizers.none import BASELINE
 
 # Widths in pt of cmr10's characters (Knuth's cmr10.tfm, rounded); other characters count as WIDE.
@@ -60,22 +63,39 @@ def width(text: str, bold: bool = False) -> float:
 def display(name: str) -> str:
     """The name a paper prints for a registered identifier: a regularizer's, model's or dataset's ``display``
     (``continuum_dropout`` -> ``Continuum Dropout``, ``neural_cde`` -> ``Neural CDE``, ``uea/BasicMotions`` ->
-    ``BasicMotions``), a variant label with its settings kept (``continuum_dropout[p=0.1]`` -> ``Continuum
-    Dropout [p=0.1]``); any other text unchanged."""
+    ``BasicMotions``); any other text unchanged. A row's name is printed from the columns it was made from
+    (:func:`printed_names`), never taken apart here."""
     from ndebench.datasets.registry import REGISTRY as DATASETS
     from ndebench.datasets.registry import display_name
     from ndebench.models.registry import REGISTRY as MODELS
     from ndebench.regularizers.registry import REGISTRY as REGULARIZERS
 
     text = str(name)
-    base, bracket, rest = text.partition("[")
     for registry in (REGULARIZERS, MODELS):
-        if re.fullmatch(r"[a-z][a-z0-9_]*", base) and base in registry:
-            return registry.info(base).display + (f" [{rest}" if bracket else "")
+        if re.fullmatch(r"[a-z][a-z0-9_]*", text) and text in registry:
+            return registry.info(text).display
     family = text.partition("/")[0]
-    if not bracket and re.fullmatch(r"[a-z][a-z0-9_]*(/[^/\s]+)?", text) and family in DATASETS:
+    if re.fullmatch(r"[a-z][a-z0-9_]*(/[^/\s]+)?", text) and family in DATASETS:
         return display_name(text)
     return text
+
+
+def printed_names(runs: pd.DataFrame) -> dict[str, str]:
+    """Each row of ``runs`` (:func:`~ndebench.platform.report.render.tables.table_rows`) -> its name as a paper
+    prints it, made from the columns its :data:`~ndebench.platform.report.statistics.rows.ROW` was made from: the
+    regularizer's display name and the settings of its cell
+    (:func:`~ndebench.platform.common.labels.cell_settings` of ``fixed`` and ``params.regularizer.scope``):
+    ``continuum_dropout[p=0.1]`` -> ``Continuum Dropout [p=0.1]``. Empty for a frame without those columns (its rows
+    print as they are named)."""
+    if ROW not in runs or "fixed" not in runs:
+        return {}
+    scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
+    printed: dict[str, str] = {}
+    for row, regularizer, fixed, scope in zip(runs[ROW], runs["regularizer"], runs["fixed"], scopes, strict=True):
+        if row not in printed:
+            settings = cell_settings(fixed if isinstance(fixed, dict) else {}, scope)
+            printed[row] = display(regularizer) + (f" [{settings_text(settings)}]" if settings else "")
+    return printed
 
 
 @dataclass
@@ -236,21 +256,23 @@ def named(tex: str) -> str:
                   lambda m: escape(display(m[0].replace("\\_", "_"))), tex)
 
 
-def section_grid(section: Any) -> Grid:
+def section_grid(section: Any, names: Mapping[str, str] | None = None) -> Grid:
     """A report :class:`~ndebench.platform.report.render.sections.Section` as a :class:`Grid`: display names for
     registered identifiers, a label column or a count that holds one value in every row (the model of a one-model
     study, the number of datasets) moved into the note, long headers on two lines, cell notes and warnings as
     lettered superscripts explained in the note, ``short_caption`` (else the title) as the caption and the full
-    caption in the note."""
+    caption in the note. ``names``: a row name -> its printed name (:func:`printed_names`)."""
+    names = names or {}
     keys = max(1, len(section.align) - len(section.align.lstrip("l"))) if section.align else 1
     header, rows = list(section.header), [list(r) for r in section.rows]
     constant = [j for j in range(len(header)) if len(rows) > 1 and len({r[j].text for r in rows}) == 1
                 and len(header) > 2 and not section.groups and (j < keys or rows[0][j].text.isdigit())]
-    fixed = [f"{display(header[j]).capitalize()}: {display(rows[0][j].text)}." for j in constant]
+    fixed = [f"{display(header[j]).capitalize()}: {display(names.get(rows[0][j].text, rows[0][j].text))}."
+             for j in constant]
     keep = [j for j in range(len(header)) if j not in constant]
     marks, explained = notes_marked([cell_note(c) for r in rows for c in r])
-    body = [[tex_cell(r[j].text, r[j].bold, r[j].marker, marks.get(cell_note(r[j]), ""), r[j].flag)
-             for j in keep] for r in rows]
+    body = [[tex_cell(names.get(c.text, c.text), c.bold, c.marker, marks.get(cell_note(c), ""), c.flag)
+             for c in (r[j] for j in keep)] for r in rows]
     if any(c.flag for r in rows for c in r):
         explained += rf" $^{{\downarrow}}$ {escape(section.flag_legend)}."
     heads = [header_cell(header[j], max((row[i].pt for row in body), default=0.0)) for i, j in enumerate(keep)]
@@ -264,13 +286,13 @@ def section_grid(section: Any) -> Grid:
                 section.groups or None)
 
 
-def section_table(section: Any) -> str:
-    """A report section as booktabs LaTeX laid out by :func:`render`; a section without a header is a
-    ``\\paragraph`` of its caption and notes."""
+def section_table(section: Any, names: Mapping[str, str] | None = None) -> str:
+    """A report section as booktabs LaTeX laid out by :func:`render`, its rows' ``names`` printed as
+    :func:`section_grid` does; a section without a header is a ``\\paragraph`` of its caption and notes."""
     if not section.header:
         notes = "".join(rf" {escape(note)}" for note in section.notes)
         return rf"\paragraph{{{escape(section.title)}}} {escape(section.caption)}{notes}" + "\n"
-    return render(section_grid(section))
+    return render(section_grid(section, names))
 
 
 def significance_caption(metric: str, n: int, test: str, correction: str, alpha: float) -> str:

@@ -21,8 +21,9 @@ def paper_grid(study: str, table: Table, alpha: float) -> latex.Grid:
     """One table of the study as a :class:`~ndebench.platform.report.render.latex.Grid` in the paper's style."""
     cells = [[table.cells.get((r, j)) for j in range(len(table.columns))] for r in table.rows]
     marks, explained = latex.notes_marked([latex.cell_note(c) for row in cells for c in row if c])
-    body = [[latex.tex_cell(r)] + [latex.tex_cell(c.text, c.bold, c.marker, marks.get(latex.cell_note(c), ""))
-                                   if c else latex.tex_cell("–") for c in row]
+    body = [[latex.tex_cell(table.names.get(r, r))]
+            + [latex.tex_cell(c.text, c.bold, c.marker, marks.get(latex.cell_note(c), "")) if c else latex.tex_cell("–")
+               for c in row]
             for r, row in zip(table.rows, cells, strict=True)]
     header = [latex.TexCell("Regularizer", latex.width("Regularizer"))]
     header += [latex.header_cell(latex.display(column_title(table, d, m)), max(row[j + 1].pt for row in body))
@@ -42,8 +43,8 @@ def paper_grid(study: str, table: Table, alpha: float) -> latex.Grid:
             + (r" $^{\dagger}$/$^{\dagger\dagger}$: worse than " + latex.display(BASELINE) + " at the same levels."
                if worse else "")
             + f" Each cell's difference, 95\\% CI and p: table\\_full.tex (``{latex.escape(tests_title(table))}'')."
-            + (" Test-time protocol: " + "; ".join(f"{latex.escape(latex.display(r))}: {latex.escape(p)}"
-                                                   for r, p in table.protocols.items()) + "."
+            + (" Test-time protocol: " + "; ".join(f"{latex.escape(table.names.get(r, latex.display(r)))}: "
+                                                   f"{latex.escape(p)}" for r, p in table.protocols.items()) + "."
                if table.protocols else "")
             + (f" {explained}" if explained else ""))
     return latex.Grid(header, body, "l" + "c" * len(table.columns),
