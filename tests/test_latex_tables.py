@@ -127,6 +127,7 @@ def test_a_row_is_printed_from_the_columns_its_name_was_made_from():
                                    "continuum_dropout[scope=time]": "Continuum Dropout [scope=time]",
                                    "none[model.hidden_size=16]": "None [model.hidden_size=16]"}
     assert printed_names(runs.drop(columns="fixed")) == {}
+    assert printed_names(runs.assign(fixed=runs["fixed"].astype(str))) == {}  # as results.csv holds it
 
 
 def test_a_plugin_without_display_gets_its_words(tmp_path):

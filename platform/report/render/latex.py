@@ -85,15 +85,15 @@ def printed_names(runs: pd.DataFrame) -> dict[str, str]:
     prints it, made from the columns its :data:`~ndebench.platform.report.statistics.rows.ROW` was made from: the
     regularizer's display name and the settings of its cell
     (:func:`~ndebench.platform.common.labels.cell_settings` of ``fixed`` and ``params.regularizer.scope``):
-    ``continuum_dropout[p=0.1]`` -> ``Continuum Dropout [p=0.1]``. Empty for a frame without those columns (its rows
-    print as they are named)."""
+    ``continuum_dropout[p=0.1]`` -> ``Continuum Dropout [p=0.1]``. A row without those columns, or whose ``fixed`` is
+    no mapping (a ``results.csv`` read back holds its text), is left out: it prints as it is named."""
     if ROW not in runs or "fixed" not in runs:
         return {}
     scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
     printed: dict[str, str] = {}
     for row, regularizer, fixed, scope in zip(runs[ROW], runs["regularizer"], runs["fixed"], scopes, strict=True):
-        if row not in printed:
-            settings = cell_settings(fixed if isinstance(fixed, dict) else {}, scope)
+        if row not in printed and isinstance(fixed, dict):
+            settings = cell_settings(fixed, scope)
             printed[row] = display(regularizer) + (f" [{settings_text(settings)}]" if settings else "")
     return printed
 
