@@ -270,7 +270,7 @@ def stack_trials(trials: dict[str, dict[str, Any]], size: int, alone: Collection
             if len(chunk) == 1:
                 out[chunk[0]] = trials[chunk[0]]
             else:
-                out[f"{trials[chunk[0]]['cell']}#{'+'.join(str(trials[k]['seed']) for k in chunk)}"] = {STACK: chunk}
+                out[f"{trials[chunk[0]]['cell']}#{_seeds(chunk, trials)}"] = {STACK: chunk}
     return out
 
 
@@ -278,8 +278,12 @@ def trial_owners(stacks: dict[str, dict[str, Any]], trials: dict[str, dict[str, 
     """Each Tune trial of :func:`stack_trials` -> (the cell key it counts under, its seeds as shown: ``3`` or a
     stack's ``0+1+2``): the cell and seeds of its members' ``trials`` configs (a stack's first member's cell)."""
     members = {key: entry.get(STACK) or [key] for key, entry in stacks.items()}
-    return {key: (trials[keys[0]]["cell"], "+".join(str(trials[k]["seed"]) for k in keys))
-            for key, keys in members.items()}
+    return {key: (trials[keys[0]]["cell"], _seeds(keys, trials)) for key, keys in members.items()}
+
+
+def _seeds(keys: list[str], trials: dict[str, dict[str, Any]]) -> str:
+    """The seeds of the trials ``keys`` as a stack's name and progress lines show them: ``0+1+2``."""
+    return "+".join(str(trials[k]["seed"]) for k in keys)
 
 
 def member_outcomes(outcomes: dict[str, list[dict[str, Any]]], configs: dict[str, dict[str, Any]] | None = None,

@@ -44,7 +44,7 @@ from ndebench.platform.report.render.sections import Cell, Section
 from ndebench.platform.report.statistics import selection, stats
 from ndebench.platform.report.statistics.across import channel_count, summary_rows
 from ndebench.platform.report.statistics.effects import mean_interval
-from ndebench.platform.report.statistics.rows import row_names
+from ndebench.platform.report.statistics.rows import row_names, scopes
 from ndebench.regularizers.none import BASELINE
 
 PROPOSED = "continuum_dropout"
@@ -62,9 +62,7 @@ def _label(row: Any) -> str:
 
 def _extensions(runs: pd.DataFrame) -> set[str]:
     """The rows of ``runs`` that ran ndebench's extension (``params.regularizer.scope`` = ``time``)."""
-    key, value = EXTENSION
-    column = f"params.regularizer.{key}"
-    return set(row_names(runs)[runs[column] == value]) if column in runs else set()
+    return set(row_names(runs)[scopes(runs) == EXTENSION[1]])
 
 
 def _study_cells(runs: pd.DataFrame, primary: dict[str, str]) -> pd.DataFrame:

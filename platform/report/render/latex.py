@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 from ndebench.platform.common.labels import cell_settings, settings_text
-from ndebench.platform.report.statistics.rows import ROW
+from ndebench.platform.report.statistics.rows import ROW, scopes
 from ndebench.regularizers.none import BASELINE
 
 # Widths in pt of cmr10's characters (Knuth's cmr10.tfm, rounded); other characters count as WIDE.
@@ -89,9 +89,9 @@ def printed_names(runs: pd.DataFrame) -> dict[str, str]:
     no mapping (a ``results.csv`` read back holds its text), is left out: it prints as it is named."""
     if ROW not in runs or "fixed" not in runs:
         return {}
-    scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
     printed: dict[str, str] = {}
-    for row, regularizer, fixed, scope in zip(runs[ROW], runs["regularizer"], runs["fixed"], scopes, strict=True):
+    for row, regularizer, fixed, scope in zip(runs[ROW], runs["regularizer"], runs["fixed"], scopes(runs),
+                                              strict=True):
         if row not in printed and isinstance(fixed, dict):
             settings = cell_settings(fixed, scope)
             printed[row] = display(regularizer) + (f" [{settings_text(settings)}]" if settings else "")

@@ -27,7 +27,7 @@ from ndebench.platform.report.render.format import DIGITS, fmt, fmt_p, interval
 from ndebench.platform.report.render.sections import Cell, Section, latex_escape, md_escape, to_latex, to_markdown
 from ndebench.platform.report.statistics import significance, stats
 from ndebench.platform.report.statistics.learned import FLAG, RULE
-from ndebench.platform.report.statistics.rows import ROW, cell_columns, row_names
+from ndebench.platform.report.statistics.rows import ROW, cell_columns, row_names, scopes
 from ndebench.regularizers.none import BASELINE
 
 LABELS = {"test_accuracy": "accuracy", "test_top5_accuracy": "top-5 accuracy", "test_auroc": "AUROC",
@@ -130,9 +130,8 @@ def table_rows(runs: pd.DataFrame) -> pd.DataFrame:
         return runs.assign(**{ROW: runs["label"]})
     if "variant" not in runs:
         return runs
-    scopes = runs["params.regularizer.scope"] if "params.regularizer.scope" in runs else [None] * len(runs)
     return runs.assign(**{ROW: [v if isinstance(v, str) and v else cell_label(r, {}, s)
-                                for r, v, s in zip(runs["regularizer"], runs["variant"], scopes, strict=True)]})
+                                for r, v, s in zip(runs["regularizer"], runs["variant"], scopes(runs), strict=True)]})
 
 
 def regularizer_order(runs: pd.DataFrame) -> list[str]:

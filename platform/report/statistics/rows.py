@@ -10,6 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 ROW = "row"
+# The param a run's ``scope: time`` is read from (ndebench's extension of Continuum Dropout), as a frame column.
+SCOPE = "params.regularizer.scope"
 
 
 def cell_columns(runs: pd.DataFrame) -> list[str]:
@@ -23,3 +25,8 @@ def row_names(runs: pd.DataFrame) -> pd.Series:
     """Each run's row (the last of :func:`cell_columns`), as a series called ``regularizer``: a per-cell frame's name
     for it."""
     return runs[cell_columns(runs)[-1]].rename("regularizer")
+
+
+def scopes(runs: pd.DataFrame) -> pd.Series:
+    """Each run's ``regularizer.scope`` (:data:`SCOPE`), None throughout a frame without that column."""
+    return runs[SCOPE] if SCOPE in runs else pd.Series([None] * len(runs), index=runs.index, dtype=object)
