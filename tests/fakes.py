@@ -275,7 +275,8 @@ def log_study_frame(uri: str, study: str, frame: pd.DataFrame) -> None:
         tags = {f"ndebench.{k}": str(getattr(row, k)) for k in ("model", "dataset", "regularizer", "seed", "status")}
         tags |= {"ndebench.phase": "evaluate", **({"ndebench.variant": row.variant} if row.variant else {})}
         run_id = client.create_run(experiment, tags=tags).info.run_id
-        params = [Param(f"regularizer.{k}", str(getattr(row, k))) for k in ("p", "m", "rate")
+        # As the plan writes them: a variant's label and its params are the same values' texts.
+        params = [Param(f"regularizer.{k}", f"{getattr(row, k):g}") for k in ("p", "m", "rate")
                   if np.isfinite(getattr(row, k))]
         metrics = [Metric("test_accuracy", row.test_accuracy, 0, 0), Metric("test_nll", row.test_nll, 0, 0)]
         metrics += [Metric("train_time_s", row.train_time_s + d, 0, step) for step, d in ((1, -0.5), (2, 0.5))]

@@ -18,7 +18,7 @@ import yaml
 from fakes import local_ray_arguments
 from ndebench.platform.cli.main import main
 from ndebench.platform.failures.leftovers import CHECKPOINT
-from ndebench.platform.record.runs import parse_param
+from ndebench.platform.record.runs import fixed_values, parse_param
 from ndebench.platform.record.tracking import TAG, client, search
 from ndebench.platform.worker.spec import TrialSpec
 from ndebench.platform.worker.stack import run_stack
@@ -86,6 +86,10 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
         assert run.data.params == other.data.params | {"study": "stacked"}
         assert {k for k in run.data.tags if k.startswith(TAG)} == {k for k in other.data.tags if k.startswith(TAG)}
         assert run.data.tags[f"{TAG}epochs"] == other.data.tags[f"{TAG}epochs"] == "2"
+        if variant := run.data.tags.get(f"{TAG}variant"):
+            # A run recorded before the `fixed` param is named alike from its own recorded values.
+            legacy = {k: v for k, v in run.data.params.items() if k != "fixed"}
+            assert fixed_values(legacy, "continuum_dropout", variant) == parse_param(run.data.params["fixed"])
         assert (run.data.tags[f"{TAG}stack"], other.data.tags[f"{TAG}stack"]) == ("3", "1")  # stacks of 3: 15 + 3
         expected = {k: v for k, v in other.data.metrics.items() if k.startswith("test_") and k != "test_ece"}
         assert expected and {k: run.data.metrics[k] for k in expected} == pytest.approx(expected, rel=1e-4, abs=1e-6)

@@ -8,17 +8,16 @@ the values it fixes in plan order (``continuum_dropout[p=0.3,m=50]``, ``none[mod
 (key ``fixed``, param ``fixed``); the record names each run's cell with :func:`cell_label` from those values (the
 ``label`` column of :func:`~ndebench.platform.record.runs.study_frame`), so a cell run, its trial runs and the
 report's rows share one name, and readers that need a cell's settings read columns, never the name.
-:func:`parse_label`, the grammar's inverse, reads only records written before the ``fixed`` param existed.
+A run recorded before the ``fixed`` param existed is named by looking its variant tag up among the names its own
+recorded values make (:func:`~ndebench.platform.record.runs.fixed_values`); no reader takes a name apart.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 # The setting that marks ndebench's extension of Continuum Dropout (regularizer.scope = time).
 EXTENSION = ("scope", "time")
-_PAIR = re.compile(r"([A-Za-z_][\w.]*)=(.*?)(?=,[A-Za-z_][\w.]*=|$)")
 
 
 def variant_label(regularizer: str, params: Mapping[str, Any]) -> str:
@@ -30,19 +29,6 @@ def variant_label(regularizer: str, params: Mapping[str, Any]) -> str:
 def settings_text(params: Mapping[str, Any]) -> str:
     """The inside of a name's brackets: ``p=0.3,m=50`` for ``{"p": 0.3, "m": 50}`` (in their order)."""
     return ",".join(f"{k}={v}" for k, v in params.items())
-
-
-def parse_label(label: str) -> tuple[str, dict[str, str]]:
-    """The inverse of :func:`variant_label`: ``("continuum_dropout", {"p": "0.3", "m": "50"})`` from
-    ``continuum_dropout[p=0.3,m=50]`` (values as written), for a run recorded before its config carried the values
-    its cell fixes (key ``fixed``). ``ValueError`` for a name outside the grammar."""
-    name, bracket, inner = label.partition("[")
-    if not bracket:
-        return label, {}
-    pairs = {m.group(1): m.group(2) for m in _PAIR.finditer(inner.removesuffix("]"))}
-    if not name or variant_label(name, pairs) != label:
-        raise ValueError(f"cell name {label!r} is not of the form regularizer[key=value,...]")
-    return name, pairs
 
 
 def cell_name(regularizer: str, variant: str | None = None) -> str:

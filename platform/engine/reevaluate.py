@@ -25,8 +25,8 @@ from ndebench.platform.worker.spec import TrialSpec
 from ndebench.regularizers.registry import create_regularizer
 
 IDENTITY = ("study", "model", "dataset", "regularizer", "variant", "seed")
-# The source run's params its cell's name is made of (record.runs.fixed_values, common.labels.cell_label).
-NAMING_PARAMS = ("fixed", "regularizer.scope")
+# The source run's param its cell's name is made of besides the values its cell fixes (common.labels.cell_label).
+SCOPE = "regularizer.scope"
 
 
 def parse_n_mc(text: str) -> list[int]:
@@ -90,8 +90,11 @@ def reevaluate(uri: str, study: str, n_mc: Sequence[int], *, log: Callable[[str]
                 tags["mlflow.parentRunId"] = run.parent_run_id
             name = f"{run.label} s{run.seed} n_mc={n}"
             new = client.create_run(experiment_id, tags=tags, run_name=name).info.run_id
+            # The fixed values as the frame read them, so a source run older than its param still names this one.
+            naming = ({"fixed": run.fixed} if run.variant else {}) | ({SCOPE: run.params[SCOPE]}
+                                                                     if SCOPE in run.params else {})
             client.log_batch(new, metrics=[Metric(f"test_{k}", float(v), 0, 0) for k, v in metrics.items()],
-                             params=[Param(k, str(run.params[k])) for k in NAMING_PARAMS if k in run.params])
+                             params=[Param(k, str(v)) for k, v in naming.items()])
             client.set_terminated(new, "FINISHED")
             created.append(new)
             log(f"[ndebench] {run.model} x {run.dataset} x {run.label} seed {run.seed}: n_mc={n} "

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from ndebench.platform.common.labels import cell_label, parse_label
+from ndebench.platform.common.labels import cell_label, variant_label
 from ndebench.platform.record import store, tracking
 from ndebench.platform.record.completeness import counted_runs
 from ndebench.platform.record.schema import MACHINE_TAGS, PLANNED_SEEDS, TAG
@@ -111,7 +111,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
             **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
             "params": params,
         }
-        row["fixed"] = fixed_values(params.get("fixed"), row["variant"])
+        row["fixed"] = fixed_values(run.data.params, row["regularizer"], row["variant"])
         row["label"] = cell_label(row["regularizer"], row["fixed"], params.get("regularizer.scope"))
         if histories:
             row.update({key: _mean_time(client, run, key) for key in TIME_METRICS})
@@ -119,13 +119,38 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
     return pd.DataFrame(rows)
 
 
-def fixed_values(recorded: Any, variant: str | None) -> dict[str, Any]:
-    """The values a run's cell fixes, as its label names them: its param ``fixed`` (the plan's, parsed back), else,
-    for a variant run recorded before that param existed, the settings of its ``variant`` label
-    (:func:`~ndebench.platform.common.labels.parse_label`); ``{}`` for a tuned cell's run."""
+def fixed_values(params: dict[str, str], regularizer: str, variant: str | None) -> dict[str, Any]:
+    """The values a run's cell fixes, as its label names them, from the run's ``params`` as recorded (strings): its
+    param ``fixed`` (the plan's, parsed back); ``{}`` for a tuned cell's run. A variant run recorded before that
+    param existed has its ``variant`` tag: its values are the ordered choice of its own ``regularizer.*`` and
+    ``model.*`` params that :func:`~ndebench.platform.common.labels.variant_label` names as that tag (the tag is
+    looked up among the names its run's values make, never taken apart). ``ValueError`` when none does."""
+    recorded = parse_param(params.get("fixed", "None"))
     if isinstance(recorded, dict):
         return recorded
-    return parse_label(variant)[1] if variant else {}
+    if not variant:
+        return {}
+    settings = {key.removeprefix("regularizer."): text for key, text in sorted(params.items())
+                if key.startswith(("regularizer.", "model."))}
+    found = _named_by(regularizer, variant, tuple(settings.items()))
+    if found is None:
+        raise ValueError(f"variant {variant!r} of a {regularizer!r} run is no name its recorded settings make")
+    return {key: parse_param(text) for key, text in found}
+
+
+@functools.lru_cache(maxsize=1 << 10)
+def _named_by(regularizer: str, variant: str, settings: tuple[tuple[str, str], ...],
+              chosen: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...] | None:
+    """The ordered ``settings`` (label key, recorded text) whose variant label is ``variant``, grown one setting at a
+    time while the name made so far begins ``variant``; ``None`` when no order of them makes it."""
+    if chosen and variant_label(regularizer, dict(chosen)) == variant:
+        return chosen
+    for key, text in settings:
+        grown = (*chosen, (key, text))
+        if key not in dict(chosen) and variant.startswith(variant_label(regularizer, dict(grown))[:-1]):
+            if (found := _named_by(regularizer, variant, settings, grown)) is not None:
+                return found
+    return None
 
 
 def _number(value: Any) -> float:
@@ -180,7 +205,7 @@ def evaluate_runs(uri: str, study: str, *, with_calibration: bool = True, varian
             "seed": _int_tag(tags.get(f"{TAG}seed")),
             "test_protocol": tags.get(f"{TAG}test_protocol", ""),
             "metric": tags.get(f"{TAG}metric", ""),
-            "fixed": (fixed := fixed_values(parse_param(run.data.params.get("fixed", "None")),
+            "fixed": (fixed := fixed_values(run.data.params, tags.get(f"{TAG}regularizer", ""),
                                             tags.get(f"{TAG}variant"))),
             "label": cell_label(tags.get(f"{TAG}regularizer"), fixed, run.data.params.get("regularizer.scope")),
             "num_classes": _int_tag(tags.get(f"{TAG}num_classes")),
