@@ -19,6 +19,8 @@ from torch import nn
 ODE_FIXED = ("euler", "midpoint", "heun2", "heun3", "rk4")
 ODE_ADAPTIVE = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun")
 SDE_METHODS = ("euler", "milstein", "srk")
+# torchsde's methods whose step asks its Brownian motion for (t0, t1) alone, forward (the adjoint asks backward).
+GRID_NOISE = ("euler", "milstein")
 METHODS = ODE_FIXED + ODE_ADAPTIVE + tuple(m for m in SDE_METHODS if m not in ODE_FIXED)
 
 
@@ -141,7 +143,12 @@ class TrialRNG:
                 "noise_on_device": {key: g.get_state() for key, g in self._noise_on_device.items()}}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state`; a device generator is created first, then set, so nothing else is drawn."""
+        """Restore :meth:`state`; a device generator is created first, then set, so nothing else is drawn, and one
+        the state has not yet made is dropped (it is seeded from the restored stream at its first use, as there)."""
+        for made, kept in ((self._on_device, state["on_device"]),
+                           (self._noise_on_device, state.get("noise_on_device", {}))):
+            for key in set(made) - set(kept):
+                del made[key]
         generators = {key: self.regularizer_on(key) for key in state["on_device"]}
         noise = {key: self.noise_on(key) for key in state.get("noise_on_device", {})}
         for key, value in state["on_device"].items():
@@ -168,9 +175,16 @@ class TrialRNG:
         return self._on_device[key]
 
 
-    def brownian(self, times: torch.Tensor, z0: torch.Tensor, levy: str = "none") -> torchsde.BaseBrownian:
-        """The Brownian motion of one SDE solve from ``z0`` ``(B, H)`` over ``times``: a
+    def brownian(self, times: torch.Tensor, z0: torch.Tensor, levy: str = "none",
+                 dt: float | None = None) -> torchsde.BaseBrownian:
+        """The Brownian motion of one SDE solve from ``z0`` ``(B, H)`` over ``times``. With ``dt`` (a fixed-step
+        solve that asks only for its steps' increments) on the CPU: a :class:`GridBrownian` whose increments on
+        :func:`sde_steps` are one ``randn`` from :meth:`noise_on` (torchsde's ``BrownianInterval`` finds every
+        queried interval by a Python tree search, most of a small SDE's step). Otherwise a
         ``torchsde.BrownianInterval`` whose entropy is one draw from ``noise``."""
+        if dt is not None and levy == "none" and z0.device.type == "cpu":
+            grid = sde_steps(times, dt)
+            return GridBrownian(grid, brownian_increments(grid, z0, self.noise_on(z0.device)))
         entropy = int(torch.randint(0, 2**31 - 1, (1,), generator=self.noise))
         return torchsde.BrownianInterval(t0=float(times[0]), t1=float(times[-1]), size=z0.shape, dtype=z0.dtype,
                                          device=z0.device, entropy=entropy, levy_area_approximation=levy)
@@ -192,10 +206,51 @@ class StackedRNG(TrialRNG):
 
     members: list[TrialRNG] = field(default_factory=list)
 
-    def brownian(self, times: torch.Tensor, z0: torch.Tensor, levy: str = "none") -> torchsde.BaseBrownian:
-        """Member k's Brownian motion on its rows ``z0.chunk(K)[k]`` (:meth:`TrialRNG.brownian` of ``members[k]``)."""
-        return StackedBrownian([rng.brownian(times, rows, levy)
-                                for rng, rows in zip(self.members, z0.chunk(len(self.members)), strict=True)])
+    def brownian(self, times: torch.Tensor, z0: torch.Tensor, levy: str = "none",
+                 dt: float | None = None) -> torchsde.BaseBrownian:
+        """Member k's Brownian motion on its rows ``z0.chunk(K)[k]`` (:meth:`TrialRNG.brownian` of ``members[k]``);
+        members' grid motions as one :class:`GridBrownian` (their increments side by side)."""
+        motions = [rng.brownian(times, rows, levy, dt)
+                   for rng, rows in zip(self.members, z0.chunk(len(self.members)), strict=True)]
+        if all(isinstance(bm, GridBrownian) for bm in motions):
+            return GridBrownian(motions[0].grid, torch.cat([bm.increments for bm in motions], dim=1))
+        return StackedBrownian(motions)
+
+
+class GridBrownian(torchsde.BaseBrownian):
+    """A Brownian motion given by its increments ``(S, B, H)`` between the ``S + 1`` times of ``grid``, answering
+    exactly those intervals (the queries of torchsde's fixed-step solve, :func:`sde_steps`): at them it has the law
+    of a ``BrownianInterval``, independent ``N(0, t_{k+1} - t_k)`` increments."""
+
+    def __init__(self, grid: list[float], increments: torch.Tensor):
+        self.grid, self.increments = grid, increments
+        self._step = {t: k for k, t in enumerate(grid[:-1])}
+
+    def __call__(self, ta: Any, tb: Any = None, return_U: bool = False, return_A: bool = False) -> Any:
+        k = self._step.get(float(ta))
+        if k is None or tb is None or float(tb) != self.grid[k + 1] or return_U or return_A:
+            raise ValueError(f"a grid Brownian motion answers its steps' increments only, not ({ta}, {tb}) "
+                             f"with return_U={return_U}, return_A={return_A}")
+        return self.increments[k]
+
+    def __repr__(self) -> str:
+        return f"GridBrownian({len(self.grid) - 1} steps, shape {tuple(self.shape)})"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.increments.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.increments.device
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.increments.shape[1:]
+
+    @property
+    def levy_area_approximation(self) -> str:
+        return "none"
 
 
 class StackedBrownian(torchsde.BaseBrownian):
@@ -457,7 +512,9 @@ def integrate(
       given; ``drift(t, z) -> (B, H, C)`` and the solver sees ``f(t, z) dX/dt``. The regularizer modulates
       all of it, or with ``control_scope="time"`` only the time channel's ``f_0(t, z) dX_0/dt`` (channel 0).
     * SDE (Ito, diagonal noise): ``dz = f dt + g(t, z) o dW`` when ``diffusion(t, z) -> (B, H)`` is given;
-      Brownian motion is a ``torchsde.BrownianInterval`` seeded from ``rng.noise``.
+      Brownian motion is :meth:`TrialRNG.brownian`'s: on the CPU, for Euler and Milstein without adjoint, its
+      increments on the step grid drawn in one call (:class:`GridBrownian`); else a ``torchsde.BrownianInterval``
+      seeded from ``rng.noise``.
 
     If the regularizer is active it draws once from ``rng.regularizer`` for this call, may move the end
     time (``end_time``), and modulates the drift and diffusion outputs. Fixed-step ODE solvers run with
@@ -507,7 +564,7 @@ def integrate(
             # an inline solve (a stack's region on the CPU) steps as the eager one and asks each member's own
             # Brownian motion for its increments; the mask is found by time, as in the eager solve
             grid = graphs.grid(times, lambda: torch.tensor(sde_steps(times, sde_dt), dtype=torch.float64))
-            bm = rng.brownian(times, z0)
+            bm = rng.brownian(times, z0, dt=sde_dt)
             noise, clock = torch.stack([bm(a, b) for a, b in zip(grid[:-1], grid[1:], strict=True)]), None
         else:
             grid = graphs.grid(times, lambda: pass_grid(times, solver, "sde"))
@@ -548,7 +605,8 @@ def integrate(
                 raise
             raise limit from exc
     else:
-        bm = rng.brownian(times, z0, "space-time" if solver.method == "srk" else "none")
+        bm = rng.brownian(times, z0, "space-time" if solver.method == "srk" else "none",
+                          dt=None if solver.adjoint or solver.method not in GRID_NOISE else sde_dt)
         sdeint = torchsde.sdeint_adjoint if solver.adjoint else torchsde.sdeint
         path = sdeint(_SDE(field, diffusion), z0, times, bm=bm, method=solver.method, dt=sde_dt)
     return path[-1] if output == "final" else path

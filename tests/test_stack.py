@@ -125,9 +125,11 @@ def test_every_time_series_model_stacks_and_its_members_end_as_alone_up_to_the_b
 
 
 def test_an_exact_stack_of_sdes_draws_each_member_s_own_noise():
-    # Exact arithmetic leaves the noise as the only thing that could differ: another Brownian path would move the
-    # test NLL by percents, the same one leaves elementwise rounding (observed 6e-9 relative with Adam).
-    specs = [_spec(seed, model="neural_lnsde", training=dataclasses.replace(TRAINING, epochs=2)) for seed in (0, 1)]
+    # Exact arithmetic leaves rounding as the only difference: the scalar theta's gradient sums a member's rows in
+    # another order than alone (an ulp), which Adam's step blew up to 3e-5 relative; with SGD the metrics are equal.
+    # Each member's increments are its trial's own bit for bit (test_grid_brownian.py): on this small synthetic set
+    # the diffusion is too small for another path to move the NLL measurably.
+    specs = [_spec(seed, model="neural_lnsde", training=SGD) for seed in (0, 1)]
     for a, b in zip([run_trial(s) for s in specs], run_stack(specs, exact=True), strict=True):
         assert (a.status, a.epochs, a.best_epoch) == (b.status, b.epochs, b.best_epoch)
         assert b.test["test_nll"] == pytest.approx(a.test["test_nll"], rel=1e-6)
