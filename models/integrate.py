@@ -5,6 +5,7 @@ to the vector field(s) and runs the solver. Regularizers therefore never see mod
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -290,13 +291,20 @@ class StackedBrownian(torchsde.BaseBrownian):
 def sde_steps(times: torch.Tensor, dt: float) -> list[float]:
     """The step times of torchsde's fixed-step solve over ``times`` with step ``dt``, as it computes them: each
     the previous plus ``dt`` in the times' dtype, the last clipped to ``times[-1]`` (an eager SDE solve evaluates
-    its field and asks its Brownian motion at exactly these)."""
+    its field and asks its Brownian motion at exactly these). Remembered per (times, dt): every pass asks again."""
+    host = times.detach().cpu()
+    return list(_steps(host.numpy().tobytes(), host.dtype, dt))
+
+
+@functools.lru_cache(maxsize=256)
+def _steps(raw: bytes, dtype: torch.dtype, dt: float) -> tuple[float, ...]:
+    times = torch.frombuffer(bytearray(raw), dtype=dtype)
     t, end, steps = times[0], times[-1], [float(times[0])]
     for out in times[1:]:
         while t < out:
             t = min(t + dt, end)
             steps.append(float(t))
-    return steps
+    return tuple(steps)
 
 
 def brownian_increments(grid: list[float], z0: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
