@@ -70,3 +70,25 @@ def test_a_variant_tag_its_run_recorded_values_do_not_make_is_refused_by_name():
                 "continuum_dropout[p=0.1,m=5", "none[p=0.1,m=5]"):
         with pytest.raises(ValueError, match=re.escape(repr(tag))):
             fixed_values(params, "continuum_dropout", tag)
+
+
+def test_a_variant_cell_run_is_named_by_its_own_fixed_else_by_its_trials_else_left_out_until_they_start(uri):
+    from fakes import record_trial
+    from ndebench.platform.record import tracking
+    from ndebench.platform.record.runs import runs_frame
+
+    parent = ""
+    identity = {"model": "neural_cde", "dataset": "synthetic", "regularizer": "none"}
+    # Today's cell run carries the values its cell fixes; an older one carries none, and names itself by its
+    # trials' (a legacy trial: its own recorded regularizer.n_mc); one whose trials have not started is left out.
+    tracking.cell_run(uri, "cells", parent, "evaluate", "c-new", identity | {"variant": "none[n_mc=5]"},
+                      {"fixed": {"n_mc": 5}})
+    tracking.cell_run(uri, "cells", parent, "evaluate", "c-old", identity | {"variant": "none[n_mc=3]"})
+    tracking.cell_run(uri, "cells", parent, "evaluate", "c-idle", identity | {"variant": "none[n_mc=7]"})
+    record_trial(uri, "cells", "none", 0, variant="none[n_mc=3]", params={"regularizer.n_mc": 3},
+                 tags={"cell": "c-old"}, metrics={"test_accuracy": 0.5})
+    frame = runs_frame(uri, "cells", histories=False)
+    named = {(row.variant, row.seed): (row.fixed, row.label) for row in frame.itertuples()}
+    assert named == {("none[n_mc=5]", -1): ({"n_mc": 5}, "none[n_mc=5]"),
+                     ("none[n_mc=3]", -1): ({"n_mc": 3}, "none[n_mc=3]"),
+                     ("none[n_mc=3]", 0): ({"n_mc": 3}, "none[n_mc=3]")}

@@ -76,6 +76,9 @@ def test_a_stacked_sweep_records_one_ok_run_per_cell_and_seed_with_the_same_test
     alone, stacked = _evaluate_runs(uri, "alone"), _evaluate_runs(uri, "stacked")
     cells = ["none", "continuum_dropout"] + [f"continuum_dropout[p={p},m={m}]" for p in (0.1, 0.3) for m in (5, 10)]
     assert sorted(stacked) == sorted(alone) == sorted((f"neural_cde__synthetic__{c}", s) for c in cells for s in SEEDS)
+    variant_cells = [r for r in search(uri, "stacked") if r.data.tags.get(f"{TAG}kind") == "cell"
+                     and r.data.tags.get(f"{TAG}phase") == "evaluate" and r.data.tags.get(f"{TAG}variant")]
+    assert len(variant_cells) == 4 and all("fixed" in r.data.params for r in variant_cells)
     folders: dict[str, set[str]] = {}
     for (cell, _), run in stacked.items():
         folders.setdefault(run.data.tags[f"{TAG}trial_dir"], set()).add(cell)

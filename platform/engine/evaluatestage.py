@@ -104,7 +104,7 @@ def evaluate(ctx: StageContext, cells: list[Cell], configs: dict[str, dict[str, 
                 and read_plan([state]) == {cell.key: planned[cell.key]}):
             continue
         run_id = cell_run(ctx.tracking_uri, ctx.spec.study, ctx.study_run_id, "evaluate", cell.key,
-                          ctx.cell_tags(cell))
+                          ctx.cell_tags(cell), {"fixed": dict(cell.fixed)} if cell.variant else None)
         plan[run_id] = planned[cell.key]
         if cell.key in ctx.failed:
             finish_cell(ctx.tracking_uri, run_id, "failed", error=ctx.failed[cell.key])

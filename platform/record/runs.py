@@ -97,7 +97,7 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
     (:func:`~ndebench.platform.record.completeness.counted_runs`). ``histories`` adds the time columns (one
     request per run and metric only for older runs)."""
     client = store.client(uri)
-    rows, declared = [], regularizer_params()
+    rows, cells, declared = [], [], regularizer_params()
     runs = recorded(uri, study, phase) if runs is None else runs
     for run in counted_runs(runs) if phase == "evaluate" else runs:
         tags, params = run.data.tags, {k: parse_param(v) for k, v in run.data.params.items()}
@@ -111,20 +111,40 @@ def runs_frame(uri: str, study: str, phase: str = "evaluate", *, histories: bool
             **{k: v for k, v in run.data.metrics.items() if k.startswith("test_")},
             "params": params,
         }
-        row["fixed"] = fixed_values(run.data.params, row["regularizer"], row["variant"])
-        row["label"] = cell_label(row["regularizer"], row["fixed"], params.get("regularizer.scope"))
+        cells.append(_tag(tags, "cell"))
+        row["fixed"] = fixed_values(run.data.params, row["regularizer"], row["variant"], strict=False)
+        if row["fixed"] is None and (source := _tag(tags, "source_run")):
+            # A reevaluate run recorded before it copied its source's values: its source run's.
+            row["fixed"] = fixed_values(client.get_run(source).data.params, row["regularizer"], row["variant"],
+                                        strict=False)
         if histories:
             row.update({key: _mean_time(client, run, key) for key in TIME_METRICS})
         rows.append(row)
-    return pd.DataFrame(rows)
+    # A cell run recorded before cell runs carried their ``fixed`` has no values to look its tag up among: its
+    # trial runs' are its cell's; one whose trials have not started yet holds nothing to report and is left out.
+    known = {cell: row["fixed"] for cell, row in zip(cells, rows, strict=True) if cell and row["fixed"] is not None}
+    kept = []
+    for cell, row in zip(cells, rows, strict=True):
+        if row["fixed"] is None:
+            if row["params"] or not cell:
+                raise ValueError(f"variant {row['variant']!r} of a {row['regularizer']!r} run "
+                                 f"({row['run_id']}) is no name its recorded settings or its cell's trials make")
+            if cell not in known:
+                continue
+            row["fixed"] = known[cell]
+        row["label"] = cell_label(row["regularizer"], row["fixed"], row["params"].get("regularizer.scope"))
+        kept.append(row)
+    return pd.DataFrame(kept)
 
 
-def fixed_values(params: dict[str, str], regularizer: str, variant: str | None) -> dict[str, Any]:
+def fixed_values(params: dict[str, str], regularizer: str, variant: str | None, *,
+                 strict: bool = True) -> dict[str, Any] | None:
     """The values a run's cell fixes, as its label names them, from the run's ``params`` as recorded (strings): its
     param ``fixed`` (the plan's, parsed back); ``{}`` for a tuned cell's run. A variant run recorded before that
     param existed has its ``variant`` tag: its values are the ordered choice of its own ``regularizer.*`` and
     ``model.*`` params that :func:`~ndebench.platform.common.labels.variant_label` names as that tag (the tag is
-    looked up among the names its run's values make, never taken apart). ``ValueError`` when none does."""
+    looked up among the names its run's values make, never taken apart). When none does: ``ValueError``, or
+    ``None`` with ``strict=False`` (a cell run, whose cell's trial runs hold its values)."""
     recorded = parse_param(params.get("fixed", "None"))
     if isinstance(recorded, dict):
         return recorded
@@ -133,6 +153,8 @@ def fixed_values(params: dict[str, str], regularizer: str, variant: str | None) 
     settings = {key.removeprefix("regularizer."): text for key, text in sorted(params.items())
                 if key.startswith(("regularizer.", "model."))}
     found = _named_by(regularizer, variant, tuple(settings.items()))
+    if found is None and not strict:
+        return None
     if found is None:
         raise ValueError(f"variant {variant!r} of a {regularizer!r} run is no name its recorded settings make")
     return {key: parse_param(text) for key, text in found}

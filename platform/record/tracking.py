@@ -254,15 +254,20 @@ def cell_run_name(phase: str, tags: dict[str, str]) -> str:
     return " · ".join([p for p in parts if p] + ([] if phase == "evaluate" else [phase]))
 
 
-def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict[str, str]) -> str:
-    """The parent run of one cell in one stage (``ndebench.kind=cell``, child of the study run). A resumed
-    sweep reuses it, resetting a ``failed`` status to ``running``."""
-    from mlflow.entities import RunTag
+def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict[str, str],
+             params: dict[str, Any] | None = None) -> str:
+    """The parent run of one cell in one stage (``ndebench.kind=cell``, child of the study run), with ``params``
+    (a variant cell's ``fixed``) logged where it lacks them. A resumed sweep reuses it, resetting a ``failed``
+    status to ``running``."""
+    from mlflow.entities import Param, RunTag
 
     mlflow_client = client(uri)
     existing = _tagged(uri, study, {"kind": "cell", "phase": phase, "cell": key})
     if existing:
         run_id = existing[0].info.run_id
+        missing = [Param(k, str(v)) for k, v in (params or {}).items() if k not in existing[0].data.params]
+        if missing:
+            retry(lambda: mlflow_client.log_batch(run_id, params=missing))
         retry(lambda: mlflow_client.update_run(run_id, status="RUNNING"))
         if f"{TAG}error" in existing[0].data.tags:
             mlflow_client.delete_tag(run_id, f"{TAG}error")
@@ -274,6 +279,8 @@ def cell_run(uri: str, study: str, parent: str, phase: str, key: str, tags: dict
     } | standard_tags(tags.get("git_commit"))
     run = retry(lambda: mlflow_client.create_run(ensure_experiment(uri, study), tags=all_tags,
                                                   run_name=cell_run_name(phase, tags)))
+    if params:
+        retry(lambda: mlflow_client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()]))
     return run.info.run_id
 
 
