@@ -29,7 +29,10 @@ HIDDEN = FOLDER / "report" / "reproduction_hidden_sizes"
 HIDDEN_FILES = ["table.md", "architectures.md"]
 BENCHMARK = FOLDER / "report" / "benchmark_regularizers"
 BENCHMARK_FILES = ["methods.md", "table.md"]
-CONFIGS = ["reproduction.yaml", "hidden_sizes.yaml", "reproduction_large.yaml", "benchmark.yaml"]
+LNSDE = FOLDER / "report" / "reproduction_lnsde"
+LNSDE_FILES = ["table.md", "paper_comparison.md"]
+CONFIGS = ["reproduction.yaml", "hidden_sizes.yaml", "reproduction_large.yaml", "benchmark.yaml",
+           "reproduction_lnsde.yaml"]
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)")
 COUNT = re.compile(r"\b(\d+) of (\d+)\b")
 CODE = re.compile(r"```.*?```|`[^`]*`|\]\([^)]*\)", re.S)
@@ -40,10 +43,12 @@ def _sources() -> tuple[str, list[float]]:
     text = "\n".join((REPORT / name).read_text() for name in REPORT_FILES if name.endswith(".md"))
     text += "\n".join((HIDDEN / name).read_text() for name in HIDDEN_FILES)
     text += "\n".join((BENCHMARK / name).read_text() for name in BENCHMARK_FILES)
+    text += "\n".join((LNSDE / name).read_text() for name in LNSDE_FILES)
     text += "\n".join((FOLDER / name).read_text() for name in CONFIGS)
-    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (REPORT, HIDDEN)]
-    return text, [float(c["p"]) for summary in summaries for table in summary["tables"] for c in table["comparisons"]
-                  if c["p"] is not None]
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (REPORT, HIDDEN, LNSDE)]
+    controls = [c["p"] for c in (summaries[-1]["mc_control"] or {}).get("comparisons", [])]
+    return text, [float(p) for p in [c["p"] for summary in summaries for table in summary["tables"]
+                                     for c in table["comparisons"]] + controls if p is not None]
 
 
 def _written(number: str, text: str, p_values: list[float]) -> bool:
@@ -108,6 +113,10 @@ def test_the_pages_verdicts_are_the_ones_the_comparison_computes():
     for row, model in ((1, "neural_cde"), (2, "neural_ode")):
         for r in (r for r in across if r["model"] == model):
             assert f"{r['split']}: {r['verdict']}" in verdict[row], (row, r["split"])
+    lnsde = json.loads((LNSDE / "summary.json").read_text())["paper_comparison"]["agreement_across_datasets"]
+    assert {r["model"] for r in lnsde} == {"neural_lnsde"} and len(lnsde) == 3
+    for r in lnsde:
+        assert f"{r['split']}: {r['verdict']}" in verdict[3], r["split"]
     sets = [(r["power"], d in r["ceiling_sets"], d in r["significant_sets"])
             for r in comparison["per_set_power"] if r["split"] != "all" for d in r["sets"]]
     free = [power for power, ceiling, _ in sets if not ceiling]
@@ -124,14 +133,15 @@ def test_the_pages_verdicts_are_the_ones_the_comparison_computes():
 
 
 @pytest.mark.parametrize(("name", "trials"), [("hidden_sizes.yaml", (8, 16, 440)),
-                                              ("reproduction_large.yaml", (72, 72, 540))])
+                                              ("reproduction_large.yaml", (72, 72, 540)),
+                                              ("reproduction_lnsde.yaml", (36, 36, 135))])
 def test_the_configs_plan_what_their_headers_say(name, trials):
     config = FOLDER / name
     spec = api.load(config)
     base, tune = plan_stages(spec)
     cells = sweep_cells(spec)
     assert (base.trials, tune.trials, len(cells) * len(spec.evaluate.seeds)) == trials
-    assert spec.resources.stack == 5
+    assert spec.resources.stack == (8 if name == "reproduction_lnsde.yaml" else 5)
     header = config.read_text()
     assert f"= {trials[0]}" in header and f"= {trials[1]}" in header and f"= {trials[2]} runs" in header
     if name == "hidden_sizes.yaml":
