@@ -85,7 +85,8 @@ class SNSDEDiffusion(nn.Module):
         g = torch.relu(self.net(features))
         if self.multiplicative:
             g = g * y
-        return torch.tanh(torch.sigmoid(self.theta) * torch.nan_to_num(g))
+        # theta per row, (B, 1): its gradient then sums as a stack of trials sums each member's (StackedScalars)
+        return torch.tanh(torch.sigmoid(self.theta.expand(g.shape[0], 1)) * torch.nan_to_num(g))
 
 
 def snsde_readout(hidden_size: int) -> nn.Sequential:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -110,6 +111,7 @@ class Regularizer(nn.Module):
       * ``modulate(draw, t, z, out, role)`` -> modified field output ``out`` of shape ``(B, H)``;
         ``role`` is ``"drift"`` (ODE right-hand side, CDE ``f(z) dX/dt``, SDE drift) or ``"diffusion"``;
       * ``end_time(draw, t0, t1)`` -> the end time of this pass's integration;
+      * ``draw_stacked(members, specs)`` -> one draw for a stack's K members, or ``None`` (see the method);
       * ``penalty()`` -> a scalar added to the training loss;
       * ``field_layer(num_features)`` -> a module ``(t, x) -> x`` that vector-field MLPs insert after each
         hidden linear layer, before the activation (``None``: nothing inserted); TA-BN puts its
@@ -153,6 +155,13 @@ class Regularizer(nn.Module):
 
     def modulate(self, draw: Any, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
         return out
+
+    def draw_stacked(self, members: Sequence[Regularizer], specs: Sequence[PassSpec]) -> Any:
+        """One pass's draw for a stack's K members (``members[k]``, of this class, drawing from ``specs[k]``'s
+        generator for its ``B`` rows) that ``modulate`` applies to their member-major ``(K * B, H)`` rows in one
+        call, each row block exactly as member k's own draw and ``modulate`` would; ``None`` (the default): the
+        stack draws and modulates member by member."""
+        return None
 
     def end_time(self, draw: Any, t0: float, t1: float) -> float:
         return t1

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -163,30 +165,69 @@ def sample_grid_states(
     bitwise ops on 8 flags per machine word; on an accelerator a few whole-tensor ops for all intervals
     (:func:`_last_event_states`), so a draw costs a handful of launches whatever the grid's length.
     """
-    device = generator.device
-    states = torch.empty(points.numel(), batch_size, latent_size, dtype=torch.bool, device=device)
+    return sample_member_states(points, batch_size, latent_size, [rates], [generator])
+
+
+def sample_member_states(
+    points: torch.Tensor,
+    batch_size: int,
+    latent_size: int,
+    rates: Sequence[Rates],
+    generators: Sequence[torch.Generator],
+) -> torch.Tensor:
+    """K members' indicators side by side at the P ``points``, ``(P, K * B, H)`` (bool): rows ``k * B`` to
+    ``(k + 1) * B - 1`` are ``sample_grid_states(points, B, H, rates[k], generators[k])``, bit for bit. Each
+    member draws its own uniforms from its own generator as it would alone; the chain then runs once for all
+    members (on the CPU, per interval, two comparisons and two bitwise ops over the K members' lanes), which is
+    what a stack of trials saves over K draws."""
+    device = generators[0].device
+    members = len(generators)
+    states = torch.empty(points.numel(), members * batch_size, latent_size, dtype=torch.bool, device=device)
     states[0] = True
     if points.numel() == 1:
         return states
-    s = rates.lambda1 + rates.lambda2
-    q = -torch.expm1(-s * (points[1:] - points[:-1]).to(device=device, dtype=torch.float64))
-    keep_at, on_below = _threshold(q), _threshold(q * (rates.lambda2 / s))
+    dt = (points[1:] - points[:-1]).to(device=device, dtype=torch.float64)
+    keep_at, on_below = (torch.stack(t) for t in zip(*(_thresholds(dt, r) for r in rates), strict=True))
     steps, size = points.numel() - 1, batch_size * latent_size
-    u = random_words((steps * size + 1) // 2, generator, scratch=True).view(torch.int32)
+    count = (steps * size + 1) // 2
+    if members == 1:
+        u = random_words(count, generators[0], scratch=True).view(torch.int32)[: steps * size].view(1, steps, size)
+    else:
+        u = torch.empty(members, 2 * count, dtype=torch.int32, device=device)
+        for row, generator in zip(u, generators, strict=True):
+            row.copy_(random_words(count, generator, scratch=True).view(torch.int32))
+        u = u[:, : steps * size].view(members, steps, size)
     if device.type not in _HOST_SHORTCUTS:
-        lanes = u[: steps * size].view(steps, batch_size, latent_size)
-        states[1:] = _last_event_states(lanes >= keep_at.view(-1, 1, 1), lanes < on_below.view(-1, 1, 1))
+        lanes = u.transpose(0, 1).reshape(steps, members, batch_size, latent_size)
+        rows = (steps, members, 1, 1)
+        flags = (lanes >= keep_at.T.reshape(rows), lanes < on_below.T.reshape(rows))
+        states[1:] = _last_event_states(*(f.reshape(steps, members * batch_size, latent_size) for f in flags))
         return states
-    keep_at, on_below = keep_at.tolist(), on_below.tolist()  # Python ints: no tensor indexing per interval
-    keep, on = (torch.empty(batch_size, latent_size, dtype=torch.bool) for _ in range(2))
-    words, keep_w, on_w = _words(states), _words(keep.unsqueeze(0))[0], _words(on.unsqueeze(0))[0]
+    # Python ints where the members share their rates (a cell's seeds): no tensor indexing per interval.
+    shared = all(torch.equal(keep_at[0], k) and torch.equal(on_below[0], o) for k, o in zip(keep_at, on_below,
+                                                                                           strict=True))
+    if shared:
+        keep_at, on_below = keep_at[0].tolist(), on_below[0].tolist()
+    else:
+        keep_at, on_below = keep_at.T.unsqueeze(-1), on_below.T.unsqueeze(-1)  # (steps, K, 1)
+    keep, on = (torch.empty(members, size, dtype=torch.bool) for _ in range(2))
+    words = _words(states)
+    keep_w, on_w = (_words(f.view(1, members * batch_size, latent_size))[0] for f in (keep, on))
     for k in range(1, points.numel()):
-        lanes = u[(k - 1) * size : k * size].view(batch_size, latent_size)
+        lanes = u[:, k - 1]
         torch.ge(lanes, keep_at[k - 1], out=keep)
         torch.lt(lanes, on_below[k - 1], out=on)
         torch.bitwise_and(words[k - 1], keep_w, out=words[k])
         words[k].bitwise_or_(on_w)
     return states
+
+
+def _thresholds(dt: torch.Tensor, rates: Rates) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per interval of length ``dt``: the int32 thresholds below which a uniform is no event (``>= keep``) and an
+    event to active (``< on``), as :func:`sample_grid_states` states them."""
+    s = rates.lambda1 + rates.lambda2
+    q = -torch.expm1(-s * dt)
+    return _threshold(q), _threshold(q * (rates.lambda2 / s))
 
 
 def _last_event_states(keep: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
@@ -302,6 +343,21 @@ class ContinuumDropout(Regularizer):
             active = torch.stack([paths.active_time(t) for t in grid])
             step_masks = ((active[1:] - active[:-1]) / (grid[1:] - grid[:-1]).view(-1, 1, 1)).to(spec.dtype)
         return _Draw(paths=paths, step_masks=step_masks, spec=spec)
+
+    def draw_stacked(self, members: Sequence[Regularizer], specs: Sequence[PassSpec]) -> _Draw | None:
+        """The members' grid masks side by side, ``(S, K * B, H)`` (:func:`sample_member_states`: member k's rows
+        bit for bit its own draw), so one multiply per step modulates the whole stack; on the CPU with
+        ``mask="left"`` on a fixed grid, else ``None``."""
+        first = specs[0]
+        if (first.grid is None or first.device.type not in _HOST_SHORTCUTS
+                or any(not isinstance(m, ContinuumDropout) or m.mask_mode != "left" for m in members)):
+            return None
+        masks = sample_member_states(first.grid[:-1], first.batch_size, first.latent_size,
+                                     [m.rates(s.t1 - s.t0) for m, s in zip(members, specs, strict=True)],
+                                     [s.generator for s in specs])
+        spec = dataclasses.replace(first, batch_size=len(specs) * first.batch_size)
+        return _Draw(paths=None, step_masks=_cast(masks, spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks,
+                     spec=spec)
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
         return out * draw.mask(t).to(out.dtype)

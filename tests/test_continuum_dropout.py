@@ -1,4 +1,5 @@
 """Continuum Dropout's renewal mask: statistics of the sampled process and determinism (paper Section 3)."""
+import dataclasses
 import math
 import types
 
@@ -405,3 +406,42 @@ def test_random_words_depend_on_the_seed_only_not_on_the_thread_count():
     # every bit of the 32-bit lanes is a fair coin: 2^21 lanes, 5 SE of a proportion 1/2 is 0.0017
     for bit in (0, 15, 31):
         assert abs(((bits >> bit) & 1).double().mean().item() - 0.5) < 5 * 0.5 / math.sqrt(bits.numel())
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["cpu-loop", "whole-tensor"])
+@pytest.mark.parametrize("batch,hidden", [(8, 16), (5, 3)])
+@pytest.mark.parametrize("shared", [True, False], ids=["same-rates", "own-rates"])
+def test_members_side_by_side_are_each_member_s_own_draw(monkeypatch, host, batch, hidden, shared):
+    """A stack's members draw their masks together (``sample_member_states``): member k's rows are bit for bit
+    what it draws alone from its own generator, with its own (p, m), on both branches of the chain."""
+    from ndebench.regularizers.continuum_dropout import sample_member_states
+
+    if not host:
+        monkeypatch.setattr(continuum_dropout, "_HOST_SHORTCUTS", frozenset())
+    grid = torch.linspace(0.0, 2.0, 23)
+    rates = [solve_rates(0.3, 10, 2.0)] * 3 if shared else [solve_rates(p, m, 2.0) for p, m in
+                                                            ((0.1, 5), (0.3, 10), (0.5, 50))]
+    together = sample_member_states(grid, batch, hidden, rates, [torch.Generator().manual_seed(s) for s in (4, 5, 6)])
+    alone = [sample_grid_states(grid, batch, hidden, r, torch.Generator().manual_seed(s))
+             for r, s in zip(rates, (4, 5, 6), strict=True)]
+    assert together.shape == (23, 3 * batch, hidden) and torch.equal(together, torch.cat(alone, dim=1))
+
+
+def test_a_stacked_draw_modulates_every_member_s_rows_as_its_own_draw():
+    grid = torch.linspace(0.0, 1.0, 11)
+    members = [ContinuumDropout(p=p, m=m) for p, m in ((0.1, 5), (0.5, 50))]
+
+    def spec(seed, batch=4):
+        return PassSpec(batch, 6, 0.0, 1.0, grid, torch.Generator().manual_seed(seed), torch.device("cpu"),
+                        torch.float32, clock=StepClock())
+
+    draw = members[0].draw_stacked(members, [spec(1), spec(2)])
+    own = [m.draw(spec(s)) for m, s in zip(members, (1, 2), strict=True)]
+    out = torch.randn(8, 6)
+    for t in grid[:-1]:
+        assert torch.equal(members[0].modulate(draw, t, out, out, "drift"),
+                           torch.cat([m.modulate(d, t, o, o, "drift") for m, d, o in zip(members, own, out.chunk(2),
+                                                                                        strict=True)]))
+    assert members[0].draw_stacked(members, [dataclasses.replace(spec(1), grid=None)] * 2) is None
+    occupancy = [ContinuumDropout(mask="occupancy")] * 2
+    assert occupancy[0].draw_stacked(occupancy, [spec(1), spec(2)]) is None

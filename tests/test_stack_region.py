@@ -129,6 +129,24 @@ def test_members_at_different_optimizer_steps_are_refused_by_name():
         StackedWeights(models, optimizers)
 
 
+def test_members_whose_scalar_parameter_has_moments_stack_after_a_step():
+    """A 0-dim parameter (an SDE's ``theta``) has 0-dim Adam moments, which differ between members: they stack on
+    the member axis, and only ``step`` must agree (the LNSDE's region fell back to eager after its first repack)."""
+    models = [torch.nn.Linear(3, 2).double() for _ in range(2)]
+    for k, model in enumerate(models):
+        model.theta = torch.nn.Parameter(torch.tensor(float(k + 1), dtype=torch.float64))
+    optimizers = [torch.optim.Adam(m.parameters()) for m in models]
+    for k, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
+        ((model(torch.ones(1, 3, dtype=torch.float64)).sum() + model.theta ** 2) * (k + 1)).backward()
+        optimizer.step()
+    weights = StackedWeights(models, optimizers)
+    theta = weights.params[weights.names.index("theta")]
+    state = weights.optimizer.state[theta]
+    assert theta.shape == state["exp_avg"].shape == (2,) and state["step"].item() == 1.0
+    assert torch.equal(state["exp_avg"], torch.stack([o.state[m.theta]["exp_avg"] for m, o in zip(
+        models, optimizers, strict=True)]))
+
+
 def test_the_region_s_training_step_passes_the_host_sync_guard(monkeypatch):
     # On the CPU the draw's host shortcuts (a per-interval loop, numpy's cast) are taken out, so that the
     # whole-tensor path a GPU takes is the one checked; SGD, since torch's Adam reads its step count on the

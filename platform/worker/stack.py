@@ -68,24 +68,37 @@ class StackedRegularizer(Regularizer):
 
     def draw(self, spec: PassSpec) -> Any:
         size = spec.batch_size // len(self.members)
-        draws = []
+        regularizers, specs = [r for r, _ in self.members], []
         for regularizer, rng in self.members:
             regularizer.step_clock = spec.clock
-            own = dataclasses.replace(spec, batch_size=size, generator=rng.regularizer_on(spec.device),
-                                      clock=spec.clock)
-            draws.append(regularizer.draw(own))
-        return draws
+            specs.append(dataclasses.replace(spec, batch_size=size, generator=rng.regularizer_on(spec.device),
+                                             clock=spec.clock))
+        together = regularizers[0].draw_stacked(regularizers, specs)
+        if together is not None:
+            return _Together(together)
+        return [regularizer.draw(own) for regularizer, own in zip(regularizers, specs, strict=True)]
 
     def modulate(self, draw: Any, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Any) -> torch.Tensor:
+        if isinstance(draw, _Together):
+            return self.members[0][0].modulate(draw.draw, t, z, out, role)
         k = len(self.members)
         return torch.cat([regularizer.modulate(d, t, zk, ok, role) for (regularizer, _), d, zk, ok
                           in zip(self.members, draw, z.chunk(k), out.chunk(k), strict=True)])
 
     def end_time(self, draw: Any, t0: float, t1: float) -> float:
+        if isinstance(draw, _Together):
+            return self.members[0][0].end_time(draw.draw, t0, t1)
         ends = {regularizer.end_time(d, t0, t1) for (regularizer, _), d in zip(self.members, draw, strict=True)}
         if len(ends) > 1:
             raise RuntimeError(f"stacked members end their passes at different times {sorted(ends)}")
         return ends.pop()
+
+
+@dataclass
+class _Together:
+    """A pass's draw that one ``modulate`` applies to all members' rows (``Regularizer.draw_stacked``)."""
+
+    draw: Any
 
 
 def unstackable(model: NDEClassifier) -> str | None:

@@ -6,17 +6,36 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from ndebench.models.base import cat_inputs
+from ndebench.models.base import cat_inputs, repeat_batch
 from ndebench.models.integrate import TrialRNG
 
 
 def rounds_alone(stack: Any, members: Sequence[Any]) -> bool:
     """Whether ``stack``'s batched solve (a :class:`~ndebench.platform.worker.stack.Stack`) gives every member of
     ``members`` its own ``z(T)`` and its own gradient of ``|z(T)|^2`` in its latent layers bit for bit, on its first
-    and last training batches (torch picks its matrix kernels by shape, and a batched one can sum in another order
-    than a member's alone; a difference of one ulp grows about tenfold per epoch of training)."""
-    shapes = [list(m.built.feeds["train"].batches(m.built.batch_size, None)) for m in members]
-    return all(_rounds_alone(stack, members, [b[i] for b in shapes]) for i in {0, len(shapes[0]) - 1})
+    and last training batches, and its own ``z(T)`` of its ``n_mc`` evaluation passes on the first and last
+    batches of validation and test (torch picks its matrix kernels by shape and by a block's alignment in memory,
+    and a batched one can sum in another order than a member's alone; a difference of one ulp grows about tenfold
+    per epoch of training)."""
+    def ends(split: str) -> list[list[Any]]:
+        batches = [list(m.built.feeds[split].batches(m.built.batch_size, None)) for m in members]
+        return [[b[i] for b in batches] for i in sorted({0, len(batches[0]) - 1})]
+
+    trained = all(_rounds_alone(stack, members, batches) for batches in ends("train"))
+    return trained and all(_evaluates_alone(stack, members, batches) for split in ("val", "test")
+                           for batches in ends(split))
+
+
+@torch.no_grad()
+def _evaluates_alone(stack: Any, members: Sequence[Any], batches: list[Any]) -> bool:
+    n = members[0].built.model.n_mc()
+    for m in members:
+        m.built.model.eval()
+    inputs = [repeat_batch(b[0], n) for b in batches]
+    alone = [m.built.model.latent(x, TrialRNG.for_evaluation(m.spec.seed)) for m, x in zip(members, inputs,
+                                                                                            strict=True)]
+    stacked = stack.latent(members, cat_inputs(inputs), [TrialRNG.for_evaluation(m.spec.seed) for m in members])
+    return torch.equal(stacked, torch.cat(alone))
 
 
 def _rounds_alone(stack: Any, members: Sequence[Any], batches: list[Any]) -> bool:

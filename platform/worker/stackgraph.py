@@ -111,7 +111,7 @@ class StackedWeights:
             raise ValueError("some members' optimizers hold a state and others none (resumed and fresh members)")
         state = {}
         for key, first in own[0].items():
-            if first.dim() == 0:
+            if key == "step":  # a 0-dim parameter's moments are 0-dim too, and stack like any other
                 steps = sorted({float(s[key]) for s in own})
                 if len(steps) > 1:
                     raise ValueError(f"the members' optimizers stand at different steps {steps}")

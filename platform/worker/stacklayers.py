@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 Leaf = Callable[[str], "torch.Tensor | None"]
@@ -64,8 +63,8 @@ class StackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.exact:
-            return torch.cat([F.linear(rows, layer.weight, layer.bias)
-                              for rows, layer in zip(members_rows(x, len(self.layers)), self.layers, strict=True)])
+            return torch.cat([layer(rows) for rows, layer in zip(members_rows(x, len(self.layers)), self.layers,
+                                                                 strict=True)])
         assert self.weight is not None and self.bias is not None, "gather() or use() before forward"
         return _batched(x, self.weight, self.bias)
 
