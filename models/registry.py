@@ -9,7 +9,6 @@ from typing import Any, Literal, get_args
 from ndebench.models.base import DataSpec, Family, NDEClassifier
 from ndebench.models.catalog import BUILTINS
 from ndebench.models.integrate import SolverConfig
-from ndebench.models.rowkernel import use_row_kernel
 from ndebench.platform.common.registry import Registry
 from ndebench.regularizers.base import Regularizer
 from ndebench.regularizers.registry import words
@@ -104,13 +103,12 @@ def create_model(
     **hyperparams: Any,
 ) -> NDEClassifier:
     """Build model ``name`` for ``data``: ``regularizer`` ``None`` for none, ``solver`` ``None`` for the model's
-    default, ``hyperparams`` among :func:`model_options` (e.g. ``hidden_size=32``). Its latent ``nn.Linear``
-    layers multiply with the stack's kernel on the CPU (:func:`~ndebench.models.rowkernel.use_row_kernel`)."""
+    default, ``hyperparams`` among :func:`model_options` (e.g. ``hidden_size=32``)."""
     options = model_options(name)
     unknown = sorted(set(hyperparams) - set(options))
     if unknown:
         raise ValueError(f"model {name!r} has no hyperparameter(s) {unknown}; valid: {sorted(options)}")
-    return use_row_kernel(REGISTRY.get(name)(data, regularizer=regularizer, solver=solver, **hyperparams))
+    return REGISTRY.get(name)(data, regularizer=regularizer, solver=solver, **hyperparams)
 
 
 list_models = REGISTRY.names

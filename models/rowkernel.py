@@ -1,7 +1,9 @@
 """The latent layers' CPU matrix kernel: a trial alone multiplies as a member of a stack of trials does, so that
 the stack (``platform/worker/stacklayers.py``: one ``torch.baddbmm`` over the members' axis) can train batched
 and still give every member its trial's bits. ``F.linear`` (``addmm``) and a batched product sum in another
-order on the CPU, an ulp apart, which training amplifies into another early stop (docs/performance.md)."""
+order on the CPU, an ulp apart, which training amplifies into another early stop (docs/performance.md). The
+worker applies it to the models whose trials can stack (``stacklayers.with_stack_kernel``): on small products its
+autograd bookkeeping costs more than ``F.linear``'s."""
 from __future__ import annotations
 
 import torch

@@ -9,15 +9,17 @@ from ndebench.models.base import DataSpec
 from ndebench.models.registry import create_model
 from ndebench.models.rowkernel import RowLinear, use_row_kernel
 from ndebench.platform.worker import stack as stack_module
+from ndebench.platform.worker.build import build_trial
 from ndebench.platform.worker.loop import run_trial
 from ndebench.platform.worker.stack import run_stack
 from ndebench.platform.worker.stackexact import rounds_alone
+from ndebench.platform.worker.stacklayers import with_stack_kernel
 from test_stack import TRAINING, _same, _spec
 from torch import nn
 
 
 def test_the_latent_layers_use_the_row_kernel_and_the_head_and_regularizer_keep_torch_s():
-    model = create_model("neural_cde", DataSpec(3, 4, times=torch.linspace(0, 1, 9)), hidden_size=8)
+    model = build_trial(_spec(0)).model
     kinds = {name: type(m) for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     assert {k for k, v in kinds.items() if v is RowLinear} == {k for k in kinds
                                                                if k.split(".")[0] not in ("head", "regularizer")}
@@ -25,6 +27,15 @@ def test_the_latent_layers_use_the_row_kernel_and_the_head_and_regularizer_keep_
                                                             if k.startswith("head"))
     plain = nn.Linear(5, 7)
     assert list(use_row_kernel(nn.Sequential(plain)).state_dict()) == ["0.weight", "0.bias"]
+
+
+def test_a_model_that_never_stacks_keeps_torch_s_kernel():
+    """STEER's members end their passes at different times, so its trials never stack: no ``RowLinear`` cost."""
+    kinds = {type(m) for m in build_trial(_spec(0, regularizer="steer", regularizer_params={})).model.modules()}
+    assert nn.Linear in kinds and RowLinear not in kinds
+    plain = create_model("neural_cde", DataSpec(3, 4, times=torch.linspace(0, 1, 9)), hidden_size=8)
+    assert RowLinear not in {type(m) for m in plain.modules()}
+    assert any(type(m) is RowLinear for m in with_stack_kernel(plain).modules())
 
 
 @pytest.mark.parametrize("shape,bias", [((6, 5), True), ((4, 3, 5), True), ((6, 5), False)])

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from ndebench.models.base import DataSpec
 from ndebench.models.integrate import METHODS, SolverConfig, TrialRNG, begin_pass
 from ndebench.models.registry import create_model, list_models, model_info
+from ndebench.platform.worker.stacklayers import with_stack_kernel
 from ndebench.regularizers.registry import create_regularizer
 
 ROW_KEYS = ("model", "hidden", "batch", "length", "solver", "device", "n_mc", "train_ms_none", "train_ms_cd",
@@ -92,7 +93,7 @@ def _build(case: ModelCase, regularizer: str, params: dict[str, Any], times: tor
     solver = dataclasses.replace(model_info(case.model).default_solver, method=case.solver, cuda_graph=case.cuda_graph)
     model = create_model(case.model, DataSpec(CHANNELS, CLASSES, times=times), hidden_size=case.hidden,
                          regularizer=create_regularizer(regularizer, **params), solver=solver)
-    return model.to(device)
+    return with_stack_kernel(model.to(device))  # the layers a trial of it trains with
 
 
 def bench_model(case: ModelCase, reps: int) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from ndebench.models.registry import create_model
 from ndebench.models.timeseries import natural_splines_kept_in
 from ndebench.platform.failures.deadline import Deadline
 from ndebench.platform.worker.spec import TrialSpec
+from ndebench.platform.worker.stacklayers import with_stack_kernel
 from ndebench.regularizers.registry import create_regularizer
 
 
@@ -121,8 +122,8 @@ def build_trial(spec: TrialSpec) -> BuiltTrial:
     bundle = create_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, **dict(spec.dataset_options))
     regularizer = create_regularizer(spec.regularizer, **spec.regularizer_params)
     binary = bundle.task == "binary"
-    model = create_model(spec.model, data_spec(bundle), regularizer=regularizer, solver=spec.solver,
-                         **spec.model_params).to(device)
+    model = with_stack_kernel(create_model(spec.model, data_spec(bundle), regularizer=regularizer,
+                                           solver=spec.solver, **spec.model_params).to(device))
     data_dir = resolve_data_dir(spec.data_dir)
     with natural_splines_kept_in(data_dir if data_dir.is_dir() else None):
         feeds = {name: Feed(model, bundle, getattr(bundle, name), device) for name in ("train", "val", "test")}

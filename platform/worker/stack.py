@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 from ndebench.models.base import Inputs, NDEClassifier, Prediction, cat_inputs, repeat_batch
-from ndebench.models.graphs import CAPTURED
 from ndebench.models.integrate import StackedRNG, TrialRNG, step_limit
 from ndebench.platform.failures.deadline import Deadline, TrialTimeout
 from ndebench.platform.worker.build import BuiltTrial, build_trial
@@ -43,7 +42,7 @@ from ndebench.platform.worker.loop import Training, run_trial
 from ndebench.platform.worker.spec import TrialResult, TrialSpec
 from ndebench.platform.worker.stackexact import rounds_alone
 from ndebench.platform.worker.stackgraph import RegionEpochs, region_blocker
-from ndebench.platform.worker.stacklayers import members_rows, stack_layers, stackable
+from ndebench.platform.worker.stacklayers import members_rows, stack_layers, unstackable
 from ndebench.regularizers.base import PassSpec, Regularizer
 from torch import nn
 
@@ -99,28 +98,6 @@ class _Together:
     """A pass's draw that one ``modulate`` applies to all members' rows (``Regularizer.draw_stacked``)."""
 
     draw: Any
-
-
-def unstackable(model: NDEClassifier) -> str | None:
-    """Why ``model``'s latent solve cannot be stacked (``None``: it can): every module outside the head and the
-    regularizer must be an ``nn.Linear`` or ``nn.GRUCell``, hold only scalar parameters, or hold no parameters or
-    buffers of its own (the root's ``times`` aside), an SDE's Brownian motion must be torchsde's (a captured
-    solve draws its increments from a device generator as one tensor, which no stack can split into the
-    members'), and the regularizer must act through its draws alone (its ``stack_blocker``)."""
-    if model.regularizer.stack_blocker is not None:
-        return f"regularizer {type(model.regularizer).__name__}: {model.regularizer.stack_blocker}"
-    device = next(model.parameters()).device
-    if model.stochastic_latent and model.graph_note(device) == CAPTURED:
-        return (f"{type(model).__name__} alone draws its Brownian increments in a captured solve on {device.type}, "
-                "one tensor per pass from its own device generator")
-    for name, module in model.named_modules():
-        if name.split(".")[0] in {"head", "regularizer"} or stackable(module):
-            continue
-        own = [n for n, _ in module.named_parameters(recurse=False)]
-        own += [n for n, _ in module.named_buffers(recurse=False) if not (name == "" and n == "times")]
-        if own:
-            return f"module {name or type(model).__name__} ({type(module).__name__}) holds {', '.join(own)}"
-    return None
 
 
 def differing(specs: Sequence[TrialSpec]) -> list[str]:

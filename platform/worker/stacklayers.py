@@ -6,13 +6,17 @@ or from the stacked leaves ``(K, *shape)`` of a region (:meth:`use`,
 :class:`~ndebench.platform.worker.stackgraph.StackedWeights`). Batched (the default): one ``torch.baddbmm``
 per product of ``(K, B * ..., in)`` by the members' weights. Exact: each member's own layer on its rows, the
 kernel of the member alone (bit for bit on the CPU) at the price of K calls and K autograd nodes per layer and
-solver step.
+solver step. Which models a stack can hold (:func:`unstackable`) and the kernel their trials take alone so that a
+batched stack rounds as they do (:func:`with_stack_kernel`) are decided here too.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 import torch
+from ndebench.models.base import NDEClassifier
+from ndebench.models.graphs import CAPTURED
+from ndebench.models.rowkernel import use_row_kernel
 from torch import nn
 
 Leaf = Callable[[str], "torch.Tensor | None"]
@@ -173,3 +177,33 @@ def stack_layers(model: nn.Module, exact: bool) -> list[StackedLinear | StackedG
         else:
             layers.append(StackedScalars(name, module))
     return layers
+
+
+def unstackable(model: NDEClassifier) -> str | None:
+    """Why ``model``'s latent solve cannot be stacked (``None``: it can): every module outside the head and the
+    regularizer must be an ``nn.Linear`` or ``nn.GRUCell``, hold only scalar parameters, or hold no parameters or
+    buffers of its own (the root's ``times`` aside), an SDE's Brownian motion must be torchsde's (a captured
+    solve draws its increments from a device generator as one tensor, which no stack can split into the
+    members'), and the regularizer must act through its draws alone (its ``stack_blocker``)."""
+    if model.regularizer.stack_blocker is not None:
+        return f"regularizer {type(model.regularizer).__name__}: {model.regularizer.stack_blocker}"
+    device = next(model.parameters()).device
+    if model.stochastic_latent and model.graph_note(device) == CAPTURED:
+        return (f"{type(model).__name__} alone draws its Brownian increments in a captured solve on {device.type}, "
+                "one tensor per pass from its own device generator")
+    for name, module in model.named_modules():
+        if name.split(".")[0] in {"head", "regularizer"} or stackable(module):
+            continue
+        own = [n for n, _ in module.named_parameters(recurse=False)]
+        own += [n for n, _ in module.named_buffers(recurse=False) if not (name == "" and n == "times")]
+        if own:
+            return f"module {name or type(model).__name__} ({type(module).__name__}) holds {', '.join(own)}"
+    return None
+
+
+def with_stack_kernel(model: NDEClassifier) -> NDEClassifier:
+    """``model`` (on its device) whose latent ``nn.Linear`` layers multiply with the stack's CPU kernel
+    (:func:`~ndebench.models.rowkernel.use_row_kernel`) where its trials can stack (:func:`unstackable` is
+    ``None``), so a trial alone rounds as a stack's member whatever ``resources.stack`` is; a model that never
+    stacks keeps ``F.linear``, cheaper on small products."""
+    return use_row_kernel(model) if unstackable(model) is None else model
