@@ -268,6 +268,14 @@ class _Draw:
     step_masks: torch.Tensor | None
     spec: PassSpec
 
+    @classmethod
+    def on_grid(cls, states: torch.Tensor, spec: PassSpec) -> _Draw:
+        """The draw of grid indicators ``states`` ``(S, B, H)`` (bool). Small masks are cast once here; large ones
+        stay bool (a quarter of the memory, no page faults for a fresh float buffer) and each step's slice is cast
+        when the field reads it."""
+        return cls(paths=None, step_masks=_cast(states, spec.dtype) if states.numel() <= _CAST_AT_DRAW else states,
+                   spec=spec)
+
     def mask(self, t: torch.Tensor) -> torch.Tensor:
         if self.step_masks is None:
             return self.paths.indicator(t)
@@ -329,11 +337,8 @@ class ContinuumDropout(Regularizer):
     def draw(self, spec: PassSpec) -> _Draw:
         rates = self.rates(spec.t1 - spec.t0)
         if spec.grid is not None and self.mask_mode == "left":
-            masks = sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates, spec.generator)
-            # Small masks are cast once here; large ones stay bool (a quarter of the memory, no page faults
-            # for a fresh float buffer) and each step's slice is cast when the field reads it.
-            return _Draw(paths=None, step_masks=_cast(masks, spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks,
-                         spec=spec)
+            return _Draw.on_grid(sample_grid_states(spec.grid[:-1], spec.batch_size, spec.latent_size, rates,
+                                                    spec.generator), spec)
         paths = sample_renewal_paths(
             spec.batch_size, spec.latent_size, rates, spec.t0, spec.t1, spec.generator, spec.device, torch.float64,
         )
@@ -355,9 +360,7 @@ class ContinuumDropout(Regularizer):
         masks = sample_member_states(first.grid[:-1], first.batch_size, first.latent_size,
                                      [m.rates(s.t1 - s.t0) for m, s in zip(members, specs, strict=True)],
                                      [s.generator for s in specs])
-        spec = dataclasses.replace(first, batch_size=len(specs) * first.batch_size)
-        return _Draw(paths=None, step_masks=_cast(masks, spec.dtype) if masks.numel() <= _CAST_AT_DRAW else masks,
-                     spec=spec)
+        return _Draw.on_grid(masks, dataclasses.replace(first, batch_size=len(specs) * first.batch_size))
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
         return out * draw.mask(t).to(out.dtype)
