@@ -159,11 +159,13 @@ def sample_grid_states(
     probability ``q = 1 - exp(-s dt)`` and sets the state to a fresh draw, inactive with probability
     ``a = lambda1 / s``, whatever the state was. So per interval and path one uniform ``u`` decides:
     ``u < q (1 - a)`` -> active, ``u >= q`` -> unchanged, otherwise inactive. The uniforms are 32-bit
-    integers (two per random 64-bit word) compared with integer thresholds: per-interval probabilities are
-    exact to 2^-32, finer than float32 uniforms. Everything runs on the generator's device (a CUDA
-    generator on a GPU) without host synchronisation. On the CPU, per interval, two comparisons and two
-    bitwise ops on 8 flags per machine word; on an accelerator a few whole-tensor ops for all intervals
-    (:func:`_last_event_states`), so a draw costs a handful of launches whatever the grid's length.
+    integers compared with integer thresholds: per-interval probabilities are exact to 2^-32, finer than
+    float32 uniforms. On an accelerator they are drawn whole (two per random 64-bit word) and a few
+    whole-tensor ops run the chain for all intervals (:func:`_last_event_states`) on the device, without host
+    synchronisation, so a draw costs a handful of launches whatever the grid's length. On the CPU each uniform
+    is drawn by its top byte, and its low 24 bits only where that byte ties a threshold's
+    (:func:`_host_flags`: the same comparisons from a quarter of the random bits); then per interval two
+    bitwise ops on 8 flags per machine word.
     """
     return sample_member_states(points, batch_size, latent_size, [rates], [generator])
 
@@ -178,8 +180,8 @@ def sample_member_states(
     """K members' indicators side by side at the P ``points``, ``(P, K * B, H)`` (bool): rows ``k * B`` to
     ``(k + 1) * B - 1`` are ``sample_grid_states(points, B, H, rates[k], generators[k])``, bit for bit. Each
     member draws its own uniforms from its own generator as it would alone; the chain then runs once for all
-    members (on the CPU, per interval, two comparisons and two bitwise ops over the K members' lanes), which is
-    what a stack of trials saves over K draws."""
+    members (on the CPU, per interval, two bitwise ops over the K members' lanes), which is what a stack of
+    trials saves over K draws."""
     device = generators[0].device
     members = len(generators)
     states = torch.empty(points.numel(), members * batch_size, latent_size, dtype=torch.bool, device=device)
@@ -189,37 +191,55 @@ def sample_member_states(
     dt = (points[1:] - points[:-1]).to(device=device, dtype=torch.float64)
     keep_at, on_below = (torch.stack(t) for t in zip(*(_thresholds(dt, r) for r in rates), strict=True))
     steps, size = points.numel() - 1, batch_size * latent_size
-    count = (steps * size + 1) // 2
-    if members == 1:
-        u = random_words(count, generators[0], scratch=True).view(torch.int32)[: steps * size].view(1, steps, size)
-    else:
-        u = torch.empty(members, 2 * count, dtype=torch.int32, device=device)
-        for row, generator in zip(u, generators, strict=True):
-            row.copy_(random_words(count, generator, scratch=True).view(torch.int32))
-        u = u[:, : steps * size].view(members, steps, size)
     if device.type not in _HOST_SHORTCUTS:
-        lanes = u.transpose(0, 1).reshape(steps, members, batch_size, latent_size)
+        count = (steps * size + 1) // 2
+        if members == 1:
+            u = random_words(count, generators[0], scratch=True).view(torch.int32).view(1, -1)
+        else:
+            u = torch.empty(members, 2 * count, dtype=torch.int32, device=device)
+            for row, generator in zip(u, generators, strict=True):
+                row.copy_(random_words(count, generator, scratch=True).view(torch.int32))
+        lanes = u[:, : steps * size].view(members, steps, size).transpose(0, 1).reshape(steps, members, batch_size,
+                                                                                            latent_size)
         rows = (steps, members, 1, 1)
         flags = (lanes >= keep_at.T.reshape(rows), lanes < on_below.T.reshape(rows))
         states[1:] = _last_event_states(*(f.reshape(steps, members * batch_size, latent_size) for f in flags))
         return states
-    # Python ints where the members share their rates (a cell's seeds): no tensor indexing per interval.
-    shared = all(torch.equal(keep_at[0], k) and torch.equal(on_below[0], o) for k, o in zip(keep_at, on_below,
-                                                                                           strict=True))
-    if shared:
-        keep_at, on_below = keep_at[0].tolist(), on_below[0].tolist()
-    else:
-        keep_at, on_below = keep_at.T.unsqueeze(-1), on_below.T.unsqueeze(-1)  # (steps, K, 1)
-    keep, on = (torch.empty(members, size, dtype=torch.bool) for _ in range(2))
-    words = _words(states)
-    keep_w, on_w = (_words(f.view(1, members * batch_size, latent_size))[0] for f in (keep, on))
-    for k in range(1, points.numel()):
-        lanes = u[:, k - 1]
-        torch.ge(lanes, keep_at[k - 1], out=keep)
-        torch.lt(lanes, on_below[k - 1], out=on)
-        torch.bitwise_and(words[k - 1], keep_w, out=words[k])
-        words[k].bitwise_or_(on_w)
+    keep, on = (np.empty((steps, members, size), dtype=bool) for _ in range(2))
+    for k, generator in enumerate(generators):
+        _host_flags(keep_at[k].numpy(), on_below[k].numpy(), generator, keep[:, k], on[:, k])
+    words = _words(states).numpy()
+    keep_w, on_w = (_words(torch.from_numpy(f).view(steps, members * batch_size, latent_size)).numpy()
+                    for f in (keep, on))
+    for k in range(steps):
+        np.bitwise_and(words[k], keep_w[k], out=words[k + 1])
+        np.bitwise_or(words[k + 1], on_w[k], out=words[k + 1])
     return states
+
+
+def _host_flags(keep_at: np.ndarray, on_below: np.ndarray, generator: torch.Generator, keep: np.ndarray,
+                on: np.ndarray) -> None:
+    """Fill ``keep`` (``u >= keep_at[k]``) and ``on`` (``u < on_below[k]``), both ``(S, n)`` bool, for ``S * n``
+    uniform signed 32-bit ``u`` drawn from ``generator``, on the host with a quarter of the random bits.
+
+    Each ``u`` is drawn by its top byte first (eight per random word); the comparisons are then settled unless
+    that byte equals a threshold's top byte (2 of 256 values), and only there are its low 24 bits drawn. So
+    every flag has the law of a full 32-bit comparison, exact to 2^-32.
+    """
+    steps, size = keep.shape
+    count = steps * size
+    top = random_words((count + 7) // 8, generator, scratch=True).numpy().view(np.uint8)[:count].reshape(steps, size)
+    # thresholds as unsigned 32-bit values (u + 2^31 on [0, 2^32)) split into their top byte and the rest
+    bounds = [b.astype(np.int64) + 2**31 for b in (keep_at, on_below)]
+    keep_top, on_top = ((b >> 24).astype(np.uint8)[:, None] for b in bounds)
+    np.greater(top, keep_top, out=keep)
+    np.less(top, on_top, out=on)
+    tied = np.divmod(np.flatnonzero((top == keep_top) | (top == on_top)), size)  # flatnonzero: 2-D nonzero is slow
+    if tied[0].size:
+        low = random_words((tied[0].size + 1) // 2, generator).numpy().view(np.uint32)[: tied[0].size]
+        full = (top[tied].astype(np.int64) << 24) | (low & 0xFFFFFF)
+        keep[tied] = full >= bounds[0][tied[0]]
+        on[tied] = full < bounds[1][tied[0]]
 
 
 def _thresholds(dt: torch.Tensor, rates: Rates) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,6 +287,8 @@ class _Draw:
     paths: RenewalPaths | None
     step_masks: torch.Tensor | None
     spec: PassSpec
+    _steps: tuple[torch.Tensor, tuple[torch.Tensor, ...]] | None = dataclasses.field(default=None, init=False,
+                                                                                    repr=False, compare=False)
 
     @classmethod
     def on_grid(cls, states: torch.Tensor, spec: PassSpec) -> _Draw:
@@ -280,7 +302,13 @@ class _Draw:
         if self.step_masks is None:
             return self.paths.indicator(t)
         k = self.spec.step_index(t)
-        return self.step_masks[k] if isinstance(k, int) else self.step_masks.index_select(0, k.reshape(1))[0]
+        if not isinstance(k, int):
+            return self.step_masks.index_select(0, k.reshape(1))[0]
+        # one view per step, made once per draw: indexing the tensor at every step costs about as much as the
+        # step's multiply (a caller may swap step_masks, hence the identity check)
+        if self._steps is None or self._steps[0] is not self.step_masks:
+            self._steps = (self.step_masks, self.step_masks.unbind(0))
+        return self._steps[1][k]
 
 
 @register_regularizer(
@@ -363,7 +391,8 @@ class ContinuumDropout(Regularizer):
         return _Draw.on_grid(masks, dataclasses.replace(first, batch_size=len(specs) * first.batch_size))
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
-        return out * draw.mask(t).to(out.dtype)
+        mask = draw.mask(t)
+        return out * (mask if mask.dtype == out.dtype else mask.to(out.dtype))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "p": self.p, "m": self.m, "n_mc": self.n_mc, "mask": self.mask_mode,

@@ -408,6 +408,52 @@ def test_random_words_depend_on_the_seed_only_not_on_the_thread_count():
         assert abs(((bits >> bit) & 1).double().mean().item() - 0.5) < 5 * 0.5 / math.sqrt(bits.numel())
 
 
+def test_host_flags_are_the_comparisons_of_full_32_bit_uniforms(monkeypatch):
+    """The CPU draws each uniform's top byte and, only where it ties a threshold's top byte, its low 24 bits: every
+    flag must be the 32-bit comparison of the uniform so assembled, whatever an undrawn low part would have been."""
+    import numpy as np
+
+    drawn = []
+    real = continuum_dropout.random_words
+
+    def recording(count, generator, scratch=False):
+        drawn.append(real(count, generator).clone())
+        return drawn[-1]
+
+    monkeypatch.setattr(continuum_dropout, "random_words", recording)
+    steps, size = 40, 300
+    rng = np.random.default_rng(0)
+    keep_at = rng.integers(-(2**31), 2**31, steps).astype(np.int32)
+    on_below = rng.integers(-(2**31), 2**31, steps).astype(np.int32)
+    keep_at[:2], on_below[:2] = 2**31 - 1, -(2**31)  # the clamped ends: keep only at the top value, never on
+    keep, on = np.empty((steps, size), dtype=bool), np.empty((steps, size), dtype=bool)
+    continuum_dropout._host_flags(keep_at, on_below, torch.Generator().manual_seed(1), keep, on)
+
+    unsigned = [b.astype(np.int64)[:, None] + 2**31 for b in (keep_at, on_below)]
+    top = drawn[0].numpy().view(np.uint8)[: steps * size].reshape(steps, size).astype(np.int64)
+    tied = (top == unsigned[0] >> 24) | (top == unsigned[1] >> 24)
+    assert len(drawn) == 2 and tied.sum() > 50  # 2 of 256 top bytes tie: about 94 here
+    low = np.zeros((steps, size), dtype=np.int64)
+    low[tied] = drawn[1].numpy().view(np.uint32)[: tied.sum()] & 0xFFFFFF
+    for undrawn in (0, 0xFFFFFF):
+        full = (top << 24) | np.where(tied, low, undrawn)
+        assert np.array_equal(keep, full >= unsigned[0]) and np.array_equal(on, full < unsigned[1])
+
+
+def test_host_flags_settle_a_tie_at_the_threshold_itself(monkeypatch):
+    # Crafted words: every top byte ties the thresholds' (0x80); the low 24 bits sit just below, at and just above
+    # the thresholds' (0x123456). A uniform equal to a threshold is kept (u >= keep_at) and not turned on (u < on).
+    import numpy as np
+
+    words = [torch.tensor([0x80] * 8, dtype=torch.uint8).view(torch.int64),
+             torch.tensor([0x123455, 0x123456, 0x123457, 0x123456], dtype=torch.int32).view(torch.int64)]
+    monkeypatch.setattr(continuum_dropout, "random_words", lambda count, generator, scratch=False: words.pop(0))
+    bound = np.array([0x80123456 - 2**31], dtype=np.int32)
+    keep, on = np.empty((1, 4), dtype=bool), np.empty((1, 4), dtype=bool)
+    continuum_dropout._host_flags(bound, bound, torch.Generator(), keep, on)
+    assert keep.tolist() == [[False, True, True, True]] and on.tolist() == [[True, False, False, False]]
+
+
 @pytest.mark.parametrize("host", [True, False], ids=["cpu-loop", "whole-tensor"])
 @pytest.mark.parametrize("batch,hidden", [(8, 16), (5, 3)])
 @pytest.mark.parametrize("shared", [True, False], ids=["same-rates", "own-rates"])
