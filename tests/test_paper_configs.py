@@ -65,8 +65,8 @@ SMALL_IMAGE = {"model.width": 8, "model.hidden_size": 64}
 # A trial's seed where the default (seed 0) ends `diverged` on the fake archives. The Neural GSDE with Continuum
 # Dropout on the fake clips gets a non-finite gradient from its first batch's backward pass (through 160 steps of
 # multiplicative noise; anomaly mode finds it in the diffusion's layer) for one seed in eight: seed 2 of 0-7 with
-# the CPU mask stream before 2026-12-07, seed 0 after, from a finite loss. The
-# platform records that as `diverged`, rightly; this test checks that every cell runs end to end.
+# the CPU mask stream before 2026-12-07, seed 0 after, from a finite loss. The platform records that as `diverged`,
+# rightly; this test checks that every cell runs end to end.
 SEEDS = {("neural_gsde", "speech_commands", "continuum_dropout"): 1}
 
 
