@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from ndebench.models.base import cat_inputs, repeat_batch
 from ndebench.models.integrate import TrialRNG
+from ndebench.models.rowkernel import OWN_LAYERS
 
 
 def rounds_alone(stack: Any, members: Sequence[Any]) -> bool:
@@ -40,7 +41,7 @@ def _evaluates_alone(stack: Any, members: Sequence[Any], batches: list[Any]) -> 
 
 def _rounds_alone(stack: Any, members: Sequence[Any], batches: list[Any]) -> bool:
     models = [m.built.model for m in members]
-    weights = [[p for name, p in model.named_parameters() if name.split(".")[0] not in ("head", "regularizer")]
+    weights = [[p for name, p in model.named_parameters() if name.split(".")[0] not in OWN_LAYERS]
                for model in models]
     with torch.enable_grad():
         alone = [model.latent(b[0], TrialRNG.for_evaluation(m.spec.seed))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from ndebench.models.base import NDEClassifier
 from ndebench.models.graphs import CAPTURED
-from ndebench.models.rowkernel import use_row_kernel
+from ndebench.models.rowkernel import OWN_LAYERS, use_row_kernel
 from torch import nn
 
 Leaf = Callable[[str], "torch.Tensor | None"]
@@ -192,7 +192,7 @@ def unstackable(model: NDEClassifier) -> str | None:
         return (f"{type(model).__name__} alone draws its Brownian increments in a captured solve on {device.type}, "
                 "one tensor per pass from its own device generator")
     for name, module in model.named_modules():
-        if name.split(".")[0] in {"head", "regularizer"} or stackable(module):
+        if name.split(".")[0] in OWN_LAYERS or stackable(module):
             continue
         own = [n for n, _ in module.named_parameters(recurse=False)]
         own += [n for n, _ in module.named_buffers(recurse=False) if not (name == "" and n == "times")]
