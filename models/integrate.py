@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 import torchdiffeq
 import torchsde
+from ndebench.models.euler import euler_final
 from ndebench.models.graphs import GRAPH_SETTINGS, GraphCache
 from ndebench.regularizers.base import PassSpec, Regularizer, StepClock
 from torch import nn
@@ -368,6 +369,16 @@ def pass_grid(
     return step_grid(times[0], times[-1], solver.step_size)
 
 
+def _euler_grid(times: torch.Tensor, solver: SolverConfig, output: str, device: torch.device) -> torch.Tensor | None:
+    """The step grid of an ODE solve that :func:`~ndebench.models.euler.euler_final` takes over from torchdiffeq:
+    Euler for ``z(T)`` without adjoint, on the CPU (not yet compared on a GPU), on a grid that strictly increases
+    (then torchdiffeq reads ``z(T)`` at its last step alone); ``None`` for any other."""
+    if solver.method != "euler" or solver.adjoint or output != "final" or device.type != "cpu":
+        return None
+    grid = pass_grid(times, solver)
+    return grid if grid.numel() > 1 and bool((grid[1:] > grid[:-1]).all()) else None
+
+
 def _part(regularized: slice | None, size: int) -> slice:
     start, stop, step = (regularized or slice(None)).indices(size)
     if step != 1 or stop <= start:
@@ -581,6 +592,12 @@ def integrate(
                             solver.method, draw, None, noise, clock)
         return path[-1]
     clock = regularizer.step_clock if draw is not None else None
+    grid = _euler_grid(times, solver, output, z0.device) if kind == "ode" else None
+    if grid is not None:
+        whole = draw is not None and part is None and (control is None or regularizer.control_scope == "increment")
+        masks = regularizer.step_mask(draw) if whole else None
+        field = _Field(drift, control, regularizer, draw if masks is None else None, control_end, part)
+        return euler_final(field, z0, grid, clock, masks)
     if kind == "ode" and solver.method in ODE_FIXED and clock is not None:
         field: _Field = _SteppedField(drift, control, regularizer, draw, control_end, part, clock=clock,
                                       backward_aligned=solver.step_size is None)

@@ -112,6 +112,7 @@ class Regularizer(nn.Module):
         ``role`` is ``"drift"`` (ODE right-hand side, CDE ``f(z) dX/dt``, SDE drift) or ``"diffusion"``;
       * ``end_time(draw, t0, t1)`` -> the end time of this pass's integration;
       * ``draw_stacked(members, specs)`` -> one draw for a stack's K members, or ``None`` (see the method);
+      * ``step_mask(draw)`` -> the 0/1 per-step masks that ``modulate`` multiplies by, or ``None`` (see the method);
       * ``penalty()`` -> a scalar added to the training loss;
       * ``field_layer(num_features)`` -> a module ``(t, x) -> x`` that vector-field MLPs insert after each
         hidden linear layer, before the activation (``None``: nothing inserted); TA-BN puts its
@@ -155,6 +156,15 @@ class Regularizer(nn.Module):
 
     def modulate(self, draw: Any, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
         return out
+
+    def step_mask(self, draw: Any) -> torch.Tensor | None:
+        """The 0/1 masks ``(S, B, H)`` (bool or the model's dtype) when ``modulate(draw, t, z, out, role)`` is
+        ``out * mask[k]`` for every ``t`` of fixed-grid step ``k`` (``PassSpec.step_index``). An Euler step
+        ``z + (mask[k] * dt_k) * f`` is then the modulated step ``z + dt_k * (f * mask[k])`` bit for bit (a product
+        with 1 or 0 is exact), without an autograd node for the mask (:func:`~ndebench.models.euler.euler_final`).
+        ``None`` (the default): no such masks.
+        """
+        return None
 
     def draw_stacked(self, members: Sequence[Regularizer], specs: Sequence[PassSpec]) -> Any:
         """One pass's draw for a stack's K members (``members[k]``, of this class, drawing from ``specs[k]``'s

@@ -208,8 +208,8 @@ def sample_member_states(
     keep, on = (np.empty((steps, members, size), dtype=bool) for _ in range(2))
     for k, generator in enumerate(generators):
         _host_flags(keep_at[k].numpy(), on_below[k].numpy(), generator, keep[:, k], on[:, k])
-    words = _words(states).numpy()
-    keep_w, on_w = (_words(torch.from_numpy(f).view(steps, members * batch_size, latent_size)).numpy()
+    words = list(_words(states).numpy())  # row views made at once: indexing rows in the loop cost a third of it
+    keep_w, on_w = (list(_words(torch.from_numpy(f).view(steps, members * batch_size, latent_size)).numpy())
                     for f in (keep, on))
     for k in range(steps):
         np.bitwise_and(words[k], keep_w[k], out=words[k + 1])
@@ -389,6 +389,11 @@ class ContinuumDropout(Regularizer):
                                      [m.rates(s.t1 - s.t0) for m, s in zip(members, specs, strict=True)],
                                      [s.generator for s in specs])
         return _Draw.on_grid(masks, dataclasses.replace(first, batch_size=len(specs) * first.batch_size))
+
+    def step_mask(self, draw: _Draw) -> torch.Tensor | None:
+        """A ``mask="left"`` draw on a fixed grid: its indicators ``(S, B, H)``; ``None`` for switching times (the
+        occupancy fractions are not 0/1, so their products round)."""
+        return draw.step_masks if draw.paths is None else None
 
     def modulate(self, draw: _Draw, t: torch.Tensor, z: torch.Tensor, out: torch.Tensor, role: Role) -> torch.Tensor:
         mask = draw.mask(t)

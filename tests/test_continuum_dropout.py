@@ -274,11 +274,18 @@ def test_the_accelerator_branch_keeps_every_tensor_on_the_device(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_the_masks_a_draw_casts_are_the_grid_states_as_zeros_and_ones(dtype):
+    """A draw's masks are the grid states as 0/1 in the model's dtype, which an Euler step takes into its dt."""
     times = torch.linspace(0.0, 1.0, 31, dtype=dtype)
     spec = PassSpec(16, 8, 0.0, 1.0, times, torch.Generator().manual_seed(2), torch.device("cpu"), dtype)
-    masks = ContinuumDropout(p=0.3, m=10).draw(spec).step_masks
+    regularizer = ContinuumDropout(p=0.3, m=10)
+    draw = regularizer.draw(spec)
     states = sample_grid_states(times[:-1], 16, 8, solve_rates(0.3, 10, 1.0), torch.Generator().manual_seed(2))
-    assert masks.dtype == dtype and masks.shape == (30, 16, 8) and torch.equal(masks, states.to(dtype))
+    masks = regularizer.step_mask(draw)
+    assert masks is draw.step_masks and masks.dtype == dtype and masks.shape == (30, 16, 8)
+    assert torch.equal(masks, states.to(dtype))
+    occupancy = ContinuumDropout(p=0.3, m=10, mask="occupancy")
+    assert occupancy.step_mask(occupancy.draw(spec)) is None
+
 
 def test_grid_sampler_is_reproducible_from_the_seed_and_starts_active():
     rates = solve_rates(0.3, 10, 1.0)
@@ -315,7 +322,8 @@ class MatrixField(torch.nn.Module):
                                                       ("euler", False, None), ("rk4", True, 0.03),
                                                       ("midpoint", False, 0.07)])
 def test_counted_steps_give_the_same_masks_as_lookup_by_time(monkeypatch, method, adjoint, step_size):
-    # The step clock must reproduce the time lookup exactly: forward values and adjoint gradients agree bit for bit.
+    # The step clock must reproduce the time lookup exactly: forward values and adjoint gradients agree bit for bit
+    # (Euler without adjoint: the counted step's mask taken into the step against the field masked by time).
     times = torch.linspace(0, 1, 21, dtype=torch.float64)
     z0 = torch.randn(16, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
 
@@ -331,6 +339,7 @@ def test_counted_steps_give_the_same_masks_as_lookup_by_time(monkeypatch, method
     counted = run()
     monkeypatch.setattr(StepClock, "forward_step", StepClock.stop)
     monkeypatch.setattr(StepClock, "backward_step", StepClock.stop)
+    monkeypatch.setattr(ContinuumDropout, "step_mask", lambda self, draw: None)
     looked_up = run()
     assert torch.equal(counted[0], looked_up[0]) and torch.equal(counted[1], looked_up[1])
 

@@ -84,6 +84,9 @@ class StackedRegularizer(Regularizer):
         return torch.cat([regularizer.modulate(d, t, zk, ok, role) for (regularizer, _), d, zk, ok
                           in zip(self.members, draw, z.chunk(k), out.chunk(k), strict=True)])
 
+    def step_mask(self, draw: Any) -> torch.Tensor | None:
+        return self.members[0][0].step_mask(draw.draw) if isinstance(draw, _Together) else None
+
     def end_time(self, draw: Any, t0: float, t1: float) -> float:
         if isinstance(draw, _Together):
             return self.members[0][0].end_time(draw.draw, t0, t1)
