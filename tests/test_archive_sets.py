@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 from fakes import cli
+from ndebench.datasets.archive import read_split
 from ndebench.datasets.files import CorruptFileError, MissingDataError
 from ndebench.datasets.registry import create_dataset, dataset_info
 from ndebench.datasets.uea import expected_counts, load_uea_arrays
@@ -53,6 +54,22 @@ def test_a_set_outside_the_paper_loads_from_tsv_files_with_its_sizes_from_them(t
     bundle = create_dataset("uea/ECG200", seed=0, data_dir=tmp_path)
     assert bundle.num_classes == 2 and bundle.train.values.shape[1:] == (24, 1)
     assert dataset_info("uea/Car").expected == {"samples": 120, "classes": 4, "channels": 1, "length": 577}
+
+
+def test_a_pair_is_parsed_once_while_unchanged_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    from ndebench.datasets import uea
+
+    fake_ecg200(tmp_path)
+    reads = []
+    monkeypatch.setattr(uea, "read_split", lambda path: reads.append(path.name) or read_split(path))
+    uea._read_pair.cache_clear()
+    first, labels, _ = load_uea_arrays("ECG200", tmp_path)
+    first[:] = 0.0
+    labels[:] = "x"
+    second, again, _ = load_uea_arrays("ECG200", tmp_path)
+    assert len(reads) == 2 and second.abs().sum() > 0 and sorted(set(again)) == ["-1", "1"]
+    fake_ecg200(tmp_path, length=30)  # rewritten: read again
+    assert load_uea_arrays("ECG200", tmp_path)[0].shape == (80, 30, 1) and len(reads) == 4
 
 
 def test_an_arff_pair_loads_like_its_ts_twin(tmp_path):

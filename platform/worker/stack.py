@@ -261,6 +261,14 @@ def _train_epoch(stack: Stack, members: list[Member]) -> dict[int, float | None]
     return losses
 
 
+def _checked_rounds_alone(stack: Stack, members: Sequence[Member]) -> bool:
+    """:func:`rounds_alone`, ``False`` where the stacked solve raises (:meth:`Stack.mismatch` then says why)."""
+    try:
+        return rounds_alone(stack, members)
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
 def _members(specs: Sequence[TrialSpec], resume: Sequence[dict[str, Any] | None], deadline: Deadline) -> list[Member]:
     members = []
     for spec, state in zip(specs, resume, strict=True):
@@ -330,10 +338,12 @@ def run_stack(
         return fallback(why)
     try:
         stack = Stack(members[0].built.model, exact)
-        why = stack.mismatch(members)
+        # bit for bit as alone is within mismatch's tolerance too: only a stack that rounds otherwise is asked it
+        alone = not exact and _checked_rounds_alone(stack, members)
+        why = None if alone else stack.mismatch(members)
         if why is not None:
             return fallback(why)
-        if not exact and not rounds_alone(stack, members):  # an ulp that would move early stopping
+        if not exact and not alone:  # an ulp that would move early stopping
             stack = Stack(members[0].built.model, exact=True)
         epochs: EpochTrainer = functools.partial(_train_epoch, stack)
         evaluate: Evaluator = stack.evaluate
