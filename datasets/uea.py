@@ -135,7 +135,7 @@ def load_uea_arrays(name: str, data_dir: str | os.PathLike | None = None) -> tup
     return values.clone(), labels.copy(), source
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)  # one set per stack; a larger cache holds big sets in memory for nothing
 def _read_pair(train_path: Path, test_path: Path, stamps: tuple[tuple[int, int], ...]
                ) -> tuple[torch.Tensor, np.ndarray]:
     """The parsed pair, keyed by the files' modification times and sizes: a stack of 32 trials builds its members in
