@@ -538,6 +538,8 @@ def integrate(
     If the regularizer is active it draws once from ``rng.regularizer`` for this call, may move the end
     time (``end_time``), and modulates the drift and diffusion outputs. Fixed-step ODE solvers run with
     torchdiffeq's ``perturb=True`` so each step's stages map to one step index (see ``PassSpec.step_index``).
+    On the CPU an Euler solve of ``z(T)`` without adjoint is stepped by :func:`~ndebench.models.euler.euler_final`
+    (torchdiffeq's steps, the same bits), which takes a regularizer's ``step_mask`` into each step's ``dt``.
 
     ``graphs``: the model's :class:`~ndebench.models.graphs.GraphCache` when :func:`graph_decision` captures its
     solve; a training pass (gradients on) of an ODE or CDE then replays a CUDA graph of the same steps
