@@ -28,9 +28,10 @@ def euler_final(field: Any, z0: torch.Tensor, grid: torch.Tensor, clock: StepClo
     """
     starts = grid[:-1].to(z0.dtype)
     starts = torch.nextafter(starts, starts + 1).unbind(0)
-    steps = (grid[1:] - grid[:-1]).unbind(0)
+    dt = grid[1:] - grid[:-1]
+    steps = dt.unbind(0)
     # dt as the multiply with z's dtype reads it (a float64 0-dim dt times float32 is a float32 dt times it)
-    scales = None if masks is None else (grid[1:] - grid[:-1]).to(z0.dtype).unbind(0)
+    scales = None if masks is None else dt.to(z0.dtype).unbind(0)
     z = z0
     try:
         for k, t in enumerate(starts):

@@ -52,6 +52,10 @@ EpochTrainer = Callable[[list["Member"]], dict[int, float | None]]
 Evaluator = Callable[[list["Member"], str], list[tuple[dict[str, float], dict[str, Any]]]]
 
 
+# what a stacked solve raises where a layer cannot take the members' rows (Stack.mismatch reports it)
+_SOLVE_ERRORS = (AttributeError, RuntimeError, TypeError)
+
+
 class StackedRegularizer(Regularizer):
     """The members' regularizers on a member-major batch: each draws its own pass from its own generator
     (``PassSpec`` of ``B = batch / K`` rows) and modulates its own rows."""
@@ -212,7 +216,7 @@ class Stack:
         try:
             stacked = self.latent(members, cat_inputs([b[0] for b in batches]),
                                   [TrialRNG.for_evaluation(m.spec.seed) for m in members])
-        except (AttributeError, RuntimeError, TypeError) as exc:
+        except _SOLVE_ERRORS as exc:
             return f"the stacked solve fails ({type(exc).__name__}: {exc})"
         if stacked.shape != alone.shape or not torch.allclose(stacked, alone, rtol=1e-4, atol=1e-6):
             return "the stacked solve does not reproduce the members' own (a layer mixes members' rows)"
@@ -265,7 +269,7 @@ def _checked_rounds_alone(stack: Stack, members: Sequence[Member]) -> bool:
     """:func:`rounds_alone`, ``False`` where the stacked solve raises (:meth:`Stack.mismatch` then says why)."""
     try:
         return rounds_alone(stack, members)
-    except (AttributeError, RuntimeError, TypeError):
+    except _SOLVE_ERRORS:
         return False
 
 
